@@ -1,0 +1,39 @@
+# Two commands for a newcomer:  `make run` (set up + default experiment), `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# TORCH_SPEC selects the torch build: the CPU wheel by default; on a GPU cluster e.g.
+#   make setup TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
+TORCH_SPEC ?= torch==2.13.0
+export HF_HUB_OFFLINE ?= 1
+export HF_DATASETS_OFFLINE ?= 1
+
+.PHONY: setup run test test-slow bench figures paper-mini clean
+
+setup: $(VENV)/.installed .cache/corpus/lee_background.cor
+
+$(VENV)/.installed: requirements.txt requirements-optional.txt constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH_SPEC)
+	$(PY) -m pip install -q -c constraints.txt -r requirements.txt -r requirements-optional.txt
+	$(PY) -m pip install -q --no-deps -e .
+	touch $@
+
+.cache/corpus/lee_background.cor: | $(VENV)/.installed
+	$(PY) scripts/fetch_corpus.py
+
+run: setup
+	$(PY) run.py
+
+test: setup
+	$(PY) -m pytest -q -m "not slow"
+
+test-slow: setup
+	$(PY) -m pytest -q -m slow
+
+bench: setup
+	$(PY) bench/overhead.py
+
+clean:
+	rm -rf .cache runs/2* runs/sweeps

@@ -1,0 +1,1 @@
+"""mecefo-exp: an experiment harness for fault-tolerant LLM pretraining (MeCeFO and baselines)."""

@@ -1,0 +1,105 @@
+"""n simulated data-parallel workers in one process.
+
+Gradients are aggregated per parameter: the sum of the contributions of every
+micro-batch whose mode reaches that parameter, divided by how many did. With every
+micro-batch in the normal mode this is plain data-parallel averaging.
+
+Micro-batches that run in the same mode go through one forward/backward together: the
+sum of per-micro-batch mean losses of a concatenation has exactly the gradient
+sum_i g_i of the separate micro-batches, so n workers cost one big batch on two cores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ..plan import Mode, Plan, Sample
+
+
+@dataclass
+class StepResult:
+    loss: float  # mean of the per-micro-batch losses (the forward is always exact)
+    losses: Dict[Sample, float]
+    contributors: Dict[str, int]  # parameter name -> micro-batches averaged into its gradient
+    tokens: int  # tokens processed (forward) this step
+
+
+def microbatch_losses(model: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy of each [b, seq_len + 1] micro-batch stacked in `batch`.
+
+    `batch` is [k, b, seq_len + 1]; returns a tensor of k losses.
+    """
+    k, b, t1 = batch.shape
+    flat = batch.view(k * b, t1)
+    logits = model(input_ids=flat[:, :-1]).logits
+    token_loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), flat[:, 1:].reshape(-1),
+                                 reduction="none")
+    return token_loss.view(k, -1).mean(dim=1)
+
+
+class LocalCluster:
+    def __init__(self, model: torch.nn.Module, stream, modes: Dict[str, Mode], device: torch.device,
+                 chunk_microbatches: int = 0):
+        self.model = model
+        self.stream = stream
+        self.modes = modes
+        self.device = device
+        self.chunk = chunk_microbatches
+        self.params = dict(model.named_parameters())
+
+    def load(self, samples: Sequence[Sample]) -> torch.Tensor:
+        return torch.stack([self.stream.micro_batch(s.step, s.owner) for s in samples]).to(self.device)
+
+    def run_mode(self, samples: Sequence[Sample], mode: Mode) -> List[float]:
+        """Forward (and backward unless forward-only) of `samples` in `mode`; grads accumulate."""
+        losses: List[float] = []
+        size = self.chunk or len(samples)
+        for start in range(0, len(samples), size):
+            batch = self.load(samples[start:start + size])
+            with mode.activate(self.model):
+                if mode.backward:
+                    per_mb = microbatch_losses(self.model, batch)
+                    per_mb.sum().backward()
+                else:
+                    with torch.no_grad():
+                        per_mb = microbatch_losses(self.model, batch)
+            losses.extend(per_mb.detach().cpu().tolist())
+        return losses
+
+    def execute(self, plan: Plan) -> StepResult:
+        self.model.train()
+        self.model.zero_grad(set_to_none=True)
+        counts = {name: 0 for name in self.params}
+        losses: Dict[Sample, float] = {}
+        tokens = 0
+        for mode_name, samples in plan.by_mode().items():
+            mode = self.modes[mode_name]
+            for sample, loss in zip(samples, self.run_mode(samples, mode)):
+                if mode.backward:  # a redundant forward's loss duplicates the real one
+                    losses[sample] = loss
+            tokens += len(samples) * self.stream.batch_size * (self.stream.blocks.shape[1] - 1)
+            if mode.backward:
+                for name in counts:
+                    if mode.contributes(name):
+                        counts[name] += len(samples)
+        average_gradients(self.params, counts)
+        mean_loss = sum(losses.values()) / len(losses) if losses else float("nan")
+        return StepResult(mean_loss, losses, counts, tokens)
+
+
+def average_gradients(params: Dict[str, torch.nn.Parameter], counts: Dict[str, int]) -> None:
+    """Divide each summed gradient by its contributor count; no contributor -> no gradient.
+
+    A parameter without a gradient is skipped by AdamW this step (no update, no decay),
+    which is what "averaged over nobody" should mean.
+    """
+    for name, p in params.items():
+        c = counts[name]
+        if c == 0 or p.grad is None:
+            p.grad = None
+        else:
+            p.grad.div_(c)

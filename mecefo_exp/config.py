@@ -1,0 +1,323 @@
+"""Typed configuration schemas.
+
+Hydra composes YAML from conf/ onto these dataclasses, so a misspelt key or a value of
+the wrong type fails while composing. Values that are well typed but impossible
+(n_workers < 1, a sequence longer than the model allows) are caught by `validate`, which
+the entry point calls before any compute and which raises `ConfigError` with one line
+naming the key, the bad value and what is allowed.
+
+Each method has its own schema (a subclass of `MethodConfig`) so that `method.rank` is a
+key of `method=mecefo` and a typo in it is an error, not a silently ignored extra.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be run. The message is one line for the user."""
+
+
+# ----------------------------------------------------------------------------- model
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    hidden_size: int = MISSING
+    intermediate_size: int = MISSING
+    num_attention_heads: int = MISSING
+    num_hidden_layers: int = MISSING
+    num_key_value_heads: Optional[int] = None  # None: plain multi-head attention
+    # None: use the tokenizer's vocabulary size. GaLore's presets pin 32000 (t5-base).
+    vocab_size: Optional[int] = None
+    max_position_embeddings: int = 2048
+    rms_norm_eps: float = 1e-6
+    initializer_range: float = 0.02
+    attn_implementation: str = "sdpa"  # sdpa | eager
+
+
+# ------------------------------------------------------------------------------ data
+@dataclass
+class DataConfig:
+    name: str = MISSING  # local | c4
+    seq_len: int = 128
+    micro_batch: int = 4  # sequences per worker per step
+    val_fraction: float = 0.05  # share of documents held out, chosen by a hash of the text
+    eval_blocks: int = 64  # validation blocks scored at each evaluation (0: all)
+    # local corpus: texts that the Python install and `make setup` bring, no hub
+    sources: List[str] = field(default_factory=lambda: ["pydoc_topics", "stdlib_docstrings", "lee_background"])
+    vocab_size: int = 4096  # BPE vocabulary trained on the local corpus
+    # c4 (or any local json/parquet text files) through the datasets library
+    path: Optional[str] = None  # glob of local .json/.jsonl/.parquet files; None: the hub id
+    hub_id: str = "allenai/c4"
+    hub_config: str = "en"
+    text_field: str = "text"
+    tokenizer: str = "t5-base"  # a hub id or a local tokenizer folder
+    max_train_tokens: int = 20_000_000
+    max_val_tokens: int = 500_000
+    cache_dir: Optional[str] = None  # None: <project>/.cache
+
+
+# ---------------------------------------------------------------------------- method
+@dataclass
+class MethodConfig:
+    name: str = MISSING
+
+
+@dataclass
+class CheckpointMethodConfig(MethodConfig):
+    # steps between checkpoints, or "auto" for Young/Daly sqrt(2 * C * MTBF)
+    interval: Any = "auto"
+    backend: str = "torch"  # torch (torch.save) | dcp (torch.distributed.checkpoint)
+    keep: int = 2  # checkpoints kept on disk
+
+
+@dataclass
+class ReftMethodConfig(MethodConfig):
+    snapshot_every: int = 5  # steps between in-memory snapshots
+    parity_group: int = 4  # workers per XOR parity group (tolerates one loss per group)
+    checkpoint_interval: Any = "auto"  # disk checkpoints, the fallback when parity cannot help
+    overlap: float = 0.9  # share of the snapshot copy hidden behind compute (REFT is asynchronous)
+
+
+@dataclass
+class BaftMethodConfig(MethodConfig):
+    checkpoint_every: int = 5
+    stages: int = 4  # pipeline stages p of the modelled 1F1B schedule
+    microbatches: int = 8  # micro-batches m per pipeline flush
+
+
+@dataclass
+class MecefoMethodConfig(MethodConfig):
+    skip_attention: bool = True
+    recompute_ffn: bool = True
+    lowrank_ffn: bool = True
+    rank: int = 64  # r of the low-rank FFN weight gradient
+    svd_every: int = 200  # tau: steps between SVD refreshes of the projection
+    lowrank_modules: List[str] = field(default_factory=lambda: ["gate_proj", "up_proj", "down_proj"])
+    grad_error_every: int = 10  # degraded steps between gradient-error measurements (0: off)
+    checkpoint_interval: Any = "auto"  # the fallback when no neighbour is eligible
+
+
+@dataclass
+class BambooMethodConfig(MethodConfig):
+    mode: str = "eager"  # eager: redundant forward every step | lazy: recompute on failure
+    rebalance_after_s: Optional[float] = None  # paper seconds degraded before a rebalance (None: never)
+    rebalance_stall_s: float = 20.0  # Bamboo simulator, GPT-2/BERT class (METHODS.md)
+    checkpoint_interval: Any = "auto"
+
+
+@dataclass
+class OobleckMethodConfig(MethodConfig):
+    reconfigure_s: Optional[float] = None  # None: cluster.reconfigure_s
+    checkpoint_interval: Any = "auto"
+
+
+# --------------------------------------------------------------------------- failure
+@dataclass
+class FailureConfig:
+    name: str = MISSING
+    kind: str = "none"  # none | paper | poisson | trace
+    # paper (MeCeFO Table 1): one failure every `every_h` hours somewhere in a cluster of
+    # `paper_workers` GPUs, each failed GPU back after `recover_h` hours.
+    every_h: Optional[float] = None
+    recover_h: Optional[float] = None
+    paper_workers: int = 32
+    paper_run_h: float = 12.4  # the paper's LLaMA-1B run (derived in METHODS.md terms)
+    # poisson: per-worker mean time between failures and repair time
+    mtbf: Optional[float] = None
+    repair: Optional[float] = None
+    unit: str = "hours"  # hours (paper hours, scaled like the presets) | steps | seconds
+    # trace: replay a CSV of time, worker, event (time in `unit`)
+    path: Optional[str] = None
+    # which workers may fail (None: all); the paper's asymmetric experiment uses a subset
+    workers: Optional[List[int]] = None
+    horizon_factor: float = 50.0  # draw the trace up to this multiple of the failure-free run
+
+
+# --------------------------------------------------------------------------- cluster
+@dataclass
+class ClusterConfig:
+    name: str = MISSING  # local | torchrun
+    n_workers: int = 8
+    backend: str = "auto"  # torchrun: auto (nccl on GPU, gloo on CPU) | gloo | nccl
+    device: str = "auto"  # auto | cpu | cuda
+    chunk_microbatches: int = 0  # local tier: micro-batches per forward (0: all of a mode at once)
+    # costs that are not compute (sources in conf/cluster/*.yaml)
+    allreduce_GBps: float = 25.0
+    allreduce_latency_s: float = 1e-5
+    storage_GBps: float = 1.0
+    detection_s: float = 30.0
+    restart_s: float = 76.0
+    reconfigure_s: float = 2.0
+    paper_step_s: float = 2.23
+    scale_stalls: bool = True
+    # compute profile
+    profile: str = "auto"  # auto (measure, cached) | path to a profile.json
+    profile_warmup: int = 2
+    profile_repeats: int = 5
+
+
+# --------------------------------------------------------------------------- trainer
+@dataclass
+class TrainerConfig:
+    max_steps: int = 300
+    eval_every: int = 50
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 30
+    weight_decay: float = 0.0  # GaLore's LLaMA recipe trains without weight decay
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.95])
+    grad_clip: float = 1.0
+    threads: int = 0  # torch intra-op threads (0: leave torch's default)
+    progress: str = "auto"  # auto (bar on a terminal, lines otherwise) | bar | lines | none
+    log_every: int = 10  # plain progress lines every N steps
+
+
+@dataclass
+class LoggerConfig:
+    name: str = "none"  # none | wandb
+    project: str = "mecefo-exp"
+    mode: str = "offline"  # wandb: online | offline | disabled
+    entity: Optional[str] = None
+
+
+@dataclass
+class Config:
+    model: ModelConfig = MISSING
+    data: DataConfig = MISSING
+    method: MethodConfig = MISSING
+    failure: FailureConfig = MISSING
+    cluster: ClusterConfig = MISSING
+    logger: LoggerConfig = MISSING
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    seed: int = 0
+    experiment: Optional[str] = None  # name of the experiment preset, if any
+
+
+METHOD_SCHEMAS = {
+    "checkpoint": CheckpointMethodConfig,
+    "reft": ReftMethodConfig,
+    "baft": BaftMethodConfig,
+    "mecefo": MecefoMethodConfig,
+    "bamboo": BambooMethodConfig,
+    "oobleck": OobleckMethodConfig,
+}
+
+
+def register_configs() -> None:
+    """Register the schemas with Hydra's ConfigStore (conf/ files extend them)."""
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)
+    cs.store(group="schema/model", name="base", node=ModelConfig)
+    cs.store(group="schema/data", name="base", node=DataConfig)
+    cs.store(group="schema/failure", name="base", node=FailureConfig)
+    cs.store(group="schema/cluster", name="base", node=ClusterConfig)
+    cs.store(group="schema/logger", name="base", node=LoggerConfig)
+    for name, schema in METHOD_SCHEMAS.items():
+        cs.store(group="schema/method", name=name, node=schema)
+
+
+# -------------------------------------------------------------------------- validate
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def _check_interval(key: str, value: Any) -> None:
+    _check(value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1),
+           f"{key}={value!r}: expected 'auto' or a whole number of steps >= 1")
+
+
+def validate(cfg: Any) -> None:
+    """Reject values that are well typed but cannot run, with one line each."""
+    m, d, c, f, t = cfg.model, cfg.data, cfg.cluster, cfg.failure, cfg.trainer
+    for key in ("hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers"):
+        _check(m[key] >= 1, f"model.{key}={m[key]}: must be >= 1")
+    _check(m.hidden_size % m.num_attention_heads == 0,
+           f"model.hidden_size={m.hidden_size} must be divisible by model.num_attention_heads={m.num_attention_heads}")
+    _check(m.attn_implementation in ("sdpa", "eager"),
+           f"model.attn_implementation={m.attn_implementation!r}: allowed: sdpa, eager")
+    _check(d.name in ("local", "c4"), f"data.name={d.name!r}: allowed: local, c4")
+    _check(d.micro_batch >= 1, f"data.micro_batch={d.micro_batch}: must be >= 1 sequence per worker")
+    _check(d.seq_len >= 2, f"data.seq_len={d.seq_len}: must be >= 2 tokens")
+    _check(d.seq_len <= m.max_position_embeddings,
+           f"data.seq_len={d.seq_len} exceeds model.max_position_embeddings={m.max_position_embeddings} "
+           f"of model={m.name}")
+    _check(0.0 < d.val_fraction < 1.0, f"data.val_fraction={d.val_fraction}: must be in (0, 1)")
+    _check(d.eval_blocks >= 0, f"data.eval_blocks={d.eval_blocks}: must be >= 0 (0 scores all)")
+    _check(d.vocab_size >= 256, f"data.vocab_size={d.vocab_size}: must be >= 256 (byte-level BPE)")
+    _check(c.name in ("local", "torchrun"), f"cluster.name={c.name!r}: allowed: local, torchrun")
+    _check(c.n_workers >= 1, f"cluster.n_workers={c.n_workers}: must be >= 1")
+    _check(c.device in ("auto", "cpu", "cuda"), f"cluster.device={c.device!r}: allowed: auto, cpu, cuda")
+    _check(c.backend in ("auto", "gloo", "nccl"), f"cluster.backend={c.backend!r}: allowed: auto, gloo, nccl")
+    _check(c.chunk_microbatches >= 0, f"cluster.chunk_microbatches={c.chunk_microbatches}: must be >= 0")
+    for key in ("allreduce_GBps", "storage_GBps", "paper_step_s"):
+        _check(c[key] > 0, f"cluster.{key}={c[key]}: must be > 0")
+    for key in ("allreduce_latency_s", "detection_s", "restart_s", "reconfigure_s"):
+        _check(c[key] >= 0, f"cluster.{key}={c[key]}: must be >= 0 seconds")
+    _check(c.profile_repeats >= 1 and c.profile_warmup >= 0,
+           f"cluster.profile_repeats={c.profile_repeats}, profile_warmup={c.profile_warmup}: need repeats >= 1, warmup >= 0")
+    _check(t.max_steps >= 1, f"trainer.max_steps={t.max_steps}: must be >= 1")
+    _check(t.eval_every >= 0, f"trainer.eval_every={t.eval_every}: must be >= 0 (0: only at the end)")
+    _check(t.lr > 0, f"trainer.lr={t.lr}: must be > 0")
+    _check(0.0 <= t.min_lr_ratio <= 1.0, f"trainer.min_lr_ratio={t.min_lr_ratio}: must be in [0, 1]")
+    _check(t.warmup_steps >= 0, f"trainer.warmup_steps={t.warmup_steps}: must be >= 0")
+    _check(t.weight_decay >= 0, f"trainer.weight_decay={t.weight_decay}: must be >= 0")
+    _check(len(t.betas) == 2 and all(0.0 <= b < 1.0 for b in t.betas),
+           f"trainer.betas={list(t.betas)}: need two values in [0, 1)")
+    _check(t.grad_clip >= 0, f"trainer.grad_clip={t.grad_clip}: must be >= 0 (0: no clipping)")
+    _check(t.progress in ("auto", "bar", "lines", "none"),
+           f"trainer.progress={t.progress!r}: allowed: auto, bar, lines, none")
+    _check(cfg.logger.name in ("none", "wandb"), f"logger.name={cfg.logger.name!r}: allowed: none, wandb")
+    _validate_failure(f, c.n_workers)
+    _validate_method(cfg.method, c.n_workers)
+
+
+def _validate_failure(f: Any, n_workers: int) -> None:
+    kinds = ("none", "paper", "poisson", "trace")
+    _check(f.kind in kinds, f"failure.kind={f.kind!r}: allowed: {', '.join(kinds)}")
+    _check(f.unit in ("hours", "steps", "seconds"), f"failure.unit={f.unit!r}: allowed: hours, steps, seconds")
+    if f.kind == "paper":
+        for key in ("every_h", "recover_h"):
+            _check(f[key] is not None and f[key] > 0, f"failure.{key}={f[key]}: must be > 0 hours")
+        _check(f.paper_workers >= 1 and f.paper_run_h > 0,
+               f"failure.paper_workers={f.paper_workers}, paper_run_h={f.paper_run_h}: must be positive")
+    if f.kind == "poisson":
+        _check(f.mtbf is not None and f.mtbf > 0, f"failure.mtbf={f.mtbf}: must be > 0 (mean time between failures)")
+        _check(f.repair is not None and f.repair >= 0, f"failure.repair={f.repair}: must be >= 0")
+    if f.kind == "trace":
+        _check(bool(f.path), "failure.path is required for failure=trace (a CSV of time,worker,event)")
+    if f.workers is not None:
+        bad = [w for w in f.workers if not 0 <= w < n_workers]
+        _check(not bad, f"failure.workers={list(f.workers)}: workers {bad} do not exist (0..{n_workers - 1})")
+    _check(f.horizon_factor >= 1, f"failure.horizon_factor={f.horizon_factor}: must be >= 1")
+
+
+def _validate_method(m: Any, n_workers: int) -> None:
+    allowed = ", ".join(METHOD_SCHEMAS)
+    _check(m.name in METHOD_SCHEMAS, f"method.name={m.name!r}: allowed: {allowed}")
+    for key in ("interval", "checkpoint_interval"):
+        if key in m:
+            _check_interval(f"method.{key}", m[key])
+    if m.name == "reft":
+        _check(m.snapshot_every >= 1, f"method.snapshot_every={m.snapshot_every}: must be >= 1")
+        _check(m.parity_group >= 2, f"method.parity_group={m.parity_group}: must be >= 2 workers")
+        _check(0.0 <= m.overlap <= 1.0, f"method.overlap={m.overlap}: must be in [0, 1]")
+    if m.name == "baft":
+        _check(m.checkpoint_every >= 1, f"method.checkpoint_every={m.checkpoint_every}: must be >= 1")
+        _check(m.stages >= 1 and m.microbatches >= 1,
+               f"method.stages={m.stages}, microbatches={m.microbatches}: must be >= 1")
+    if m.name == "mecefo":
+        _check(m.rank >= 1, f"method.rank={m.rank}: must be >= 1")
+        _check(m.svd_every >= 1, f"method.svd_every={m.svd_every}: must be >= 1")
+        _check(m.grad_error_every >= 0, f"method.grad_error_every={m.grad_error_every}: must be >= 0")
+        bad = [x for x in m.lowrank_modules if x not in ("gate_proj", "up_proj", "down_proj")]
+        _check(not bad, f"method.lowrank_modules: unknown {bad}; allowed: gate_proj, up_proj, down_proj")
+    if m.name == "bamboo":
+        _check(m.mode in ("eager", "lazy"), f"method.mode={m.mode!r}: allowed: eager, lazy")
+        _check(m.rebalance_stall_s >= 0, f"method.rebalance_stall_s={m.rebalance_stall_s}: must be >= 0")

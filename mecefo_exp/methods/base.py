@@ -1,0 +1,143 @@
+"""The interface every fault-tolerance method implements, and the shared rollback path.
+
+A method sees failures and recoveries from the trace (`on_failure`, `on_recover`), says
+each step which worker computes which micro-batch in which mode (`plan`), what the step
+costs on the simulated clock (`step_cost`), and may do work after a step (`after_step`:
+checkpoints, snapshots). Rolling back is real: `RunContext.restore` loads the saved
+model, optimizer and scheduler state and moves the step counter back.
+
+Every method here keeps the global batch: each step, every owner's micro-batch is
+computed by somebody, so the algorithm only changes where a method approximates.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Dict, List, Optional
+
+from ..costs import StepCost
+from ..plan import NORMAL, Mode, Plan, Sample, WorkItem
+from .checkpointing import CheckpointStore
+
+
+class Method:
+    name = "base"
+    #: plain methods never change the math; approximate ones (MeCeFO) do while degraded
+    exact = True
+
+    def __init__(self, cfg, run):
+        self.cfg = cfg
+        self.run = run  # RunContext: state, clock, costs, trace view, event log
+        self.n = run.n_workers
+        self.down: set = set()  # workers down in the trace (hardware view)
+
+    # ---- what the cluster needs to know
+    def modes(self) -> Dict[str, Mode]:
+        return {"normal": NORMAL}
+
+    def extra_kernels(self, bench) -> Dict[str, Callable[[], None]]:
+        """Profile kernels beyond one micro-batch per mode, the optimizer and state copies."""
+        return {}
+
+    # ---- lifecycle
+    def setup(self) -> None:
+        """Called once the profile, cost model and trace exist (before `start`)."""
+
+    def start(self) -> None:
+        """Called before the first step (an initial checkpoint, for instance)."""
+
+    def on_failure(self, worker: int) -> None:
+        self.down.add(worker)
+
+    def on_recover(self, worker: int) -> None:
+        self.down.discard(worker)
+
+    def plan(self, step: int) -> Plan:
+        """Failure-free data parallelism: every worker computes its own micro-batch."""
+        return Plan(step, {w: [WorkItem(Sample(step, w))] for w in range(self.n)})
+
+    def step_cost(self, plan: Plan) -> StepCost:
+        return self.run.costs.step(plan.worker_modes(), n_allreduce=len(plan.computing_workers))
+
+    def interrupted(self, plan: Plan, elapsed: float) -> None:
+        """A worker of `plan` failed `elapsed` seconds into the step: by default that work is lost."""
+        self.run.clock.charge("lost_work", elapsed)
+
+    def before_optimizer(self, plan: Plan, result) -> None:
+        """After the gradients of `plan` are aggregated, before the optimizer uses them."""
+
+    def after_step(self, step: int) -> None:
+        pass
+
+    def summary(self) -> Dict[str, object]:
+        return {}
+
+
+class RollbackMethod(Method):
+    """A method that recovers by rolling back to saved state (checkpoint-restart and kin).
+
+    Holds a disk `CheckpointStore`; `interval` is in steps or "auto" (Young/Daly).
+    A failure stops the whole job: detection + restart + load, then replay from the saved
+    step with a replacement for the failed worker (so the plan stays failure-free).
+    """
+
+    interval_key = "checkpoint_interval"
+
+    def __init__(self, cfg, run):
+        super().__init__(cfg, run)
+        self.store = CheckpointStore(run, keep=cfg.get("keep", 2), backend=cfg.get("backend", "torch"))
+        self.interval = 0
+
+    def setup(self) -> None:
+        self.interval = self.resolve_interval(self.cfg[self.interval_key])
+
+    def resolve_interval(self, value) -> int:
+        """Young/Daly: tau* = sqrt(2 * C * M), C = checkpoint write time, M = cluster MTBF."""
+        if value != "auto":
+            return int(value)
+        write_s = self.run.costs.storage_write_s()
+        mtbf_s = self.run.cluster_mtbf_s()
+        step_s = self.run.costs.failure_free_step(self.n).total
+        if not math.isfinite(mtbf_s):
+            return self.run.max_steps  # no failures expected: only the initial checkpoint
+        return max(1, round(math.sqrt(2 * write_s * mtbf_s) / step_s))
+
+    def start(self) -> None:
+        self.save_checkpoint(step=0)
+
+    def save_checkpoint(self, step: int, charge_s: Optional[float] = None) -> None:
+        """Write a real checkpoint of the state before step `step`; charge its time."""
+        self.store.save(step)
+        cost = self.run.costs.storage_write_s() if charge_s is None else charge_s
+        if step > 0:
+            self.run.clock.add_to_step(step - 1, "ft_overhead", cost)
+        else:
+            self.run.clock.charge("ft_overhead", cost)
+        self.run.event("checkpoint", detail={"step": step, "cost_s": cost})
+
+    def after_step(self, step: int) -> None:
+        if (step + 1) % self.interval == 0:
+            self.save_checkpoint(step + 1)
+
+    def on_failure(self, worker: int) -> None:
+        super().on_failure(worker)
+        self.restart_from_checkpoint(worker, reason="failure")
+
+    def on_recover(self, worker: int) -> None:
+        super().on_recover(worker)  # the job already runs on a replacement
+
+    def summary(self) -> Dict[str, object]:
+        return {"checkpoint_interval": self.interval}
+
+    def restart_from_checkpoint(self, worker: int, reason: str) -> None:
+        costs = self.run.costs
+        self.run.clock.charge("stall", costs.stall_s(self.run.cluster_cfg.detection_s + self.run.cluster_cfg.restart_s)
+                              + costs.storage_read_s())
+        saved = self.store.latest_step()
+        self.run.restore(self.store.load(saved), to_step=saved, reason=reason, worker=worker)
+        self.run.event("restart", worker, {"from_step": saved})
+
+
+def neighbors_on_ring(worker: int, n: int) -> List[int]:
+    """The other workers in ring order after `worker`: worker+1, worker+2, ... (mod n)."""
+    return [(worker + k) % n for k in range(1, n)]

@@ -1,0 +1,360 @@
+"""The training loop: one engine for every method.
+
+    events = trace due by now          -> method.on_failure / on_recover (may stall, roll back)
+    plan   = method.plan(step)          -> which worker computes which micro-batch, in which mode
+    cost   = method.step_cost(plan)     -> known before the step runs (profile + constants)
+    a failure before now + cost?        -> the step is interrupted, nothing is applied
+    result = cluster.execute(plan)      -> real forward/backward, per-parameter averaging
+    optimizer step, clock.commit_step, metrics row, method.after_step (checkpoints ...)
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import logging
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, Optional
+
+import torch
+
+from .cluster.local import LocalCluster, microbatch_losses
+from .config import ConfigError
+from .costs import CATEGORIES, CostModel, SimClock, load_or_measure, machine_meta
+from .data import PROJECT_ROOT, SampleStream, load_corpus, validation_blocks
+from .faults import FAIL, make_trace
+from .methods import build_method
+from .metrics import RunRecords, git_sha
+from .model import build_model, count_parameters
+from .plan import Sample
+
+log = logging.getLogger(__name__)
+
+
+def make_optimizer(model: torch.nn.Module, tcfg) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(model.parameters(), lr=tcfg.lr, betas=tuple(tcfg.betas),
+                             weight_decay=tcfg.weight_decay, foreach=True)
+
+
+def make_scheduler(optimizer, tcfg):
+    """Linear warm-up to lr, then cosine decay to lr * min_lr_ratio at max_steps."""
+    warmup, total, floor = tcfg.warmup_steps, tcfg.max_steps, tcfg.min_lr_ratio
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("cluster.device=cuda but no CUDA device is visible; allowed here: cpu, auto")
+    return torch.device(name)
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, blocks: torch.Tensor, device: torch.device, batch: int = 16) -> float:
+    """Mean next-token loss over the validation blocks (all blocks have the same length)."""
+    model.eval()
+    total, n = 0.0, 0
+    for start in range(0, blocks.shape[0], batch):
+        chunk = blocks[start:start + batch].to(device)
+        losses = microbatch_losses(model, chunk.unsqueeze(1))
+        total += losses.sum().item()
+        n += losses.numel()
+    model.train()
+    return total / n
+
+
+class Experiment:
+    """Builds every part from the config, then `run()` trains and leaves the run record."""
+
+    def __init__(self, cfg, run_dir: Path):
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.n_workers = cfg.cluster.n_workers
+        self.max_steps = cfg.trainer.max_steps
+        self.cluster_cfg = cfg.cluster
+        self.step = 0
+        self.counters = {"failures": 0, "recoveries": 0, "rollbacks": 0, "lost_steps": 0, "interrupted_steps": 0}
+        self.tokens_processed = 0
+        self.wall_start = time.perf_counter()
+        self.records: Optional[RunRecords] = None
+        self.final_val_loss = float("nan")
+
+    # ------------------------------------------------------------------ building
+    def setup(self) -> None:
+        cfg = self.cfg
+        if cfg.cluster.name != "local":
+            raise ConfigError(f"cluster={cfg.cluster.name}: not available in this version; allowed: local")
+        if cfg.trainer.threads:
+            torch.set_num_threads(cfg.trainer.threads)
+        torch.manual_seed(cfg.seed)
+        self.device = pick_device(cfg.cluster.device)
+        self.records = RunRecords(self.run_dir, cfg.logger, _plain(cfg))
+        self.records.summary(self.summary("running"))
+
+        corpus = load_corpus(cfg.data)
+        self.corpus = corpus
+        self.stream = SampleStream(corpus.train, cfg.data.seq_len, cfg.data.micro_batch, self.n_workers, cfg.seed)
+        self.val_blocks = validation_blocks(corpus.val, cfg.data.seq_len, cfg.data.eval_blocks)
+        self.model = build_model(cfg.model, corpus.vocab_size, cfg.seed).to(self.device)
+        self.optimizer = make_optimizer(self.model, cfg.trainer)
+        self.scheduler = make_scheduler(self.optimizer, cfg.trainer)
+        self.n_params = count_parameters(self.model)
+        self.clock = SimClock()
+
+        self.method = build_method(cfg.method, self)
+        self.modes = self.method.modes()
+        self.cluster = LocalCluster(self.model, self.stream, self.modes, self.device, cfg.cluster.chunk_microbatches)
+        self.profile = self.measure_profile()
+        self.costs = CostModel(self.profile, cfg.cluster, self.n_params, state_bytes=3 * 4 * self.n_params,
+                               modes=self.modes)
+        step_s = self.costs.failure_free_step(self.n_workers).total
+        self.trace = make_trace(cfg.failure, self.n_workers, step_s, self.max_steps, cfg.seed)
+        self.trace.write_csv(self.run_dir / "trace.csv")
+        self.records.write_json("profile.json", self.profile.to_json())
+        self.method.setup()
+        exp = self.trace.expected
+        log.info("%s: %s, %d workers, %.2fM parameters, %d steps of %d tokens, corpus %d train tokens (%.1f epochs)",
+                 cfg.method.name, cfg.model.name, self.n_workers, self.n_params / 1e6, self.max_steps,
+                 self.tokens_per_step, corpus.train.size, self.stream.epochs_at(self.max_steps - 1))
+        log.info("failure=%s: expected %.1f failures and %.2f workers down on average over the failure-free run "
+                 "(%.1f simulated s)", cfg.failure.name, exp["failures"], exp["mean_workers_down"],
+                 step_s * self.max_steps)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.n_workers * self.cfg.data.micro_batch * self.cfg.data.seq_len
+
+    def measure_profile(self):
+        """Time each kernel on a copy of the model, so training state is untouched."""
+        bench_model = copy.deepcopy(self.model)
+        bench_opt = make_optimizer(bench_model, self.cfg.trainer)
+        bench = LocalCluster(bench_model, self.stream, self.modes, self.device)
+        sample = [Sample(0, 0)]
+
+        def micro_batch(mode):
+            def fn():
+                bench_model.zero_grad(set_to_none=True)
+                bench.run_mode(sample, mode)
+            return fn
+
+        def optimizer_step():
+            if next(bench_model.parameters()).grad is None:
+                bench.run_mode(sample, self.modes["normal"])
+            torch.nn.utils.clip_grad_norm_(bench_model.parameters(), self.cfg.trainer.grad_clip or float("inf"))
+            bench_opt.step()
+
+        def state_copy():
+            {k: v.detach().to("cpu", copy=True) for k, v in bench_model.state_dict().items()}
+            copy.deepcopy(bench_opt.state_dict())
+
+        def checkpoint_save():
+            torch.save({"model": bench_model.state_dict(), "optimizer": bench_opt.state_dict()}, io.BytesIO())
+
+        kernels = {mode.kernel: micro_batch(mode) for mode in self.modes.values()}
+        kernels.update(optimizer=optimizer_step, state_copy=state_copy, checkpoint_save=checkpoint_save)
+        kernels.update(self.method.extra_kernels(bench))
+        m = self.cfg.model
+        meta = {"model": {k: m[k] for k in m}, "vocab": self.corpus.vocab_size, "micro_batch": self.cfg.data.micro_batch,
+                "seq_len": self.cfg.data.seq_len, **machine_meta(self.device)}
+        fixed = None if self.cfg.cluster.profile == "auto" else self.cfg.cluster.profile
+        with torch.random.fork_rng(devices=[]):
+            return load_or_measure(kernels, meta, PROJECT_ROOT / ".cache" / "profiles", self.cfg.cluster.profile_warmup,
+                                   self.cfg.cluster.profile_repeats, self.device, fixed)
+
+    # ------------------------------------------------------- what methods may use
+    def state_dict(self) -> Dict:
+        """References to the live state; torch.save copies it, in-memory snapshots must clone."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "step": self.step, "rng": torch.get_rng_state()}
+
+    def restore(self, state: Dict, to_step: int, reason: str, worker: Optional[int] = None) -> None:
+        """Roll back for real: load the saved state, discard the steps after it."""
+        if state["step"] != to_step:
+            raise RuntimeError(f"saved state is of step {state['step']}, asked to restore step {to_step}")
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["rng"])
+        lost = self.step - to_step
+        lost_s = self.clock.discard_steps_from(to_step)
+        self.counters["rollbacks"] += 1
+        self.counters["lost_steps"] += lost
+        self.event("rollback", worker, {"reason": reason, "from_step": self.step, "to_step": to_step,
+                                        "lost_steps": lost, "lost_s": lost_s})
+        self.step = to_step
+
+    def event(self, kind: str, worker: Optional[int] = None, detail: Optional[dict] = None) -> None:
+        self.records.event({"sim_time_s": self.clock.now, "step": self.step, "kind": kind,
+                            "worker": worker, "detail": detail or {}})
+
+    def cluster_mtbf_s(self) -> float:
+        """Mean time between failures of the whole cluster, from the trace's expectation."""
+        run_s = self.costs.failure_free_step(self.n_workers).total * self.max_steps
+        expected = self.trace.expected["failures"]
+        if not expected or not math.isfinite(expected):
+            return math.inf
+        return run_s / expected
+
+    @property
+    def alive(self) -> int:
+        return self.n_workers - len(self.method.down)
+
+    # ------------------------------------------------------------------ the loop
+    def apply_due_events(self) -> None:
+        for ev in self.trace.pop_until(self.clock.now):
+            self.event(ev.kind, ev.worker, {"trace_time_s": ev.time})
+            if ev.kind == FAIL:
+                self.counters["failures"] += 1
+                self.method.on_failure(ev.worker)
+            else:
+                self.counters["recoveries"] += 1
+                self.method.on_recover(ev.worker)
+
+    def train(self) -> None:
+        tcfg = self.cfg.trainer
+        progress = Progress(tcfg, self.max_steps)
+        self.method.start()
+        while self.step < self.max_steps:
+            self.apply_due_events()
+            plan = self.method.plan(self.step)
+            if not plan.computing_workers:  # nobody can compute: wait for the next event
+                nxt = self.trace.next_event_time()
+                if nxt is None:
+                    raise RuntimeError("every worker is down and the trace has no recovery left")
+                self.clock.charge("stall", max(0.0, nxt - self.clock.now))
+                continue
+            cost = self.method.step_cost(plan)
+            t_fail = self.trace.next_failure_after(self.clock.now)
+            if t_fail is not None and t_fail < self.clock.now + cost.total:
+                self.counters["interrupted_steps"] += 1
+                self.method.interrupted(plan, t_fail - self.clock.now)
+                continue
+
+            result = self.cluster.execute(plan)
+            self.method.before_optimizer(plan, result)
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tcfg.grad_clip or float("inf"))
+            lr = self.scheduler.get_last_lr()[0]
+            self.optimizer.step()
+            self.scheduler.step()
+            self.clock.commit_step(self.step, cost)
+            self.tokens_processed += result.tokens
+            row = {"step": self.step, "tokens": (self.step + 1) * self.tokens_per_step, "loss": result.loss,
+                   "lr": lr, "grad_norm": float(grad_norm), "sim_time_s": self.clock.now,
+                   "wall_time_s": time.perf_counter() - self.wall_start, "alive": self.alive,
+                   "degraded": plan.degraded, "step_cost_s": cost.total}
+            self.records.metric(row)
+            self.method.after_step(self.step)
+            self.step += 1
+            progress.update(self.step, result.loss, self.clock.now, self.tokens_per_step, self.alive)
+            if tcfg.eval_every and self.step % tcfg.eval_every == 0 and self.step < self.max_steps:
+                self.run_eval()
+        progress.close()
+        self.run_eval()
+
+    def run_eval(self) -> None:
+        loss = evaluate(self.model, self.val_blocks, self.device)
+        self.final_val_loss = loss
+        self.records.eval({"step": self.step, "sim_time_s": self.clock.now,
+                           "tokens": self.step * self.tokens_per_step, "val_loss": loss, "val_ppl": math.exp(loss)})
+        log.info("step %d  val_loss %.4f  val_ppl %.2f  sim_time %.1fs", self.step, loss, math.exp(loss), self.clock.now)
+
+    def summary(self, status: str, error: Optional[str] = None) -> Dict:
+        cfg = self.cfg
+        clock = getattr(self, "clock", None)
+        sim = clock.now if clock else 0.0
+        committed = self.step * self.tokens_per_step
+        data = {
+            "status": status, "method": cfg.method.name, "failure": cfg.failure.name, "model": cfg.model.name,
+            "seed": cfg.seed, "n_workers": self.n_workers, "steps": self.step, "max_steps": self.max_steps,
+            "tokens_processed": self.tokens_processed, "tokens_committed": committed, "sim_time_s": sim,
+            "wall_time_s": time.perf_counter() - self.wall_start,
+            "throughput_tok_s": committed / sim if sim > 0 else None,
+            "final_val_loss": self.final_val_loss, "final_val_ppl": math.exp(self.final_val_loss),
+            "failures": self.counters["failures"], "rollbacks": self.counters["rollbacks"],
+            "lost_steps": self.counters["lost_steps"], "interrupted_steps": self.counters["interrupted_steps"],
+            "time_breakdown": dict(clock.breakdown) if clock else {c: 0.0 for c in CATEGORIES},
+            "git_sha": git_sha(), "run_dir": str(self.run_dir),
+        }
+        trace = getattr(self, "trace", None)
+        if trace is not None:
+            actual = trace.stats_until(sim) if sim > 0 else {"failures": 0, "mean_workers_down": 0.0}
+            data["failures_expected"] = trace.expected["failures"]
+            data["mean_workers_down_expected"] = trace.expected["mean_workers_down"]
+            data["mean_workers_down"] = actual["mean_workers_down"]
+        if hasattr(self, "corpus"):
+            data["data_fingerprint"] = self.corpus.fingerprint
+            data["n_params"] = self.n_params
+        if hasattr(self, "method"):
+            data.update(self.method.summary())
+        if error:
+            data["error"] = error
+        return data
+
+    def run(self) -> Dict:
+        """Train and write the record; summary.json says `failed` if anything goes wrong."""
+        try:
+            self.setup()
+            self.train()
+        except BaseException as e:
+            if self.records is not None and self.records.enabled:
+                self.records.summary(self.summary("failed", error=f"{type(e).__name__}: {e}"))
+                self.records.close()
+            raise
+        summary = self.summary("ok")
+        self.records.summary(summary)
+        self.records.close()
+        log.info("done: %d steps, final val ppl %.2f, throughput %.0f tokens/s simulated (%.1f s), wall %.1f s -> %s",
+                 summary["steps"], summary["final_val_ppl"], summary["throughput_tok_s"] or 0, summary["sim_time_s"],
+                 summary["wall_time_s"], self.run_dir)
+        return summary
+
+
+class Progress:
+    """A tqdm bar on a terminal, plain log lines otherwise (CI, files, sweeps)."""
+
+    def __init__(self, tcfg, total: int):
+        mode = tcfg.progress
+        if mode == "auto":
+            mode = "bar" if sys.stderr.isatty() else "lines"
+        self.mode, self.every, self.total = mode, max(1, tcfg.log_every), total
+        self.bar = None
+        self.t0 = time.perf_counter()
+        if mode == "bar":
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="step", dynamic_ncols=True)
+
+    def update(self, step: int, loss: float, sim_s: float, tokens_per_step: int, alive: int) -> None:
+        if self.mode == "none":
+            return
+        tok_s = step * tokens_per_step / max(1e-9, time.perf_counter() - self.t0)
+        ppl = math.exp(min(loss, 50.0))
+        if self.bar is not None:
+            self.bar.n = step
+            self.bar.set_postfix(loss=f"{loss:.3f}", ppl=f"{ppl:.1f}", tok_s=f"{tok_s:.0f}", alive=alive, refresh=False)
+            self.bar.refresh()
+        elif step % self.every == 0 or step == self.total:
+            log.info("step %d/%d  loss %.4f  ppl %.1f  %.0f tok/s (wall)  sim %.1fs  alive %d",
+                     step, self.total, loss, ppl, tok_s, sim_s, alive)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _plain(cfg) -> dict:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(cfg, resolve=True)
