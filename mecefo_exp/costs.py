@@ -9,8 +9,10 @@ a rerun gives the same numbers.
 
 Everything that is not compute (all-reduce bandwidth, restart, detection,
 reconfiguration) is a named constant of conf/cluster/*.yaml. Stalls quoted by papers in
-seconds of *their* runs are rescaled by (our failure-free step / the paper's step) when
-`cluster.scale_stalls` is on, so a restart costs as many steps here as it did there.
+seconds of *their* runs go through the same paper-time map as the failure trace when
+`cluster.scale_stalls` is on: one paper hour = (this run's failure-free duration /
+cluster.paper_run_h). A restart then takes the same share of the time between failures
+as it did in the paper's run.
 """
 
 from __future__ import annotations
@@ -126,8 +128,10 @@ class StepCost:
 class CostModel:
     """Turns a profile and the cluster constants into simulated seconds."""
 
-    def __init__(self, profile: Profile, cluster_cfg, n_params: int, state_bytes: int, modes: Dict[str, object]):
+    def __init__(self, profile: Profile, cluster_cfg, n_params: int, state_bytes: int, modes: Dict[str, object],
+                 max_steps: int):
         self.profile = profile
+        self.max_steps = max_steps
         self.modes = modes  # mode name -> Mode (its profile kernel)
         self.cfg = cluster_cfg
         self.n_params = n_params
@@ -165,7 +169,13 @@ class CostModel:
         """A stall quoted in the papers' seconds, in this run's seconds (see module doc)."""
         if not self.cfg.scale_stalls:
             return paper_seconds
-        return paper_seconds * self.failure_free_step(self.cfg.n_workers).total / self.cfg.paper_step_s
+        return paper_seconds * self.paper_second_s
+
+    @property
+    def paper_second_s(self) -> float:
+        """Simulated seconds of this run that stand for one second of the paper's run."""
+        run_s = self.failure_free_step(self.cfg.n_workers).total * self.max_steps
+        return run_s / (self.cfg.paper_run_h * 3600.0)
 
     def storage_write_s(self, nbytes: Optional[int] = None) -> float:
         """Writing the training state to shared storage: the slower of measured and bandwidth-bound."""

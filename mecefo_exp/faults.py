@@ -16,7 +16,7 @@ workers on average (low / medium / high), the same share of 8 miniature workers.
 Time scaling of a miniature run: one paper hour maps to D / paper_run_h simulated
 seconds, where D is this run's failure-free duration (max_steps times the failure-free
 step from the profile). Each worker then fails as often per run, and stays down for the
-same share of it, as in the paper's LLaMA-1B run (paper_run_h = 12.4 h, derived).
+same share of it, as in the paper's LLaMA-1B run (cluster.paper_run_h = 12.4 h, derived).
 """
 
 from __future__ import annotations
@@ -151,7 +151,8 @@ def read_trace_csv(path: str, n_workers: int, unit_s: float) -> List[FailureEven
     return events
 
 
-def make_trace(failure_cfg, n_workers: int, step_s: float, max_steps: int, seed: int) -> Trace:
+def make_trace(failure_cfg, n_workers: int, step_s: float, max_steps: int, seed: int,
+               paper_run_h: float = 12.4) -> Trace:
     """Draw (or read) the trace for a run whose failure-free step takes `step_s` seconds."""
     run_s = step_s * max_steps
     horizon = run_s * failure_cfg.horizon_factor
@@ -159,7 +160,7 @@ def make_trace(failure_cfg, n_workers: int, step_s: float, max_steps: int, seed:
     kind = failure_cfg.kind
     # seconds per unit of the config's times
     if kind == "paper" or failure_cfg.unit == "hours":
-        unit_s = run_s / failure_cfg.paper_run_h
+        unit_s = run_s / paper_run_h
     elif failure_cfg.unit == "steps":
         unit_s = step_s
     else:

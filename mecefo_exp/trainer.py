@@ -118,9 +118,9 @@ class Experiment:
         self.cluster = LocalCluster(self.model, self.stream, self.modes, self.device, cfg.cluster.chunk_microbatches)
         self.profile = self.measure_profile()
         self.costs = CostModel(self.profile, cfg.cluster, self.n_params, state_bytes=3 * 4 * self.n_params,
-                               modes=self.modes)
+                               modes=self.modes, max_steps=self.max_steps)
         step_s = self.costs.failure_free_step(self.n_workers).total
-        self.trace = make_trace(cfg.failure, self.n_workers, step_s, self.max_steps, cfg.seed)
+        self.trace = make_trace(cfg.failure, self.n_workers, step_s, self.max_steps, cfg.seed, cfg.cluster.paper_run_h)
         self.trace.write_csv(self.run_dir / "trace.csv")
         self.records.write_json("profile.json", self.profile.to_json())
         self.method.setup()
@@ -213,14 +213,19 @@ class Experiment:
 
     # ------------------------------------------------------------------ the loop
     def apply_due_events(self) -> None:
-        for ev in self.trace.pop_until(self.clock.now):
-            self.event(ev.kind, ev.worker, {"trace_time_s": ev.time})
-            if ev.kind == FAIL:
-                self.counters["failures"] += 1
-                self.method.on_failure(ev.worker)
-            else:
-                self.counters["recoveries"] += 1
-                self.method.on_recover(ev.worker)
+        """Hand the method every event due by now, including those that fall in its stalls."""
+        while True:
+            due = self.trace.pop_until(self.clock.now)
+            if not due:
+                return
+            for ev in due:
+                self.event(ev.kind, ev.worker, {"trace_time_s": ev.time})
+                if ev.kind == FAIL:
+                    self.counters["failures"] += 1
+                    self.method.on_failure(ev.worker)
+                else:
+                    self.counters["recoveries"] += 1
+                    self.method.on_recover(ev.worker)
 
     def train(self) -> None:
         tcfg = self.cfg.trainer
@@ -255,8 +260,8 @@ class Experiment:
                    "wall_time_s": time.perf_counter() - self.wall_start, "alive": self.alive,
                    "degraded": plan.degraded, "step_cost_s": cost.total}
             self.records.metric(row)
-            self.method.after_step(self.step)
             self.step += 1
+            self.method.after_step(self.step - 1)  # the state is now that before step self.step
             progress.update(self.step, result.loss, self.clock.now, self.tokens_per_step, self.alive)
             if tcfg.eval_every and self.step % tcfg.eval_every == 0 and self.step < self.max_steps:
                 self.run_eval()

@@ -58,16 +58,25 @@ class LocalCluster:
         """Forward (and backward unless forward-only) of `samples` in `mode`; grads accumulate."""
         losses: List[float] = []
         size = self.chunk or len(samples)
-        for start in range(0, len(samples), size):
-            batch = self.load(samples[start:start + size])
-            with mode.activate(self.model):
-                if mode.backward:
-                    per_mb = microbatch_losses(self.model, batch)
-                    per_mb.sum().backward()
-                else:
-                    with torch.no_grad():
+        # `contributes` is the single source of truth for which weights a mode reaches:
+        # the others are frozen while it runs, so no stray gradient can enter their sums.
+        frozen = [p for name, p in self.params.items() if p.requires_grad and not mode.contributes(name)]
+        for p in frozen:
+            p.requires_grad_(False)
+        try:
+            for start in range(0, len(samples), size):
+                batch = self.load(samples[start:start + size])
+                with mode.activate(self.model):
+                    if mode.backward:
                         per_mb = microbatch_losses(self.model, batch)
-            losses.extend(per_mb.detach().cpu().tolist())
+                        per_mb.sum().backward()
+                    else:
+                        with torch.no_grad():
+                            per_mb = microbatch_losses(self.model, batch)
+                losses.extend(per_mb.detach().cpu().tolist())
+        finally:
+            for p in frozen:
+                p.requires_grad_(True)
         return losses
 
     def execute(self, plan: Plan) -> StepResult:

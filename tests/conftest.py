@@ -1,0 +1,76 @@
+"""Shared helpers: compose the real Hydra config with small overrides and run in-process."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from mecefo_exp.config import register_configs, validate
+
+ROOT = Path(__file__).resolve().parent.parent
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+torch.set_num_threads(2)
+register_configs()
+
+# A model small enough that a 12-step run takes a second or two on two cores.
+MICRO = [
+    "model=llama_tiny", "model.hidden_size=32", "model.intermediate_size=64", "model.num_hidden_layers=2",
+    "model.num_attention_heads=2", "data.seq_len=32", "data.micro_batch=2", "data.eval_blocks=8",
+    "cluster.n_workers=4", "trainer.max_steps=12", "trainer.eval_every=6", "trainer.warmup_steps=2",
+    "trainer.progress=none",
+]
+
+# A pinned profile: the simulated clock of tests does not depend on this machine's speed.
+FIXED_KERNELS = {"mb:normal": 0.010, "mb:forward": 0.0035, "optimizer": 0.001, "state_copy": 0.001,
+                 "checkpoint_save": 0.002, "neighbor_pair": 0.015}
+
+
+def compose_cfg(overrides=()):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+@pytest.fixture
+def fixed_profile(tmp_path):
+    def make(extra=None):
+        path = tmp_path / "fixed_profile.json"
+        kernels = dict(FIXED_KERNELS)
+        kernels.update(extra or {})
+        path.write_text(json.dumps({"kernels": kernels, "meta": {"fixed": True}}))
+        return str(path)
+    return make
+
+
+@pytest.fixture
+def run_exp(tmp_path):
+    """Run an experiment in-process with MICRO + overrides; returns (summary, run_dir)."""
+    from mecefo_exp.trainer import Experiment
+
+    counter = {"n": 0}
+
+    def run(*overrides, micro=True):
+        cfg = compose_cfg((MICRO if micro else []) + list(overrides))
+        validate(cfg)
+        counter["n"] += 1
+        run_dir = tmp_path / f"run{counter['n']}"
+        summary = Experiment(cfg, run_dir).run()
+        return summary, run_dir
+    return run
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def losses_by_step(run_dir):
+    """The loss of each committed step: the last row of each step (replays overwrite)."""
+    out = {}
+    for row in read_jsonl(Path(run_dir) / "metrics.jsonl"):
+        out[row["step"]] = row["loss"]
+    return out

@@ -1,0 +1,80 @@
+"""Configs compose for every choice; typos and impossible values fail before compute."""
+
+import subprocess
+import sys
+
+import pytest
+from hydra.errors import ConfigCompositionException, MissingConfigException
+
+from mecefo_exp.config import ConfigError, validate
+
+from conftest import ROOT, compose_cfg
+
+METHODS = ["checkpoint", "reft", "baft", "mecefo", "bamboo", "oobleck"]
+FAILURES = ["none", "low", "medium", "high", "poisson", "asymmetric"]
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("failure", FAILURES)
+def test_every_method_and_failure_composes_and_validates(method, failure):
+    cfg = compose_cfg([f"method={method}", f"failure={failure}"])
+    validate(cfg)
+    assert cfg.method.name == method and cfg.failure.name == failure
+
+
+@pytest.mark.parametrize("model", ["llama_tiny", "llama_20m", "llama_60m", "llama_130m", "llama_350m", "llama_1b", "llama_7b"])
+def test_model_presets(model):
+    cfg = compose_cfg([f"model={model}"])
+    validate(cfg)
+
+
+def test_galore_shapes():
+    cfg = compose_cfg(["model=llama_1b"])
+    m = cfg.model
+    assert (m.hidden_size, m.intermediate_size, m.num_attention_heads, m.num_hidden_layers, m.vocab_size) == (2048, 5461, 32, 24, 32000)
+
+
+def test_typo_in_a_key_fails_at_compose_time():
+    with pytest.raises(ConfigCompositionException):
+        compose_cfg(["method=mecefo", "method.rnak=3"])
+    with pytest.raises(ConfigCompositionException):
+        compose_cfg(["cluster.n_workers=eight"])
+
+
+def test_unknown_option_lists_the_valid_ones():
+    with pytest.raises(MissingConfigException) as err:
+        compose_cfg(["method=ckpt"])
+    for name in METHODS:
+        assert name in str(err.value)
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("cluster.n_workers=0", "cluster.n_workers=0"),
+    ("data.micro_batch=0", "data.micro_batch=0"),
+    ("data.seq_len=4096", "exceeds model.max_position_embeddings"),
+    ("trainer.max_steps=0", "trainer.max_steps=0"),
+    ("trainer.lr=-1", "trainer.lr=-1"),
+    ("failure=poisson", None),
+    ("cluster.detection_s=-5", "cluster.detection_s=-5"),
+    ("method.rank=0", "method.rank=0"),
+    ("failure.every_h=-1", "failure.every_h=-1"),
+])
+def test_impossible_values_are_rejected_with_one_line(override, needle):
+    overrides = [override]
+    if override == "failure=poisson":
+        overrides.append("failure.mtbf=-2")
+        needle = "failure.mtbf=-2"
+    cfg = compose_cfg(overrides)
+    with pytest.raises(ConfigError) as err:
+        validate(cfg)
+    assert needle in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_cli_bad_value_exits_with_one_line_before_compute(tmp_path):
+    out = subprocess.run([sys.executable, "run.py", "cluster.n_workers=0", f"hydra.run.dir={tmp_path}/r"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == ["config error: cluster.n_workers=0: must be >= 1"]
+    assert '"status": "failed"' in (tmp_path / "r" / "summary.json").read_text()
+    assert not (tmp_path / "r" / "metrics.jsonl").exists()
