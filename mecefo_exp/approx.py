@@ -1,0 +1,173 @@
+"""MeCeFO's three approximations, as switches on transformers' LLaMA decoder layers.
+
+`approximations(model, ...)` is a context manager: inside it, every decoder layer runs
+with the techniques that are switched on; outside it the model is untouched (the
+patches are instance attributes that are removed on exit, so parameter names, state
+dicts and the failure-free path never change).
+
+1. Skip-connection over attention in backward (`skip_attention`). The attention block's
+   forward is computed exactly (the loss is exact) but under no_grad: no activations
+   are stored and in backward the gradient flows only through the residual. The
+   pre-attention RMSNorm, whose output feeds only attention, runs under no_grad too
+   (our reading: it gets no gradient from the neighbour, METHODS.md marks it UNKNOWN).
+2. FFN recomputation (`recompute_ffn`). Only the FFN input is kept; the FFN's
+   intermediates are recomputed in backward (torch.utils.checkpoint, non-reentrant).
+   Numerically identical.
+3. Low-rank FFN weight gradients (`lowrank_ffn`). For y = x Wᵀ (nn.Linear stores W as
+   out x in): grad_W ≈ (G_yᵀ (x V)) Vᵀ with V the top-r right singular vectors of W
+   itself (in x r), refreshed by `LowRankProjections.refresh`. The forward saves x V
+   (r columns) instead of x. The input gradient G_y W stays exact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Dict, Iterable, Iterator, List, Optional
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+FFN_LINEARS = ("gate_proj", "up_proj", "down_proj")
+
+
+def decoder_layers(model: torch.nn.Module) -> List[torch.nn.Module]:
+    return list(model.model.layers)
+
+
+def is_attention_parameter(name: str) -> bool:
+    """Parameters that the skip-connection cuts off: attention weights and the norm before it."""
+    return ".self_attn." in name or ".input_layernorm." in name
+
+
+# ------------------------------------------------------------ low-rank weight gradient
+class LowRankWeightGradLinear(torch.autograd.Function):
+    """y = x Wᵀ with an exact input gradient and a rank-r weight gradient (G_yᵀ x V) Vᵀ."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x @ v if weight.requires_grad else None, weight, v)
+        return x @ weight.t()
+
+    @staticmethod
+    def backward(ctx, grad_y: torch.Tensor):
+        xv, weight, v = ctx.saved_tensors
+        grad_x = grad_y @ weight if ctx.needs_input_grad[0] else None
+        grad_w = None
+        if ctx.needs_input_grad[1]:
+            gy = grad_y.reshape(-1, grad_y.shape[-1])
+            grad_w = (gy.t() @ xv.reshape(-1, xv.shape[-1])) @ v.t()
+        return grad_x, grad_w, None
+
+
+def top_right_singular_vectors(weight: torch.Tensor, rank: int) -> torch.Tensor:
+    """V (in x r): the top-r right singular vectors of W (out x in).
+
+    With r >= in, V is a complete orthonormal basis (V Vᵀ = I) and the gradient is exact.
+    """
+    w = weight.detach().float()
+    full = rank > min(w.shape)
+    _, _, vh = torch.linalg.svd(w, full_matrices=full)
+    return vh[: min(rank, vh.shape[0])].t().contiguous().to(weight.dtype)
+
+
+class LowRankProjections:
+    """The V of every FFN linear, refreshed from the current weights every `every` steps."""
+
+    def __init__(self, model: torch.nn.Module, rank: int, every: int, modules: Iterable[str] = FFN_LINEARS):
+        self.model, self.rank, self.every = model, rank, every
+        self.modules = tuple(modules)
+        self.v: Dict[int, torch.Tensor] = {}  # id(linear) -> V
+        self.refreshed_at: Optional[int] = None
+
+    def linears(self) -> Iterator[torch.nn.Linear]:
+        for layer in decoder_layers(self.model):
+            for name in self.modules:
+                yield getattr(layer.mlp, name)
+
+    def due(self, step: int) -> bool:
+        last = self.refreshed_at
+        return last is None or step - last >= self.every or step < last  # step < last: rolled back
+
+    @torch.no_grad()
+    def refresh(self, step: int) -> None:
+        self.v = {id(lin): top_right_singular_vectors(lin.weight, self.rank) for lin in self.linears()}
+        self.refreshed_at = step
+
+
+# ------------------------------------------------------------------ the context
+@contextlib.contextmanager
+def approximations(model: torch.nn.Module, skip_attention: bool = True, recompute_ffn: bool = True,
+                   projections: Optional[LowRankProjections] = None):
+    """Run `model` with the switched-on approximations (see the module docstring)."""
+    patched: List[torch.nn.Module] = []
+
+    def patch(module: torch.nn.Module, forward) -> None:
+        module.forward = forward  # an instance attribute shadows the class's forward
+        patched.append(module)
+
+    try:
+        for layer in decoder_layers(model):
+            if skip_attention:
+                patch(layer.input_layernorm, _no_grad(layer.input_layernorm.forward))
+                patch(layer.self_attn, _no_grad(layer.self_attn.forward))
+            if projections is not None:
+                for name in projections.modules:
+                    lin = getattr(layer.mlp, name)
+                    patch(lin, _lowrank_forward(lin, projections.v[id(lin)]))
+            if recompute_ffn:
+                patch(layer.mlp, _recomputed(layer.mlp.forward))
+        yield
+    finally:
+        for module in patched:
+            del module.forward
+
+
+def _no_grad(forward):
+    def run(*args, **kwargs):
+        with torch.no_grad():
+            return forward(*args, **kwargs)
+    return run
+
+
+def _recomputed(forward):
+    def run(x):
+        if not torch.is_grad_enabled():
+            return forward(x)
+        return checkpoint(forward, x, use_reentrant=False)
+    return run
+
+
+def _lowrank_forward(linear: torch.nn.Linear, v: torch.Tensor):
+    if linear.bias is not None:
+        raise ValueError("low-rank FFN gradients assume bias-free linears (LLaMA's are)")
+
+    def run(x):
+        return LowRankWeightGradLinear.apply(x, linear.weight, v)
+    return run
+
+
+# -------------------------------------------------------- activation accounting
+@contextlib.contextmanager
+def saved_activation_bytes(model: torch.nn.Module, out: Dict[str, int]):
+    """Count the bytes autograd keeps for backward (unique storages, parameters excluded).
+
+    A CPU stand-in for torch.cuda.max_memory_allocated: the activations are what the
+    three techniques save, and what a neighbour doing two micro-batches must hold.
+    """
+    params = {p.data_ptr() for p in model.parameters()}
+    seen = set()
+    out.setdefault("bytes", 0)
+
+    def pack(t: torch.Tensor):
+        try:
+            ptr = t.untyped_storage().data_ptr()
+            nbytes = t.untyped_storage().nbytes()
+        except (RuntimeError, NotImplementedError):
+            return t
+        if ptr not in params and ptr not in seen:
+            seen.add(ptr)
+            out["bytes"] += nbytes
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        yield
