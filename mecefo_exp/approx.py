@@ -41,22 +41,32 @@ def is_attention_parameter(name: str) -> bool:
 
 # ------------------------------------------------------------ low-rank weight gradient
 class LowRankWeightGradLinear(torch.autograd.Function):
-    """y = x Wᵀ with an exact input gradient and a rank-r weight gradient (G_yᵀ x V) Vᵀ."""
+    """y = x Wᵀ with an exact input gradient and a rank-r weight gradient (G_yᵀ x V) Vᵀ.
+
+    `project_early`: save x V (r columns, the memory saving) in forward. Under FFN
+    recomputation the forward runs twice and what it saves lives only for one layer's
+    backward, so then x is saved and projected once, in backward.
+    """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(x @ v if weight.requires_grad else None, weight, v)
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, v: torch.Tensor, project_early: bool = True) -> torch.Tensor:
+        keep = None
+        if weight.requires_grad:
+            keep = x @ v if project_early else x
+        ctx.project_early = project_early
+        ctx.save_for_backward(keep, weight, v)
         return x @ weight.t()
 
     @staticmethod
     def backward(ctx, grad_y: torch.Tensor):
-        xv, weight, v = ctx.saved_tensors
+        kept, weight, v = ctx.saved_tensors
+        xv = kept if ctx.project_early or kept is None else kept @ v
         grad_x = grad_y @ weight if ctx.needs_input_grad[0] else None
         grad_w = None
         if ctx.needs_input_grad[1]:
             gy = grad_y.reshape(-1, grad_y.shape[-1])
             grad_w = (gy.t() @ xv.reshape(-1, xv.shape[-1])) @ v.t()
-        return grad_x, grad_w, None
+        return grad_x, grad_w, None, None
 
 
 def top_right_singular_vectors(weight: torch.Tensor, rank: int) -> torch.Tensor:
@@ -113,7 +123,7 @@ def approximations(model: torch.nn.Module, skip_attention: bool = True, recomput
             if projections is not None:
                 for name in projections.modules:
                     lin = getattr(layer.mlp, name)
-                    patch(lin, _lowrank_forward(lin, projections.v[id(lin)]))
+                    patch(lin, _lowrank_forward(lin, projections.v[id(lin)], project_early=not recompute_ffn))
             if recompute_ffn:
                 patch(layer.mlp, _recomputed(layer.mlp.forward))
         yield
@@ -137,12 +147,12 @@ def _recomputed(forward):
     return run
 
 
-def _lowrank_forward(linear: torch.nn.Linear, v: torch.Tensor):
+def _lowrank_forward(linear: torch.nn.Linear, v: torch.Tensor, project_early: bool):
     if linear.bias is not None:
         raise ValueError("low-rank FFN gradients assume bias-free linears (LLaMA's are)")
 
     def run(x):
-        return LowRankWeightGradLinear.apply(x, linear.weight, v)
+        return LowRankWeightGradLinear.apply(x, linear.weight, v, project_early)
     return run
 
 
