@@ -13,7 +13,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from mecefo_exp.config import ConfigError, register_configs, validate
+from mecefo_exp.config import ConfigError, register_configs, run_name, validate
 from mecefo_exp.metrics import write_json_atomic
 
 register_configs()
@@ -41,5 +41,33 @@ def main(cfg: DictConfig):
     return summary["final_val_ppl"]
 
 
+def _torchrun_prelude() -> None:
+    """Under torchrun every rank runs @hydra.main: make them agree on rank 0's run folder.
+
+    Ranks other than 0 stay quiet and write no .hydra/ files; only rank 0 writes
+    the run record (see mecefo_exp/cluster/torchrun.py).
+    """
+    from mecefo_exp.cluster.torchrun import agree_run_dir, init_distributed, launched_by_torchrun
+
+    if not launched_by_torchrun():
+        return
+    import datetime
+    from pathlib import Path
+
+    import torch.distributed as dist
+
+    init_distributed()
+    given = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("hydra.run.dir=")]
+    if not given:
+        now = datetime.datetime.now()
+        overrides = ",".join(sorted(a for a in sys.argv[1:] if "=" in a and not a.startswith("hydra")))
+        proposed = f"runs/{now:%Y-%m-%d}/{now:%H-%M-%S.%f}_{run_name(overrides)}"
+        chosen = agree_run_dir(proposed, Path(__file__).resolve().parent / "runs")
+        sys.argv.append(f"hydra.run.dir='{chosen}'")  # quoted: the name holds = and ,
+    if dist.get_rank() != 0:
+        sys.argv += ["hydra/job_logging=disabled", "hydra.output_subdir=null"]
+
+
 if __name__ == "__main__":
+    _torchrun_prelude()
     main()

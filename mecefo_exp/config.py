@@ -208,8 +208,22 @@ METHOD_SCHEMAS = {
 }
 
 
+def run_name(overrides: str, limit: int = 120) -> str:
+    """A run folder name from Hydra's override_dirname that stays under file-name limits."""
+    name = overrides.replace("/", "_")
+    if len(name) <= limit:
+        return name
+    import hashlib
+
+    return name[: limit - 9] + "_" + hashlib.sha1(name.encode()).hexdigest()[:8]
+
+
 def register_configs() -> None:
     """Register the schemas with Hydra's ConfigStore (conf/ files extend them)."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("run_name"):
+        OmegaConf.register_new_resolver("run_name", run_name)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     cs.store(group="schema/model", name="base", node=ModelConfig)
@@ -319,3 +333,8 @@ def _validate_method(m: Any, n_workers: int) -> None:
     if m.name == "bamboo":
         _check(m.mode in ("eager", "lazy"), f"method.mode={m.mode!r}: allowed: eager, lazy")
         _check(m.rebalance_stall_s >= 0, f"method.rebalance_stall_s={m.rebalance_stall_s}: must be >= 0")
+        _check(m.rebalance_after_s is None or m.rebalance_after_s >= 0,
+               f"method.rebalance_after_s={m.rebalance_after_s}: must be >= 0 paper seconds (null: never)")
+    if m.name == "oobleck":
+        _check(m.reconfigure_s is None or m.reconfigure_s >= 0,
+               f"method.reconfigure_s={m.reconfigure_s}: must be >= 0 paper seconds (null: cluster.reconfigure_s)")

@@ -85,6 +85,7 @@ class Experiment:
         self.max_steps = cfg.trainer.max_steps
         self.cluster_cfg = cfg.cluster
         self.step = 0
+        self.rank = 0  # torchrun rank; 0 in the simulated tier
         self.counters = {"failures": 0, "recoveries": 0, "rollbacks": 0, "lost_steps": 0, "interrupted_steps": 0}
         self.tokens_processed = 0
         self.wall_start = time.perf_counter()
@@ -94,13 +95,13 @@ class Experiment:
     # ------------------------------------------------------------------ building
     def setup(self) -> None:
         cfg = self.cfg
-        if cfg.cluster.name != "local":
-            raise ConfigError(f"cluster={cfg.cluster.name}: not available in this version; allowed: local")
         if cfg.trainer.threads:
             torch.set_num_threads(cfg.trainer.threads)
         torch.manual_seed(cfg.seed)
         self.device = pick_device(cfg.cluster.device)
-        self.records = RunRecords(self.run_dir, cfg.logger, _plain(cfg))
+        if self.distributed:
+            self.start_distributed()
+        self.records = RunRecords(self.run_dir, cfg.logger, _plain(cfg), enabled=self.is_main)
         self.records.summary(self.summary("running"))
 
         corpus = load_corpus(cfg.data)
@@ -115,13 +116,17 @@ class Experiment:
 
         self.method = build_method(cfg.method, self)
         self.modes = self.method.modes()
-        self.cluster = LocalCluster(self.model, self.stream, self.modes, self.device, cfg.cluster.chunk_microbatches)
+        cluster_cls = LocalCluster
+        if self.distributed:
+            from .cluster.torchrun import TorchrunCluster as cluster_cls
+        self.cluster = cluster_cls(self.model, self.stream, self.modes, self.device, cfg.cluster.chunk_microbatches)
         self.profile = self.measure_profile()
         self.costs = CostModel(self.profile, cfg.cluster, self.n_params, state_bytes=3 * 4 * self.n_params,
                                modes=self.modes, max_steps=self.max_steps)
         step_s = self.costs.failure_free_step(self.n_workers).total
         self.trace = make_trace(cfg.failure, self.n_workers, step_s, self.max_steps, cfg.seed, cfg.cluster.paper_run_h)
-        self.trace.write_csv(self.run_dir / "trace.csv")
+        if self.is_main:
+            self.trace.write_csv(self.run_dir / "trace.csv")
         self.records.write_json("profile.json", self.profile.to_json())
         self.method.setup()
         exp = self.trace.expected
@@ -169,9 +174,45 @@ class Experiment:
         meta = {"model": {k: m[k] for k in m}, "vocab": self.corpus.vocab_size, "micro_batch": self.cfg.data.micro_batch,
                 "seq_len": self.cfg.data.seq_len, **machine_meta(self.device)}
         fixed = None if self.cfg.cluster.profile == "auto" else self.cfg.cluster.profile
-        with torch.random.fork_rng(devices=[]):
-            return load_or_measure(kernels, meta, PROJECT_ROOT / ".cache" / "profiles", self.cfg.cluster.profile_warmup,
-                                   self.cfg.cluster.profile_repeats, self.device, fixed)
+        profile = None
+        if self.is_main:  # under torchrun rank 0 measures and every rank uses its numbers
+            with torch.random.fork_rng(devices=[]):
+                profile = load_or_measure(kernels, meta, PROJECT_ROOT / ".cache" / "profiles",
+                                          self.cfg.cluster.profile_warmup, self.cfg.cluster.profile_repeats,
+                                          self.device, fixed)
+        if self.distributed:
+            from .cluster.torchrun import broadcast_object
+            profile = broadcast_object(profile)
+        return profile
+
+    # ------------------------------------------------------------- torchrun tier
+    @property
+    def distributed(self) -> bool:
+        return self.cfg.cluster.name == "torchrun"
+
+    def start_distributed(self) -> None:
+        import torch.distributed as dist
+
+        from .cluster.torchrun import init_distributed, launched_by_torchrun
+
+        if not launched_by_torchrun():
+            raise ConfigError("cluster=torchrun needs torchrun: torchrun --nproc-per-node=N run.py cluster=torchrun ...")
+        init_distributed(self.cfg.cluster.backend)
+        self.rank, world = dist.get_rank(), dist.get_world_size()
+        if world != self.n_workers:
+            raise ConfigError(f"cluster.n_workers={self.n_workers} but torchrun started {world} ranks; "
+                              f"set cluster.n_workers={world}")
+        if self.device.type == "cuda":
+            self.device = torch.device("cuda", int(__import__("os").environ.get("LOCAL_RANK", 0)))
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.distributed:
+            import torch.distributed as dist
+            dist.barrier()
 
     # ------------------------------------------------------- what methods may use
     def state_dict(self) -> Dict:

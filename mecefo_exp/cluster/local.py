@@ -82,22 +82,38 @@ class LocalCluster:
     def execute(self, plan: Plan) -> StepResult:
         self.model.train()
         self.model.zero_grad(set_to_none=True)
-        counts = {name: 0 for name in self.params}
         losses: Dict[Sample, float] = {}
         tokens = 0
-        for mode_name, samples in plan.by_mode().items():
+        for mode_name, samples in self.my_share(plan).items():
             mode = self.modes[mode_name]
             for sample, loss in zip(samples, self.run_mode(samples, mode)):
                 if mode.backward:  # a redundant forward's loss duplicates the real one
                     losses[sample] = loss
             tokens += len(samples) * self.stream.batch_size * (self.stream.blocks.shape[1] - 1)
-            if mode.backward:
-                for name in counts:
-                    if mode.contributes(name):
-                        counts[name] += len(samples)
+        counts = contributor_counts(plan, self.modes, self.params)
+        loss_sum, n_losses, tokens = self.reduce(losses, tokens)
         average_gradients(self.params, counts)
-        mean_loss = sum(losses.values()) / len(losses) if losses else float("nan")
-        return StepResult(mean_loss, losses, counts, tokens)
+        return StepResult(loss_sum / n_losses if n_losses else float("nan"), losses, counts, tokens)
+
+    # The two hooks the torchrun tier overrides: which micro-batches this process runs,
+    # and how the partial sums of gradients and losses are combined.
+    def my_share(self, plan: Plan) -> Dict[str, List[Sample]]:
+        return plan.by_mode()
+
+    def reduce(self, losses: Dict[Sample, float], tokens: int):
+        return sum(losses.values()), len(losses), tokens
+
+
+def contributor_counts(plan: Plan, modes: Dict[str, Mode], params: Dict[str, torch.nn.Parameter]) -> Dict[str, int]:
+    """How many micro-batches of the whole step reach each parameter (known from the plan alone)."""
+    counts = {name: 0 for name in params}
+    for mode_name, samples in plan.by_mode().items():
+        mode = modes[mode_name]
+        if mode.backward:
+            for name in counts:
+                if mode.contributes(name):
+                    counts[name] += len(samples)
+    return counts
 
 
 def average_gradients(params: Dict[str, torch.nn.Parameter], counts: Dict[str, int]) -> None:

@@ -8,6 +8,11 @@ model, optimizer and scheduler state and moves the step counter back.
 
 Every method here keeps the global batch: each step, every owner's micro-batch is
 computed by somebody, so the algorithm only changes where a method approximates.
+
+A method's state must depend only on the trace, the config and the plan, never on what
+this process happened to compute: under torchrun every rank runs the method and the
+ranks must agree on every plan and every simulated second (a failed worker's rank
+computes nothing but still keeps the same books).
 """
 
 from __future__ import annotations

@@ -34,9 +34,11 @@ class CheckpointStore:
         state = self.run.state_dict()
         target = self.path(step)
         if self.backend == "torch":
-            tmp = target.with_suffix(".tmp")
-            torch.save(state, tmp)
-            tmp.replace(target)  # a checkpoint is either whole or absent
+            if self.run.is_main:  # ranks hold identical replicas: rank 0 writes, all read
+                tmp = target.with_suffix(".tmp")
+                torch.save(state, tmp)
+                tmp.replace(target)  # a checkpoint is either whole or absent
+            self.run.barrier()
         else:
             import torch.distributed.checkpoint as dcp
 
@@ -48,7 +50,8 @@ class CheckpointStore:
         self.saved.append(step)
         while len(self.saved) > self.keep:
             old = self.path(self.saved.pop(0))
-            shutil.rmtree(old) if old.is_dir() else old.unlink(missing_ok=True)
+            if self.run.is_main:
+                shutil.rmtree(old) if old.is_dir() else old.unlink(missing_ok=True)
 
     def latest_step(self) -> int:
         if not self.saved:

@@ -58,6 +58,7 @@ class Mecefo(RollbackMethod):
         self.degraded_steps = 0
         self.counts = {"neighbor_assignments": 0, "fatal": 0, "svd_refreshes": 0, "grad_error_checks": 0}
         self._error_file = None
+        self._svd_step: Optional[int] = None  # the step whose plan refreshed the projections
 
     # ------------------------------------------------------------ modes & profile
     def modes(self) -> Dict[str, Mode]:
@@ -73,10 +74,7 @@ class Mecefo(RollbackMethod):
         projections = None
         if self.cfg.lowrank_ffn:
             if model is self.run.model:
-                projections = self.projections
-                if projections.due(self.run.step):  # every svd_every steps, from current weights
-                    projections.refresh(self.run.step)
-                    self.counts["svd_refreshes"] += 1
+                projections = self.projections  # refreshed by plan(), on every rank alike
             else:  # the profiler's copy of the model
                 projections = LowRankProjections(model, self.cfg.rank, self.cfg.svd_every, self.cfg.lowrank_modules)
                 projections.refresh(0)
@@ -150,6 +148,12 @@ class Mecefo(RollbackMethod):
     def plan(self, step: int) -> Plan:
         if not self.cover:
             return super().plan(step)
+        if self.projections is not None and self.projections.due(step):
+            # Every svd_every steps, from the current weights. Decided here, not where the
+            # neighbour runs, so every torchrun rank keeps the same state and clock.
+            self.projections.refresh(step)
+            self.counts["svd_refreshes"] += 1
+            self._svd_step = step
         work = {w: [WorkItem(Sample(step, w))] for w in range(self.n) if w not in self.down}
         for failed, nb in self.cover.items():
             work[nb] = [WorkItem(Sample(step, nb), MODE), WorkItem(Sample(step, failed), MODE)]
@@ -162,7 +166,7 @@ class Mecefo(RollbackMethod):
         normal = profile["mb:normal"]
         slowest = max(profile[f"neighbor_pair{self.modes_tag()}"] if MODE in modes else costs.worker_s(modes)
                       for modes in plan.worker_modes().values())
-        svd = profile[f"mecefo_svd{self.modes_tag()}"] if (self.projections and self.projections.due(plan.step)) else 0.0
+        svd = profile[f"mecefo_svd{self.modes_tag()}"] if self._svd_step == plan.step else 0.0
         return StepCost(compute=normal + profile["optimizer"], comm=costs.allreduce_s(len(plan.computing_workers)),
                         ft_overhead=svd, degraded_extra=max(0.0, slowest - normal))
 
@@ -196,10 +200,12 @@ class Mecefo(RollbackMethod):
         row = {"step": plan.step, "sim_time_s": self.run.clock.now, "workers_down": len(self.down)}
         row.update({f"rel_error{'' if k == 'all' else '_' + k}": (d ** 0.5) / (r ** 0.5) if r > 0 else None
                     for k, (d, r) in groups.items()})
+        self.counts["grad_error_checks"] += 1
+        if not self.run.is_main:
+            return
         if self._error_file is None:
             self._error_file = open(self.run.run_dir / "grad_error.jsonl", "a", buffering=1)
         self._error_file.write(json.dumps(row) + "\n")
-        self.counts["grad_error_checks"] += 1
 
     def summary(self) -> Dict[str, object]:
         out = super().summary()

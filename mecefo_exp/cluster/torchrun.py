@@ -1,0 +1,91 @@
+"""One worker per torchrun rank, real collectives (gloo on CPU, NCCL on GPU).
+
+Every rank runs the same deterministic loop: the same trace (drawn from the seed), the
+same method decisions, the same plan. A rank computes only the micro-batches the plan
+gives *its* worker; a failed worker's rank stays up and computes nothing (masked per
+iteration, as the paper simulated failures). The gradient sums are all-reduced and each
+parameter is divided by its contributor count, which every rank knows from the plan, so
+the math is the simulated tier's (up to the order of float additions).
+
+Only rank 0 writes the run folder. `agree_run_dir` makes every rank use rank 0's folder,
+also across torchrun restarts (`--max-restarts`), through a small file keyed by torchrun's
+run id.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+import torch.distributed as dist
+
+from ..plan import Plan, Sample
+from .local import LocalCluster
+
+
+def launched_by_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def init_distributed(backend: str = "auto") -> None:
+    """Join the process group torchrun describes in the environment (idempotent)."""
+    if dist.is_initialized():
+        return
+    if backend == "auto":
+        backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if "nccl" in backend and torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=120))
+
+
+def agree_run_dir(proposed: str, root: Path) -> str:
+    """Rank 0's run folder for every rank, the same on a restart of the same torchrun job."""
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+    marker = root / ".torchrun" / f"{run_id}.dir"
+    chosen = [proposed]
+    if dist.get_rank() == 0:
+        if run_id != "none" and marker.exists() and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0:
+            chosen = [marker.read_text().strip()]
+        elif run_id != "none":
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(proposed)
+    dist.broadcast_object_list(chosen, src=0)
+    return chosen[0]
+
+
+class TorchrunCluster(LocalCluster):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rank = dist.get_rank()
+        self.world = dist.get_world_size()
+
+    def my_share(self, plan: Plan) -> Dict[str, List[Sample]]:
+        mine = Plan(plan.step, {self.rank: plan.work.get(self.rank, [])})
+        return mine.by_mode()
+
+    def reduce(self, losses: Dict[Sample, float], tokens: int):
+        """Sum every rank's gradient contributions (zeros where a rank has none) and losses."""
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params.values()]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        offset = 0
+        for p in self.params.values():
+            n = p.numel()
+            p.grad = flat[offset:offset + n].view_as(p).clone()
+            offset += n
+        stats = torch.tensor([sum(losses.values()), float(len(losses)), float(tokens)], dtype=torch.float64,
+                             device=flat.device)
+        dist.all_reduce(stats)
+        return stats[0].item(), int(stats[1].item()), int(stats[2].item())
+
+
+def broadcast_object(obj: Optional[object]) -> object:
+    """Rank 0's object on every rank (a no-op outside torchrun)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

@@ -1,0 +1,53 @@
+"""The torchrun tier (one process per worker, gloo) computes what the simulated tier does."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import MICRO, ROOT, losses_by_step, read_jsonl
+
+TORCHRUN = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+pytestmark = pytest.mark.skipif(TORCHRUN is None, reason="torchrun not installed next to this python")
+
+
+def torchrun(run_dir, *overrides, nproc=2, extra_args=(), timeout=240):
+    cmd = [TORCHRUN, f"--nproc-per-node={nproc}", "--standalone", *extra_args, "run.py", "cluster=torchrun",
+           *[o for o in MICRO if not o.startswith("cluster.n_workers")], *overrides, f"hydra.run.dir={run_dir}"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out
+
+
+def assert_same_losses(a, b, rtol=2e-4):
+    la, lb = losses_by_step(a), losses_by_step(b)
+    assert la.keys() == lb.keys()
+    for step in la:
+        assert la[step] == pytest.approx(lb[step], rel=rtol), step
+
+
+def test_failure_free_torchrun_matches_simulated_tier(run_exp, fixed_profile, tmp_path):
+    prof = fixed_profile()
+    _, local = run_exp("method=checkpoint", "failure=none", "cluster.n_workers=2", f"cluster.profile={prof}")
+    torchrun(tmp_path / "tr", "method=checkpoint", "failure=none", f"cluster.profile={prof}")
+    assert_same_losses(local, tmp_path / "tr")
+    assert (tmp_path / "tr" / "summary.json").read_text().count('"status": "ok"') == 1
+    assert not list(tmp_path.glob("tr/*rank*"))  # one run folder, written by rank 0 only
+
+
+def test_mecefo_under_a_forced_failure_matches_simulated_tier(run_exp, fixed_profile, tmp_path):
+    trace = tmp_path / "one.csv"
+    trace.write_text("time,worker,event\n3.5,1,fail\n8.5,1,recover\n")
+    prof = fixed_profile({"mb:mecefo[sa=1,rc=1,lr=1,r=8]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=8]": 0.016,
+                          "mecefo_svd[sa=1,rc=1,lr=1,r=8]": 0.004})
+    common = ["trainer.threads=1", "method=mecefo", "method.rank=8", "failure=trace", "failure.unit=steps", f"failure.path={trace}",
+              f"cluster.profile={prof}"]
+    summary, local = run_exp(*common, "cluster.n_workers=2")
+    torchrun(tmp_path / "tr", *common)
+    assert summary["degraded_steps"] > 0
+    assert_same_losses(local, tmp_path / "tr")
+    kinds = [e["kind"] for e in read_jsonl(tmp_path / "tr" / "events.jsonl")]
+    assert "neighbor" in kinds and "neighbor_release" in kinds
