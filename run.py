@@ -24,7 +24,14 @@ log = logging.getLogger("run")
 def main(cfg: DictConfig):
     from pathlib import Path
 
+    from omegaconf import OmegaConf
+
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+        cfg.resume = True  # torchrun restarted the group after a failure: continue, don't start over
+    if cfg.resume and (run_dir / "config.yaml").exists():
+        cfg = OmegaConf.load(run_dir / "config.yaml")  # the run's own config, whatever else was typed
+        cfg.resume = True
     try:
         validate(cfg)
     except ConfigError as e:

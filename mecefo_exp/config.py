@@ -136,6 +136,9 @@ class FailureConfig:
     # which workers may fail (None: all); the paper's asymmetric experiment uses a subset
     workers: Optional[List[int]] = None
     horizon_factor: float = 50.0  # draw the trace up to this multiple of the failure-free run
+    # torchrun tier only: a failing worker's rank really dies (SIGKILL); torchrun's
+    # --max-restarts brings the group back and the run resumes from its newest checkpoint
+    kill: bool = False
 
 
 # --------------------------------------------------------------------------- cluster
@@ -156,7 +159,7 @@ class ClusterConfig:
     paper_run_h: float = 12.4  # duration of the paper's run that "paper hours" are relative to
     scale_stalls: bool = True
     # compute profile
-    profile: str = "auto"  # auto (measure, cached) | path to a profile.json
+    profile: str = "auto"  # auto (measure once, cached) | fresh (measure, no cache) | path to a profile.json
     profile_warmup: int = 2
     profile_repeats: int = 5
 
@@ -196,6 +199,8 @@ class Config:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     seed: int = 0
     experiment: Optional[str] = None  # name of the experiment preset, if any
+    # continue the run in hydra.run.dir from its newest checkpoint (after a crash or kill -9)
+    resume: bool = False
 
 
 METHOD_SCHEMAS = {
@@ -289,6 +294,11 @@ def validate(cfg: Any) -> None:
     _check(cfg.logger.name in ("none", "wandb"), f"logger.name={cfg.logger.name!r}: allowed: none, wandb")
     _validate_failure(f, c.n_workers)
     _validate_method(cfg.method, c.n_workers)
+    if f.kill:
+        _check(c.name == "torchrun", "failure.kill=true kills real processes: it needs cluster=torchrun under torchrun")
+        _check(cfg.method.name == "checkpoint",
+               f"failure.kill=true with method={cfg.method.name}: allowed only with method=checkpoint "
+               "(in-place methods keep the dead rank's work alive, which a killed process cannot)")
 
 
 def _validate_failure(f: Any, n_workers: int) -> None:

@@ -79,7 +79,8 @@ def machine_meta(device: torch.device) -> dict:
 
 
 def load_or_measure(kernels: Dict[str, Callable[[], None]], meta: dict, cache_dir: Path,
-                    warmup: int, repeats: int, device: torch.device, fixed_path: Optional[str] = None) -> Profile:
+                    warmup: int, repeats: int, device: torch.device, fixed_path: Optional[str] = None,
+                    use_cache: bool = True) -> Profile:
     """The profile for `meta`: measured kernels are cached and reused; missing ones are measured.
 
     With `fixed_path` (cluster.profile=<file>) the profile is read from that file and must
@@ -92,6 +93,8 @@ def load_or_measure(kernels: Dict[str, Callable[[], None]], meta: dict, cache_di
         if missing:
             raise ValueError(f"cluster.profile={fixed_path} lacks kernels {missing}")
         return prof
+    if not use_cache:  # cluster.profile=fresh: measure now, keep nothing
+        return Profile({k: time_kernel(fn, warmup, repeats, device) for k, fn in kernels.items()}, meta, None)
     cache_dir.mkdir(parents=True, exist_ok=True)
     path = cache_dir / f"{profile_key(meta)}.json"
     with FileLock(str(path) + ".lock"):  # parallel sweep jobs share one measurement
@@ -214,6 +217,10 @@ class SimClock:
         parts = cost.as_dict()
         for cat, sec in parts.items():
             self.charge(cat, sec)
+        # add_to_step time booked before the commit (Bamboo: the part of a step done before a
+        # failure it survived) stays with the step, so a later rollback discards it too
+        for cat, sec in self._committed.get(step, {}).items():
+            parts[cat] = parts.get(cat, 0.0) + sec
         self._committed[step] = parts
 
     def add_to_step(self, step: int, category: str, seconds: float) -> None:
@@ -221,6 +228,15 @@ class SimClock:
         self.charge(category, seconds)
         self._committed.setdefault(step, {}).setdefault(category, 0.0)
         self._committed[step][category] += seconds
+
+    def state_dict(self) -> Dict[str, object]:
+        return {"now": self.now, "breakdown": dict(self.breakdown),
+                "committed": {s: dict(parts) for s, parts in self._committed.items()}}
+
+    def load_state_dict(self, state: Dict[str, object]) -> None:
+        self.now = state["now"]
+        self.breakdown = dict(state["breakdown"])
+        self._committed = {int(s): dict(parts) for s, parts in state["committed"].items()}
 
     def discard_steps_from(self, step: int) -> float:
         """Steps >= `step` are rolled back: their time becomes lost work. Returns those seconds."""

@@ -91,6 +91,8 @@ class Experiment:
         self.wall_start = time.perf_counter()
         self.records: Optional[RunRecords] = None
         self.final_val_loss = float("nan")
+        self.resumed = False
+        self.kills_done: set = set()  # failure.kill: trace failures that already killed a rank
 
     # ------------------------------------------------------------------ building
     def setup(self) -> None:
@@ -129,6 +131,14 @@ class Experiment:
             self.trace.write_csv(self.run_dir / "trace.csv")
         self.records.write_json("profile.json", self.profile.to_json())
         self.method.setup()
+        if cfg.resume:
+            self.resume()
+        elif self.is_main:
+            from omegaconf import OmegaConf
+            OmegaConf.save(cfg, self.run_dir / "config.yaml", resolve=True)  # what resume=true reuses
+        if cfg.failure.kill:
+            kills = self.run_dir / "kills.txt"
+            self.kills_done = set(kills.read_text().split()) if kills.exists() else set()
         exp = self.trace.expected
         log.info("%s: %s, %d workers, %.2fM parameters, %d steps of %d tokens, corpus %d train tokens (%.1f epochs)",
                  cfg.method.name, cfg.model.name, self.n_workers, self.n_params / 1e6, self.max_steps,
@@ -173,13 +183,16 @@ class Experiment:
         m = self.cfg.model
         meta = {"model": {k: m[k] for k in m}, "vocab": self.corpus.vocab_size, "micro_batch": self.cfg.data.micro_batch,
                 "seq_len": self.cfg.data.seq_len, **machine_meta(self.device)}
-        fixed = None if self.cfg.cluster.profile == "auto" else self.cfg.cluster.profile
+        choice = self.cfg.cluster.profile
+        fixed = None if choice in ("auto", "fresh") else choice
+        if choice == "auto" and self.cfg.resume and (self.run_dir / "profile.json").exists():
+            fixed = str(self.run_dir / "profile.json")  # a resumed run keeps its own clock
         profile = None
         if self.is_main:  # under torchrun rank 0 measures and every rank uses its numbers
             with torch.random.fork_rng(devices=[]):
                 profile = load_or_measure(kernels, meta, PROJECT_ROOT / ".cache" / "profiles",
                                           self.cfg.cluster.profile_warmup, self.cfg.cluster.profile_repeats,
-                                          self.device, fixed)
+                                          self.device, fixed, use_cache=choice != "fresh")
         if self.distributed:
             from .cluster.torchrun import broadcast_object
             profile = broadcast_object(profile)
@@ -215,10 +228,45 @@ class Experiment:
             dist.barrier()
 
     # ------------------------------------------------------- what methods may use
-    def state_dict(self) -> Dict:
-        """References to the live state; torch.save copies it, in-memory snapshots must clone."""
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "step": self.step, "rng": torch.get_rng_state()}
+    def state_dict(self, harness: bool = False) -> Dict:
+        """References to the live state; torch.save copies it, in-memory snapshots must clone.
+
+        With `harness`, also the books a resumed run needs (clock, counters, trace position,
+        the method's state); a rollback restores only the training state.
+        """
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "scheduler": self.scheduler.state_dict(), "step": self.step, "rng": torch.get_rng_state()}
+        if harness:
+            state["harness"] = {"clock": self.clock.state_dict(), "counters": dict(self.counters),
+                                "tokens_processed": self.tokens_processed, "trace_next": self.trace._next,
+                                "method": self.method.state_dict(), "final_val_loss": self.final_val_loss}
+        return state
+
+    def resume(self) -> None:
+        """Continue this run folder from its newest complete checkpoint (resume=true)."""
+        store = getattr(self.method, "store", None)
+        if store is None:
+            raise ConfigError(f"resume=true: method={self.cfg.method.name} writes no checkpoints to resume from")
+        steps = store.on_disk()
+        if not steps:
+            raise ConfigError(f"resume=true but {store.root} holds no complete checkpoint")
+        state = store.load(steps[-1])
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["rng"])
+        self.step = state["step"]
+        h = state["harness"]
+        self.clock.load_state_dict(h["clock"])
+        self.counters.update(h["counters"])
+        self.tokens_processed = h["tokens_processed"]
+        self.trace._next = h["trace_next"]
+        self.final_val_loss = h["final_val_loss"]
+        self.method.load_state_dict(h["method"])
+        store.saved = steps[-store.keep:]
+        self.resumed = True
+        self.event("resume", detail={"step": self.step, "checkpoint": str(store.path(self.step))})
+        log.info("resumed %s at step %d (simulated time %.2f s)", self.run_dir, self.step, self.clock.now)
 
     def restore(self, state: Dict, to_step: int, reason: str, worker: Optional[int] = None) -> None:
         """Roll back for real: load the saved state, discard the steps after it."""
@@ -260,6 +308,8 @@ class Experiment:
             if not due:
                 return
             for ev in due:
+                if ev.kind == FAIL and self.cfg.failure.kill:
+                    self.kill_if_mine(ev)
                 self.event(ev.kind, ev.worker, {"trace_time_s": ev.time})
                 if ev.kind == FAIL:
                     self.counters["failures"] += 1
@@ -268,10 +318,31 @@ class Experiment:
                     self.counters["recoveries"] += 1
                     self.method.on_recover(ev.worker)
 
+    def kill_if_mine(self, ev) -> None:
+        """failure.kill: the failing worker's rank dies for real (once per trace event).
+
+        It first notes the event in kills.txt, so that after torchrun's restart the resumed
+        run treats this failure as already happened (a simulated restart from the same
+        checkpoint, which is what the real restart just did) and does not die again.
+        """
+        key = f"{ev.time:.9f}:{ev.worker}"
+        if key in self.kills_done or ev.worker != self.rank:
+            return
+        import os
+        import signal
+
+        with open(self.run_dir / "kills.txt", "a") as f:
+            f.write(key + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        log.warning("failure.kill: worker %d (rank %d) is killed at simulated %.3f s", ev.worker, self.rank, ev.time)
+        os.kill(os.getpid(), signal.SIGKILL)
+
     def train(self) -> None:
         tcfg = self.cfg.trainer
         progress = Progress(tcfg, self.max_steps)
-        self.method.start()
+        if not self.resumed:
+            self.method.start()
         while self.step < self.max_steps:
             self.apply_due_events()
             plan = self.method.plan(self.step)

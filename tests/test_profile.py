@@ -18,7 +18,8 @@ TOLERANCE = 0.35
 def test_profile_matches_real_steps(run_exp):
     summary, run_dir = run_exp("model=llama_tiny", "data.seq_len=128", "data.micro_batch=4", "cluster.n_workers=1",
                                "method=checkpoint", "failure=none", "trainer.max_steps=14", "trainer.eval_every=0",
-                               "trainer.progress=none", "data.eval_blocks=2", "cluster.profile_repeats=7", micro=False)
+                               "trainer.progress=none", "data.eval_blocks=2", "cluster.profile_repeats=7",
+                               "cluster.profile=fresh", micro=False)
     kernels = json.loads((run_dir / "profile.json").read_text())["kernels"]
     predicted = kernels["mb:normal"] + kernels["optimizer"]
     walls = [r["wall_time_s"] for r in read_jsonl(run_dir / "metrics.jsonl")]

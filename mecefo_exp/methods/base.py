@@ -17,6 +17,7 @@ computes nothing but still keeps the same books).
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Callable, Dict, List, Optional
 
@@ -77,6 +78,26 @@ class Method:
     def summary(self) -> Dict[str, object]:
         return {}
 
+    # ---- resuming a killed run: the method's own books travel in the checkpoint
+    def state_dict(self) -> Dict[str, object]:
+        """Plain attributes (sets, counters, assignments); tensors and helpers are not books."""
+        return {k: copy.deepcopy(v) for k, v in vars(self).items()
+                if k not in ("cfg", "run", "n") and _is_plain(v)}
+
+    def load_state_dict(self, state: Dict[str, object]) -> None:
+        for k, v in state.items():
+            setattr(self, k, copy.deepcopy(v))
+
+
+def _is_plain(value) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return all(_is_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(_is_plain(k) and _is_plain(v) for k, v in value.items())
+    return False
+
 
 class RollbackMethod(Method):
     """A method that recovers by rolling back to saved state (checkpoint-restart and kin).
@@ -111,13 +132,17 @@ class RollbackMethod(Method):
         self.save_checkpoint(step=0)
 
     def save_checkpoint(self, step: int, charge_s: Optional[float] = None) -> None:
-        """Write a real checkpoint of the state before step `step`; charge its time."""
-        self.store.save(step)
+        """Write a real checkpoint of the state before step `step`; charge its time.
+
+        The time is charged first, so that the clock saved in the checkpoint (for resuming
+        a killed run) already holds it.
+        """
         cost = self.run.costs.storage_write_s() if charge_s is None else charge_s
         if step > 0:
             self.run.clock.add_to_step(step - 1, "ft_overhead", cost)
         else:
             self.run.clock.charge("ft_overhead", cost)
+        self.store.save(step)
         self.run.event("checkpoint", detail={"step": step, "cost_s": cost})
 
     def after_step(self, step: int) -> None:

@@ -31,7 +31,7 @@ class CheckpointStore:
 
     def save(self, step: int) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        state = self.run.state_dict()
+        state = self.run.state_dict(harness=True)  # the harness's books too: a killed run resumes
         target = self.path(step)
         if self.backend == "torch":
             if self.run.is_main:  # ranks hold identical replicas: rank 0 writes, all read
@@ -53,6 +53,19 @@ class CheckpointStore:
             if self.run.is_main:
                 shutil.rmtree(old) if old.is_dir() else old.unlink(missing_ok=True)
 
+    def on_disk(self) -> List[int]:
+        """Steps of the complete checkpoints in the folder (a torch.save is renamed when whole)."""
+        if not self.root.exists():
+            return []
+        steps = []
+        for p in self.root.glob("step_*"):
+            if p.suffix == ".tmp":
+                continue
+            if self.backend == "dcp" and not (p / ".metadata").exists():
+                continue
+            steps.append(int(p.stem.split("_")[1]))
+        return sorted(steps)
+
     def latest_step(self) -> int:
         if not self.saved:
             raise RuntimeError("no checkpoint has been written yet")
@@ -64,6 +77,6 @@ class CheckpointStore:
             return torch.load(target, weights_only=False)
         import torch.distributed.checkpoint as dcp
 
-        state = self.run.state_dict()  # dcp loads in place into a state dict of the right shape
+        state = self.run.state_dict(harness=True)  # dcp loads in place into a state dict of the right shape
         dcp.load(state, checkpoint_id=str(target))
         return state
