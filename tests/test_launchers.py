@@ -1,0 +1,37 @@
+"""Sweeps: one folder per job (seed in the name); the SLURM launcher config works locally."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import MICRO, ROOT
+
+FAST = [o for o in MICRO if not o.startswith("trainer.max_steps")] + ["trainer.max_steps=4", "trainer.eval_every=0"]
+
+
+def _summaries(folder):
+    return sorted(folder.rglob("summary.json"))
+
+
+def test_multirun_gives_each_job_its_own_folder_named_with_its_seed(tmp_path):
+    out = subprocess.run([sys.executable, "run.py", "-m", *FAST, "method=checkpoint", "failure=none", "seed=0,1",
+                          f"hydra.sweep.dir={tmp_path}/sweep"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    jobs = sorted(p.parent.name for p in _summaries(tmp_path / "sweep"))
+    assert len(jobs) == 2 and jobs[0].startswith("0_seed=0") and jobs[1].startswith("1_seed=1")
+    for p in _summaries(tmp_path / "sweep"):
+        assert json.loads(p.read_text())["status"] == "ok"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None,
+                    reason="hydra-submitit-launcher not installed")
+def test_slurm_launcher_config_runs_through_submitit_locally(tmp_path):
+    out = subprocess.run([sys.executable, "run.py", "-m", "hydra/launcher=slurm_local", *FAST, "method=checkpoint",
+                          "failure=none", f"hydra.sweep.dir={tmp_path}/sweep"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    summaries = _summaries(tmp_path / "sweep")
+    assert len(summaries) == 1 and json.loads(summaries[0].read_text())["status"] == "ok"
