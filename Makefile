@@ -34,6 +34,18 @@ test-slow: setup
 
 bench: setup
 	$(PY) bench/overhead.py
+	$(PY) bench/mecefo.py
+
+# collect every run under runs/ into analysis/out/{runs.csv,tables/,figures/}
+figures: setup
+	$(PY) -m analysis runs --out analysis/out
+
+# the miniature of the paper's Tables 2-3: every method x none/low/medium/high, 2 jobs
+paper-mini: setup
+	@start=$$(date +%s); \
+	$(PY) run.py -m experiment=paper_mini hydra.sweep.dir=runs/sweeps/paper_mini_$$(date +%Y-%m-%d_%H-%M-%S) && \
+	$(PY) -m analysis runs/sweeps --out analysis/out && \
+	echo "paper-mini took $$(( $$(date +%s) - start )) s"
 
 clean:
 	rm -rf .cache runs/2* runs/sweeps

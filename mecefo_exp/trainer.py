@@ -288,6 +288,11 @@ class Experiment:
         self.records.event({"sim_time_s": self.clock.now, "step": self.step, "kind": kind,
                             "worker": worker, "detail": detail or {}})
 
+    def expected_down_fraction(self) -> float:
+        """Expected share of workers down at a time (the trace's expectation; 0 without failures)."""
+        down = self.trace.expected["mean_workers_down"]
+        return down / self.n_workers if down and math.isfinite(down) else 0.0
+
     def cluster_mtbf_s(self) -> float:
         """Mean time between failures of the whole cluster, from the trace's expectation."""
         run_s = self.costs.failure_free_step(self.n_workers).total * self.max_steps

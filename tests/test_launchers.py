@@ -24,6 +24,8 @@ def test_multirun_gives_each_job_its_own_folder_named_with_its_seed(tmp_path):
     assert len(jobs) == 2 and jobs[0].startswith("0_seed=0") and jobs[1].startswith("1_seed=1")
     for p in _summaries(tmp_path / "sweep"):
         assert json.loads(p.read_text())["status"] == "ok"
+    # the Hydra callback collected the sweep at its end
+    assert (tmp_path / "sweep" / "analysis" / "runs.csv").exists()
 
 
 @pytest.mark.skipif(importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None,

@@ -118,15 +118,23 @@ class RollbackMethod(Method):
         self.interval = self.resolve_interval(self.cfg[self.interval_key])
 
     def resolve_interval(self, value) -> int:
-        """Young/Daly: tau* = sqrt(2 * C * M), C = checkpoint write time, M = cluster MTBF."""
+        """Young/Daly: tau* = sqrt(2 * C * M), C = checkpoint write time, M = the mean time
+        between the failures that need this checkpoint (cluster MTBF / rollback_share)."""
         if value != "auto":
             return int(value)
         write_s = self.run.costs.storage_write_s()
-        mtbf_s = self.run.cluster_mtbf_s()
+        share = self.rollback_share(self.run.expected_down_fraction())
+        mtbf_s = self.run.cluster_mtbf_s() / share if share > 0 else math.inf
         step_s = self.run.costs.failure_free_step(self.n).total
         if not math.isfinite(mtbf_s):
-            return self.run.max_steps  # no failures expected: only the initial checkpoint
-        return max(1, round(math.sqrt(2 * write_s * mtbf_s) / step_s))
+            return self.run.max_steps  # no rollback expected: only the initial checkpoint
+        return max(1, min(self.run.max_steps, round(math.sqrt(2 * write_s * mtbf_s) / step_s)))
+
+    def rollback_share(self, p_down: float) -> float:
+        """Share of failures that roll back to the disk checkpoint, given the probability
+        p_down that some other worker is down at the time. Checkpoint-restart: all of them;
+        methods that survive failures in place override this with their fatal share."""
+        return 1.0
 
     def start(self) -> None:
         self.save_checkpoint(step=0)

@@ -104,6 +104,12 @@ class Mecefo(RollbackMethod):
     def modes_tag(self) -> str:
         return self.run.modes[MODE].kernel[len("mb:mecefo"):]
 
+    def rollback_share(self, p_down: float) -> float:
+        """Fatal only when every live worker already covers someone: at least half the
+        ring down at once. Under independent failures that is about p_down ** (n // 2),
+        which sets the Young/Daly interval of the fallback checkpoints (often: none)."""
+        return p_down ** max(1, self.n // 2)
+
     # ------------------------------------------------------------ membership
     def on_failure(self, worker: int) -> None:
         super(RollbackMethod, self).on_failure(worker)  # Method.on_failure: mark down

@@ -1,0 +1,65 @@
+"""A Hydra callback: at the end of a multirun, collect the sweep and draw its tables and figures.
+
+Enable it in conf/config.yaml:
+
+    hydra:
+      callbacks:
+        collect:
+          _target_: analysis.callback.CollectCallback
+          out: null        # default: <sweep dir>/analysis
+          figures: true
+
+or for one sweep only, on the command line:
+
+    python run.py -m +hydra.callbacks.collect._target_=analysis.callback.CollectCallback ...
+
+It runs in the launching process after every job has returned (also with the joblib
+launcher). A failure of the analysis is logged and never fails the sweep: the runs are on
+disk, and `python -m analysis <sweep dir>` redoes it.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Optional
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+log = logging.getLogger(__name__)
+
+
+class CollectCallback(Callback):
+    def __init__(self, out: Optional[str] = None, figures: bool = True) -> None:
+        self.out = out
+        self.figures = figures
+        self._sweep_dir: Optional[Path] = None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        # resolve once, before the launcher does: ${now:...} is cached on the config, so
+        # this is the folder the jobs are written to
+        self._sweep_dir = self._resolve(config)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep = self._sweep_dir or self._resolve(config)
+        if sweep is None or not sweep.exists():
+            log.warning("CollectCallback: sweep folder %s not found, nothing collected", sweep)
+            return
+        out = Path(self.out) if self.out else sweep / "analysis"
+        try:
+            from .figures import analyze
+
+            analyze([sweep], out, figures=self.figures, verbose=False)
+            log.info("CollectCallback: tables and figures of %s in %s", sweep, out)
+        except Exception:  # the sweep's runs are safe on disk; analysis can be redone by hand
+            log.exception("CollectCallback: analysis of %s failed; redo it with: python -m analysis %s --out %s",
+                          sweep, sweep, out)
+
+    @staticmethod
+    def _resolve(config: DictConfig) -> Optional[Path]:
+        try:
+            return Path(str(config.hydra.sweep.dir)).absolute()
+        except Exception as e:  # a config without hydra.sweep.dir
+            log.warning("CollectCallback: cannot read hydra.sweep.dir (%s)", e)
+            return None

@@ -1,0 +1,384 @@
+"""Run folders -> one pandas table.
+
+    python -m analysis.collect runs/ [more dirs] --out analysis/out
+
+A run folder is any folder holding summary.json or .hydra/config.yaml (the contract in
+docs/DESIGN.md, "What a run leaves behind"). Every folder found is listed:
+
+- status comes from summary.json (ok | failed | running); a folder without summary.json
+  is `incomplete`, one whose summary.json cannot be parsed is `unreadable`. A `running`
+  run that is no longer running was killed.
+- Config columns (model, method, failure, seed, n_workers, max_steps, micro_batch,
+  seq_len) come from .hydra/config.yaml, falling back to summary.json; summary fields
+  follow, time_breakdown flattened as time_<category> (any other dict as <key>_<sub>).
+- De-duplication on DEDUP_KEY = (model, method, failure, seed, max_steps): of the runs
+  sharing a key the newest `ok` one is kept (newest = latest modification time of its
+  record files); if none is ok, the newest run of any status is kept, so a configuration
+  that only ever failed stays visible as failed.
+
+Files written to --out: runs.parquet + runs.csv (de-duplicated, one row per key) and
+runs_all.parquet + runs_all.csv (every folder found; `superseded_by` names the kept run
+of a dropped duplicate). Nothing is dropped silently: the CLI prints what it found.
+
+The same module reads a run's jsonl files for the plots: `committed` keeps the last row
+of each step (rolled-back steps are replayed and logged again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence
+
+import pandas as pd
+
+log = logging.getLogger(__name__)
+
+CONFIG_COLUMNS = ("model", "method", "failure", "seed", "n_workers", "max_steps", "micro_batch", "seq_len")
+#: where each config column lives in the resolved config (.hydra/config.yaml)
+CONFIG_PATHS = {
+    "model": ("model", "name"), "method": ("method", "name"), "failure": ("failure", "name"), "seed": ("seed",),
+    "n_workers": ("cluster", "n_workers"), "max_steps": ("trainer", "max_steps"),
+    "micro_batch": ("data", "micro_batch"), "seq_len": ("data", "seq_len"),
+}
+DEDUP_KEY = ("model", "method", "failure", "seed", "max_steps")
+#: the failure levels of the paper, in order; other presets (poisson, trace, ...) sort after
+FAILURE_ORDER = ("none", "low", "medium", "high")
+METHOD_ORDER = ("checkpoint", "reft", "baft", "bamboo", "oobleck", "mecefo")
+TIME_CATEGORIES = ("compute", "comm", "ft_overhead", "lost_work", "stall", "degraded_extra")
+RECORD_FILES = ("summary.json", "metrics.jsonl", "eval.jsonl", "events.jsonl", ".hydra/config.yaml")
+SKIP_DIRS = {".hydra", "checkpoints", "__pycache__", ".git", "wandb"}
+
+
+# ------------------------------------------------------------------------ reading
+def read_jsonl(path: Path) -> pd.DataFrame:
+    """Rows of a jsonl file; a missing file is empty, a torn last line (a killed run) is skipped."""
+    path = Path(path)
+    rows = []
+    if not path.exists():
+        return pd.DataFrame()
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                log.warning("%s:%d: not JSON, skipped (a run killed mid-write?)", path, n)
+    return pd.DataFrame(rows)
+
+
+def committed(df: pd.DataFrame, key: str = "step") -> pd.DataFrame:
+    """The last row of each step: a rolled-back step is replayed and logged again."""
+    if df.empty or key not in df:
+        return df
+    return df.drop_duplicates(subset=key, keep="last").sort_values(key).reset_index(drop=True)
+
+
+def load_eval(run_dir) -> pd.DataFrame:
+    return committed(read_jsonl(Path(run_dir) / "eval.jsonl"))
+
+
+def load_metrics(run_dir) -> pd.DataFrame:
+    return committed(read_jsonl(Path(run_dir) / "metrics.jsonl"))
+
+
+def load_events(run_dir) -> pd.DataFrame:
+    return read_jsonl(Path(run_dir) / "events.jsonl")
+
+
+def load_grad_error(run_dir) -> pd.DataFrame:
+    """MeCeFO's gradient-error rows (step, sim_time_s, rel_error, ...); empty when absent."""
+    return committed(read_jsonl(Path(run_dir) / "grad_error.jsonl"))
+
+
+def workers_down(run_dir, until: Optional[float] = None) -> pd.DataFrame:
+    """Workers down over simulated time as a step function: columns time_s, down.
+
+    From events.jsonl's fail/recover rows (at the trace time the event happened, when the
+    row carries it); without them from trace.csv (time_s, worker, event), cut at `until`.
+    Starts at (0, 0); ends at `until` when given.
+    """
+    run_dir = Path(run_dir)
+    changes: List[tuple] = []
+    events = load_events(run_dir)
+    if not events.empty and "kind" in events:
+        rows = events[events["kind"].isin(["fail", "recover"])]
+        for _, r in rows.iterrows():
+            detail = r.get("detail")
+            t = detail.get("trace_time_s") if isinstance(detail, dict) else None
+            t = r["sim_time_s"] if t is None else t
+            changes.append((float(t), 1 if r["kind"] == "fail" else -1))
+    elif (run_dir / "trace.csv").exists():
+        try:
+            trace = pd.read_csv(run_dir / "trace.csv")
+        except (pd.errors.EmptyDataError, pd.errors.ParserError):
+            trace = pd.DataFrame()
+        if {"time_s", "event"} <= set(trace.columns):
+            for t, ev in zip(trace["time_s"], trace["event"]):
+                if until is None or t <= until:
+                    changes.append((float(t), 1 if ev == "fail" else -1))
+    changes.sort(key=lambda c: c[0])
+    times, down, level = [0.0], [0], 0
+    for t, d in changes:
+        level = max(0, level + d)
+        times.append(t)
+        down.append(level)
+    if until is not None and until > times[-1]:
+        times.append(float(until))
+        down.append(level)
+    return pd.DataFrame({"time_s": times, "down": down})
+
+
+def _read_yaml(path: Path) -> Optional[dict]:
+    import yaml
+
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+        return data if isinstance(data, dict) else None
+    except (OSError, yaml.YAMLError) as e:
+        log.warning("%s: %s", path, e)
+        return None
+
+
+def _dig(cfg: dict, path: Sequence[str]):
+    cur = cfg
+    for k in path:
+        if not isinstance(cur, dict) or k not in cur:
+            return None
+        cur = cur[k]
+    return cur
+
+
+def _flatten(summary: dict) -> dict:
+    out = {}
+    for k, v in summary.items():
+        if k == "time_breakdown" and isinstance(v, dict):
+            out.update({f"time_{c}": x for c, x in v.items()})
+        elif isinstance(v, dict):
+            out.update({f"{k}_{c}": x for c, x in v.items()})
+        elif isinstance(v, (list, tuple)):
+            out[k] = json.dumps(v)
+        else:
+            out[k] = v
+    return out
+
+
+def _mtime(run_dir: Path) -> float:
+    times = [(run_dir / f).stat().st_mtime for f in RECORD_FILES if (run_dir / f).exists()]
+    return max(times) if times else run_dir.stat().st_mtime
+
+
+def load_run(run_dir) -> Dict[str, object]:
+    """One row for one run folder, whatever state it was left in."""
+    run_dir = Path(run_dir)
+    row: Dict[str, object] = {"run_dir": str(run_dir.resolve())}
+    summary: Optional[dict] = None
+    summary_path = run_dir / "summary.json"
+    if summary_path.exists():
+        try:
+            with open(summary_path) as f:
+                summary = json.load(f)
+            row["status"] = summary.get("status", "unknown") if isinstance(summary, dict) else "unreadable"
+        except (OSError, json.JSONDecodeError) as e:
+            row["status"] = "unreadable"
+            row["error"] = f"summary.json: {e}"
+    else:
+        row["status"] = "incomplete"
+    cfg = _read_yaml(run_dir / ".hydra" / "config.yaml") if (run_dir / ".hydra" / "config.yaml").exists() else None
+    if isinstance(summary, dict):
+        flat = _flatten(summary)
+        flat.pop("status", None)
+        flat.pop("run_dir", None)  # the folder may have moved since; ours is the truth
+        row.update(flat)
+    for col in CONFIG_COLUMNS:
+        value = _dig(cfg, CONFIG_PATHS[col]) if cfg else None
+        if value is not None:
+            row[col] = value
+        elif col not in row:
+            row[col] = None
+    if cfg:
+        row["experiment"] = cfg.get("experiment")
+    overrides = run_dir / ".hydra" / "overrides.yaml"
+    if overrides.exists():
+        ov = _read_yaml_list(overrides)
+        row["overrides"] = ",".join(ov) if ov else ""
+    if row["status"] != "ok":
+        # what the record shows of an unfinished run
+        metrics = load_metrics(run_dir)
+        row["steps_logged"] = int(len(metrics))
+        if not metrics.empty and "sim_time_s" in metrics and row.get("sim_time_s") is None:
+            row["sim_time_s"] = float(metrics["sim_time_s"].iloc[-1])
+    row["mtime"] = _mtime(run_dir)
+    return row
+
+
+def _read_yaml_list(path: Path) -> List[str]:
+    import yaml
+
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError):
+        return []
+    return [str(x) for x in data] if isinstance(data, list) else []
+
+
+def find_run_dirs(roots: Iterable) -> Iterator[Path]:
+    """Folders holding summary.json or .hydra/config.yaml, below (or equal to) each root."""
+    seen = set()
+    for root in roots:
+        root = Path(root)
+        if not root.exists():
+            log.warning("%s does not exist, skipped", root)
+            continue
+        for dirpath, dirnames, filenames in os.walk(root):
+            here = Path(dirpath)
+            if "summary.json" in filenames or (here / ".hydra" / "config.yaml").exists():
+                key = here.resolve()
+                if key not in seen:
+                    seen.add(key)
+                    yield here
+                dirnames[:] = []  # a run folder holds no other run
+                continue
+            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+
+
+# ------------------------------------------------------------------------ the table
+def _arrow_safe(df: pd.DataFrame) -> pd.DataFrame:
+    """Columns that mix types (a knob that is an int in one run and "auto" in another)
+    become strings, so that parquet can store them."""
+    import pyarrow as pa
+
+    df = df.copy()
+    for col in df.columns:
+        try:
+            pa.array(df[col], from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+            df[col] = df[col].map(lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
+    return df
+
+
+def deduplicate(df: pd.DataFrame, key: Sequence[str] = DEDUP_KEY) -> pd.DataFrame:
+    """Mark each run `selected` (kept) or `superseded_by` the kept run of its key."""
+    df = df.copy()
+    df["selected"] = False
+    df["superseded_by"] = None
+    if df.empty:
+        return df
+    df["_ok"] = df["status"] == "ok"
+    for _, group in df.groupby(list(key), dropna=False, sort=False):
+        best = group.sort_values(["_ok", "mtime"], ascending=[False, False]).index[0]
+        df.loc[best, "selected"] = True
+        others = group.index.drop(best)
+        df.loc[others, "superseded_by"] = df.loc[best, "run_dir"]
+    return df.drop(columns="_ok")
+
+
+def collect(roots: Iterable, key: Sequence[str] = DEDUP_KEY, keep_all: bool = True) -> pd.DataFrame:
+    """Every run folder under `roots` as one table, with `selected` / `superseded_by`.
+
+    keep_all=False returns only the kept rows (the de-duplicated table).
+    """
+    rows = [load_run(d) for d in find_run_dirs(roots)]
+    lead = ["run_dir", "status", *CONFIG_COLUMNS]
+    if not rows:
+        df = pd.DataFrame(columns=[*lead, "mtime"])
+    else:
+        df = pd.DataFrame(rows)
+    rest = [c for c in df.columns if c not in lead]
+    df = df[lead + rest]
+    df["mtime"] = pd.to_numeric(df["mtime"])
+    df = deduplicate(df, key)
+    df = sort_runs(df).reset_index(drop=True)
+    if not keep_all:
+        df = df[df["selected"]].reset_index(drop=True)
+    return df
+
+
+def _order(values: pd.Series, order: Sequence[str]) -> pd.Series:
+    rank = {v: i for i, v in enumerate(order)}
+    return values.map(lambda v: rank.get(v, len(order)))
+
+
+def sort_runs(df: pd.DataFrame) -> pd.DataFrame:
+    if df.empty:
+        return df
+    keys = pd.DataFrame({
+        "m": df["model"].astype(str), "me": _order(df["method"], METHOD_ORDER), "men": df["method"].astype(str),
+        "f": _order(df["failure"], FAILURE_ORDER), "fn": df["failure"].astype(str),
+        "s": pd.to_numeric(df["seed"], errors="coerce"), "t": df["mtime"]}, index=df.index)
+    return df.loc[keys.sort_values(list(keys.columns), na_position="last").index]
+
+
+def ok_runs(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows the tables and figures use: kept and finished."""
+    if df.empty:
+        return df
+    sel = df["selected"] if "selected" in df else True
+    return df[sel & (df["status"] == "ok")]
+
+
+def write_table(df: pd.DataFrame, out: Path) -> Dict[str, Path]:
+    """runs.{parquet,csv} (de-duplicated) and runs_all.{parquet,csv} (every folder)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    kept = df[df["selected"]] if "selected" in df else df
+    paths = {}
+    for name, table in (("runs", kept), ("runs_all", df)):
+        safe = _arrow_safe(table.reset_index(drop=True))
+        paths[f"{name}.parquet"] = out / f"{name}.parquet"
+        safe.to_parquet(paths[f"{name}.parquet"], index=False)
+        paths[f"{name}.csv"] = out / f"{name}.csv"
+        table.to_csv(paths[f"{name}.csv"], index=False)
+    return paths
+
+
+def read_table(out) -> pd.DataFrame:
+    """The de-duplicated table that `collect` wrote (parquet, else CSV)."""
+    out = Path(out)
+    if (out / "runs.parquet").exists():
+        return pd.read_parquet(out / "runs.parquet")
+    return pd.read_csv(out / "runs.csv")
+
+
+def describe(df: pd.DataFrame) -> str:
+    """What was found, in a few lines: counts by status, and every run that is not ok."""
+    if df.empty:
+        return "no run folders found"
+    kept = df[df["selected"]]
+    counts = kept["status"].value_counts().to_dict()
+    lines = [f"{len(df)} run folders, {len(kept)} after de-duplication on {', '.join(DEDUP_KEY)}: "
+             + ", ".join(f"{n} {s}" for s, n in counts.items())]
+    superseded = int((~df["selected"]).sum())
+    if superseded:
+        lines.append(f"{superseded} superseded by a newer or ok run of the same key (listed in runs_all.csv)")
+    for _, r in kept[kept["status"] != "ok"].iterrows():
+        err = r.get("error")
+        err = f": {err}" if isinstance(err, str) and err else ""
+        lines.append(f"  {r['status']:10s} {r['method']} failure={r['failure']} seed={r['seed']} -> {r['run_dir']}{err}")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m analysis.collect", description=__doc__.split("\n\n")[0])
+    p.add_argument("roots", nargs="+", help="folders to search for run folders (runs/, a sweep folder, ...)")
+    p.add_argument("--out", default="analysis/out", help="where runs.parquet / runs.csv go (default: analysis/out)")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    df = collect(args.roots)
+    paths = write_table(df, Path(args.out))
+    print(describe(df))
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""Collect + tables + figures in one call.
+
+    python -m analysis.figures runs/ [more dirs] --out analysis/out
+    python -m analysis runs/ --out analysis/out            (the same)
+
+Writes <out>/runs.{parquet,csv}, <out>/runs_all.{parquet,csv}, <out>/tables/*.{csv,md}
+and <out>/figures/*.{png,pdf}; prints what it found, failed and unfinished runs included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence
+
+from .collect import collect, describe, write_table
+
+log = logging.getLogger(__name__)
+
+
+def analyze(roots: Iterable, out, figures: bool = True, verbose: bool = True) -> Dict[str, List[Path]]:
+    """Collect every run under `roots` into `out`, then write the tables and the figures."""
+    from .tables import write_tables
+
+    out = Path(out)
+    roots = [Path(r) for r in roots]
+    df = collect(roots)
+    written = {"table": list(write_table(df, out).values()), "tables": list(write_tables(df, out).values()),
+               "figures": []}
+    if figures:
+        from .plots import make_figures
+
+        written["figures"] = make_figures(df, out)
+    if verbose:
+        print(describe(df))
+        n = sum(len(v) for v in written.values())
+        print(f"wrote {n} files under {out} ({len(written['figures'])} figure files)")
+    return written
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m analysis.figures", description=__doc__.split("\n\n")[0])
+    p.add_argument("roots", nargs="*", default=["runs"], help="folders holding run folders (default: runs)")
+    p.add_argument("--out", default="analysis/out", help="output folder (default: analysis/out)")
+    p.add_argument("--no-figures", action="store_true", help="only the table and the tables")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    analyze(args.roots, args.out, figures=not args.no_figures)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
