@@ -1,0 +1,265 @@
+"""REFT: in-memory snapshots, sharded over the workers, protected by XOR parity (arXiv 2310.12670).
+
+A real implementation at small scale.
+
+Snapshot. Every `snapshot_every` steps the whole training state (model, optimizer,
+scheduler, step, RNG: `Experiment.state_dict()`) is serialized to bytes with torch.save
+(which copies the live tensors), padded to a multiple of n and split into n equal shards;
+worker w holds shard w in its (CPU) memory. Workers form parity groups of
+`parity_group` consecutive workers ({0..g-1}, {g..2g-1}, ...; the last group may be
+smaller); each group's parity is the XOR of its shards. A SHA-1 digest of every shard is
+kept with the snapshot's metadata so that a rebuilt shard is checked byte for byte.
+
+Parity placement (ours; REFT spreads parity RAID-5 style). The parity of group k is held
+by a worker *outside* the group: the first worker of the next group (k+1 mod the number
+of groups), so one node loss costs its own group one data shard and another group its
+parity. With a single group (n <= parity_group) no worker lies outside it, and the parity
+is held by a separate snapshot-management holder that does not fail (REFT keeps snapshots
+in separate processes; here they would have to live on a host outside the failure trace).
+
+Failure of worker j. The job restarts (detection + restart, the same stall as
+checkpoint-restart, through `costs.stall_s`), but loads from memory: j's shard is lost
+(deleted, and any parity it held with it), rebuilt from the surviving shards of its
+group and the group's parity, checked against its digest, the state is reassembled,
+deserialized and restored with `run.restore`, and the steps since the snapshot are
+replayed with a spare in j's place. The load is charged as the profiled `state_copy`
+kernel instead of a storage read. Recovery re-protects the snapshot: when training
+resumes, the spare receives the rebuilt shard and a lost parity is re-encoded (`heal`), as
+REFT re-distributes after a node loss, so a later failure finds a whole code again. Two
+erasures in one group before that (a second failure inside the restart stall, or a shard
+and the worker holding its parity) are more than XOR can correct: then we log a `fatal` event and fall back to the disk checkpoint
+(`RollbackMethod`, written every `checkpoint_interval` steps, rounded up to a multiple of
+`snapshot_every` so that the disk checkpoint is never ahead of the in-memory state); the
+in-memory snapshot is dropped.
+
+Cost. A snapshot costs the profiled `state_copy` kernel (a device -> host copy of the
+model and optimizer state), of which a share `overlap` is hidden behind the next steps'
+compute (REFT snapshots asynchronously); the rest, (1 - overlap) * state_copy, is charged
+as ft_overhead to the step after which the snapshot is taken. We charge the full state
+copy although each REFT worker copies only its 1/n shard: the slack stands for the
+encoding and the shard exchange, which are not profiled separately.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+
+from .base import RollbackMethod
+
+
+class UnrecoverableSnapshot(RuntimeError):
+    """More erasures in a parity group than XOR parity can correct."""
+
+    def __init__(self, groups: Dict[int, List[str]]):
+        super().__init__(f"parity groups {sorted(groups)} lost more than one block: {groups}")
+        self.groups = groups
+
+
+def parity_layout(n_workers: int, group_size: int):
+    """Groups of consecutive workers and, per group, the worker holding its parity (None: separate holder)."""
+    groups = [list(range(s, min(s + group_size, n_workers))) for s in range(0, n_workers, group_size)]
+    holders = [groups[(k + 1) % len(groups)][0] if len(groups) > 1 else None for k in range(len(groups))]
+    return groups, holders
+
+
+class ShardedSnapshot:
+    """One snapshot: the serialized state as n worker shards plus one XOR parity per group."""
+
+    def __init__(self, payload: bytes, n_workers: int, group_size: int, step: int):
+        if n_workers < 1 or group_size < 2:
+            raise ValueError(f"need n_workers >= 1 and group_size >= 2, got {n_workers}, {group_size}")
+        self.step = step
+        self.n = n_workers
+        self.length = len(payload)
+        self.shard_bytes = max(1, math.ceil(self.length / n_workers))
+        padded = np.zeros(self.shard_bytes * n_workers, dtype=np.uint8)
+        padded[:self.length] = np.frombuffer(payload, dtype=np.uint8)
+        # each worker holds its own copy (no views into one buffer): losing one touches nothing else
+        self.shards: List[Optional[np.ndarray]] = [
+            padded[w * self.shard_bytes:(w + 1) * self.shard_bytes].copy() for w in range(n_workers)]
+        self.digests = [hashlib.sha1(s.tobytes()).digest() for s in self.shards]
+        # parity of group k on the first worker of group k+1; None: the separate holder
+        self.groups, self.parity_holder = parity_layout(n_workers, group_size)
+        self.parity: List[Optional[np.ndarray]] = [
+            np.bitwise_xor.reduce(np.stack([self.shards[w] for w in g]), axis=0) for g in self.groups]
+
+    @classmethod
+    def of_state(cls, state: Dict, n_workers: int, group_size: int) -> "ShardedSnapshot":
+        buf = io.BytesIO()
+        torch.save(state, buf)  # serializing copies the live tensors
+        return cls(buf.getvalue(), n_workers, group_size, int(state["step"]))
+
+    def group_of(self, worker: int) -> int:
+        return next(k for k, g in enumerate(self.groups) if worker in g)
+
+    def lose(self, worker: int) -> List[str]:
+        """Worker `worker` is gone and its memory with it: its shard and any parity it held."""
+        lost = []
+        if self.shards[worker] is not None:
+            self.shards[worker] = None
+            lost.append(f"shard {worker}")
+        for k, holder in enumerate(self.parity_holder):
+            if holder == worker and self.parity[k] is not None:
+                self.parity[k] = None
+                lost.append(f"parity {k}")
+        return lost
+
+    def erasures(self) -> Dict[int, List[str]]:
+        """Per parity group, the blocks (data shards, parity) that are gone."""
+        out = {}
+        for k, g in enumerate(self.groups):
+            gone = [f"shard {w}" for w in g if self.shards[w] is None]
+            if self.parity[k] is None:
+                gone.append(f"parity {k}")
+            if gone:
+                out[k] = gone
+        return out
+
+    def unrecoverable(self) -> Dict[int, List[str]]:
+        """Groups that lost a data shard and cannot rebuild it (two or more erasures)."""
+        return {k: gone for k, gone in self.erasures().items()
+                if len(gone) > 1 and any(b.startswith("shard") for b in gone)}
+
+    def missing(self) -> List[int]:
+        return [w for w in range(self.n) if self.shards[w] is None]
+
+    def rebuild(self, worker: int) -> np.ndarray:
+        """Shard `worker` from the survivors of its group and the parity, checked byte for byte."""
+        k = self.group_of(worker)
+        others = [w for w in self.groups[k] if w != worker]
+        if self.parity[k] is None or any(self.shards[w] is None for w in others):
+            raise UnrecoverableSnapshot({k: self.erasures().get(k, [])})
+        shard = self.parity[k].copy()
+        for w in others:
+            np.bitwise_xor(shard, self.shards[w], out=shard)
+        if hashlib.sha1(shard.tobytes()).digest() != self.digests[worker]:
+            raise RuntimeError(f"rebuilt shard {worker} of the step-{self.step} snapshot does not match its digest")
+        return shard
+
+    def payload(self) -> bytes:
+        """The serialized state, rebuilding the missing shards (the holders stay empty)."""
+        bad = self.unrecoverable()
+        if bad:
+            raise UnrecoverableSnapshot(bad)
+        parts = [s if s is not None else self.rebuild(w) for w, s in enumerate(self.shards)]
+        return np.concatenate(parts).tobytes()[:self.length]
+
+    def state(self) -> Dict:
+        return torch.load(io.BytesIO(self.payload()), weights_only=False)
+
+    def heal(self) -> None:
+        """Give spares their rebuilt shards and re-encode lost parity: the code is whole again."""
+        for w in self.missing():
+            self.shards[w] = self.rebuild(w)
+        for k, g in enumerate(self.groups):
+            if self.parity[k] is None:
+                parity = self.shards[g[0]].copy()
+                for w in g[1:]:
+                    np.bitwise_xor(parity, self.shards[w], out=parity)
+                self.parity[k] = parity
+
+
+class Reft(RollbackMethod):
+    name = "reft"
+
+    def __init__(self, cfg, run):
+        super().__init__(cfg, run)
+        self.snapshot: Optional[ShardedSnapshot] = None
+        self.counts = {"snapshots": 0, "memory_restores": 0, "shards_rebuilt": 0, "fatal": 0}
+        self.heal_pending = False
+
+    def setup(self) -> None:
+        super().setup()
+        every = self.cfg.snapshot_every
+        # disk checkpoints only at snapshot steps: the fallback is never ahead of the memory state
+        self.interval = every * math.ceil(self.interval / every)
+
+    @property
+    def snapshot_charge_s(self) -> float:
+        return (1.0 - self.cfg.overlap) * self.run.costs.profile["state_copy"]
+
+    def start(self) -> None:
+        super().start()  # the disk checkpoint of step 0
+        self.take_snapshot(0)
+
+    def after_step(self, step: int) -> None:
+        if (step + 1) % self.cfg.snapshot_every == 0:
+            self.take_snapshot(step + 1)
+        super().after_step(step)  # the disk checkpoint, every `interval` steps
+
+    def take_snapshot(self, step: int) -> None:
+        """Snapshot the state before step `step` into the workers' memory; charge its visible part."""
+        if self.run.step != step:
+            raise RuntimeError(f"snapshot of step {step} asked while the state is that of step {self.run.step}")
+        self.snapshot = ShardedSnapshot.of_state(self.run.state_dict(), self.n, self.cfg.parity_group)
+        cost = self.snapshot_charge_s
+        if step > 0:
+            self.run.clock.add_to_step(step - 1, "ft_overhead", cost)
+        else:
+            self.run.clock.charge("ft_overhead", cost)
+        self.counts["snapshots"] += 1
+        self.run.event("snapshot", detail={"step": step, "cost_s": cost, "bytes": self.snapshot.length,
+                                           "shard_bytes": self.snapshot.shard_bytes})
+
+    def on_failure(self, worker: int) -> None:
+        super(RollbackMethod, self).on_failure(worker)  # Method.on_failure: mark down
+        snap = self.snapshot
+        if snap is None:
+            self._fatal(worker, {"reason": "no in-memory snapshot since the last disk fallback"})
+            return
+        lost = snap.lose(worker)
+        bad = snap.unrecoverable()
+        if bad:
+            self._fatal(worker, {"reason": "more than one erasure in a parity group", "groups": bad,
+                                 "snapshot_step": snap.step, "lost": lost})
+            return
+        self.restart_from_memory(worker, lost)
+
+    def restart_from_memory(self, worker: int, lost: List[str]) -> None:
+        """Restart every worker, rebuild the lost shards from parity, restore the snapshot."""
+        cc, costs, snap = self.run.cluster_cfg, self.run.costs, self.snapshot
+        self.run.clock.charge("stall", costs.stall_s(cc.detection_s + cc.restart_s) + costs.profile["state_copy"])
+        rebuilt = snap.missing()
+        state = snap.state()  # rebuilds every missing shard, each checked against its digest
+        self.heal_pending = True  # the spares get their shards when the job runs again
+        self.counts["memory_restores"] += 1
+        self.counts["shards_rebuilt"] += len(rebuilt)
+        self.run.restore(state, to_step=snap.step, reason="failure", worker=worker)
+        self.run.event("restart", worker, {"from_step": snap.step, "source": "memory", "lost": lost,
+                                           "rebuilt_shards": rebuilt})
+
+    def _fatal(self, worker: int, detail: Dict) -> None:
+        """Parity cannot help: restart from the disk checkpoint and drop the snapshot."""
+        self.counts["fatal"] += 1
+        self.run.event("fatal", worker, detail)
+        self.snapshot = None
+        if self.store.latest_step() > self.run.step:  # setup() keeps disk steps a subset of snapshot steps
+            raise RuntimeError(f"disk checkpoint of step {self.store.latest_step()} is ahead of step {self.run.step}")
+        self.restart_from_checkpoint(worker, reason="fatal")
+
+    def plan(self, step: int):
+        if self.heal_pending and self.snapshot is not None:
+            self.snapshot.heal()
+        self.heal_pending = False
+        return super().plan(step)
+
+    def rollback_share(self, p_down: float) -> float:
+        """Recovery heals the code at once, so a disk rollback needs two losses in one
+        group within one restart stall: negligible; the disk keeps only step 0."""
+        return 0.0
+
+    def summary(self) -> Dict[str, object]:
+        out = super().summary()
+        out.update(self.counts)
+        out.update(snapshot_every=self.cfg.snapshot_every, parity_group=self.cfg.parity_group)
+        if getattr(self.run, "costs", None) is not None:
+            out["snapshot_charge_s"] = self.snapshot_charge_s
+        groups, holders = parity_layout(self.n, self.cfg.parity_group)
+        out.update(parity_groups=groups, parity_holders=holders)
+        return out
