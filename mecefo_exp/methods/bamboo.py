@@ -1,0 +1,233 @@
+"""Bamboo: redundant computation on a ring of workers (Thorpe et al., NSDI 2023).
+
+In Bamboo each pipeline stage holds a copy of the next stage's weights and runs that
+stage's forward redundantly inside the pipeline bubbles; when a node is preempted its
+shadow finishes the step (little work lost) and does both stages' work until the
+pipelines are rebalanced. Two adjacent failures lose a stage outright: restart from a
+checkpoint, so Bamboo still checkpoints.
+
+DP emulation (METHODS.md). Pure data parallelism has no bubbles, so the redundancy is
+paid in full and Bamboo's bubble advantage, structural to pipeline parallelism, is gone:
+
+- Failure-free (method.mode=eager): every worker also runs the forward of the
+  micro-batch of the worker it shadows. Worker j's shadow is the next worker after j on
+  the ring (j+1, j+2, ... mod n among ring members), so worker k runs the forward of its
+  ring predecessor's micro-batch. That forward changes no number, so it is not run on the
+  model: it is charged on the clock from the profiled `mb:forward` kernel (the mode
+  "forward" exists only so that the profile measures it). The charge is
+  `ft_overhead` = how much the redundant forward lengthens the slowest worker, which is
+  exactly one `mb:forward` in a failure-free step. method.mode=lazy runs no redundant
+  forward (no overhead) and recomputes it after a failure instead.
+- A failure of worker j. Its shadow s takes j's micro-batches from then on: the plan
+  gives s a WorkItem(Sample(step, j)) in the normal mode beside its own, so the
+  gradients stay exact and the loss curve is the failure-free one, bit for bit. The step
+  the failure interrupts is not lost (`interrupted`): the time spent on it before the
+  failure is booked to that step and the step finishes under the new plan, whose cost
+  is the degraded step minus that time. Eager: the shadow already holds j's forward, so
+  finishing costs its own work plus j's backward. Lazy: it must run j's forward too. In
+  both cases the shadow's step totals two full micro-batches (forward and backward are
+  serial on one worker, so the eager forward buys no time in DP; only the failure-free
+  overhead differs).
+- Degraded steps are charged by CostModel.step from the plan: the shadow's second
+  normal micro-batch is `degraded_extra` (2x compute, against the 1.5x Bamboo's own
+  simulator charges for a pipeline). The redundant forwards of the other workers still
+  run; they are charged only where they would lengthen the step (the shadow, doing two
+  full micro-batches and no redundant forward, is the slowest).
+- Two adjacent failures are fatal: a worker fails while its ring successor (its shadow)
+  is down, or while its ring predecessor is down (it was that worker's shadow, and its
+  own shadow would have to cover two). Also fatal: no other ring member is alive. Fatal
+  -> a `fatal` event and a rollback through the checkpoint path (detection + restart +
+  load, spares replace every failed worker, the steps since the checkpoint are redone).
+- Rebalance: after method.rebalance_after_s paper seconds of degradation (null: never)
+  the ring is rebuilt over the alive workers, which restores redundancy (the former
+  shadow may fail without it being fatal): each worker then shadows its new ring
+  predecessor's whole load (one forward per micro-batch it holds). The stall is
+  method.rebalance_stall_s paper seconds (Bamboo's simulator: 20 s for GPT-2/BERT
+  class) through the paper-time map.
+
+Readings where the papers are silent (ours):
+
+- Ring direction: the shadow is the *next* worker on the ring (base.neighbors_on_ring),
+  as for MeCeFO's neighbour; Bamboo's predecessor-holds-successor is the same ring read
+  backwards.
+- A rebalance in DP: down workers leave the ring; every alive worker keeps its own
+  micro-batch and each orphaned one (a down worker's) goes to the least-loaded alive
+  worker, ties to the nearest after the orphan on the ring. With whole micro-batches the
+  slowest worker then holds ceil(n / alive), like Oobleck's re-split.
+- A recovered worker rejoins through a rebalance (Bamboo adds nodes by reconfiguring),
+  charged the same stall and logged as a `rebalance` with reason `rejoin`. A failed
+  worker's cover therefore ends when it recovers or at a timed rebalance.
+- No detection stall on a survivable failure: the shadow notices the failure through
+  the collective's timeout and carries on, as MeCeFO's neighbour does in this harness.
+- The redundant forward's activation memory is not modelled (no memory limit here).
+- A step interrupted twice accumulates both elapsed parts; the rest is clamped at zero.
+- method.checkpoint_interval=auto: Young/Daly with the mean time between *fatal*
+  failures, the cluster MTBF over `rollback_share` (a neighbour down at failure time).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+from ..costs import StepCost
+from ..plan import NORMAL, Mode, Plan, Sample, WorkItem
+from .base import Method, RollbackMethod
+
+# Profiled but never planned: the clock charges the redundant forward from its kernel.
+FORWARD = Mode("forward", backward=False)
+
+
+class Bamboo(RollbackMethod):
+    name = "bamboo"
+    interval_key = "checkpoint_interval"
+
+    def __init__(self, cfg, run):
+        super().__init__(cfg, run)
+        self.replaced: set = set()  # failed workers a fatal restart replaced by spares
+        self.credit: Optional[Tuple[int, float]] = None  # (step, seconds done before a survived failure)
+        self.cover_since: Optional[float] = None  # clock time of the oldest cover since the last rebalance
+        self.degraded_steps = 0
+        self.counts = {"neighbor_assignments": 0, "rebalances": 0, "fatal": 0, "survived_interruptions": 0}
+        self._reset_ring()
+
+    def _reset_ring(self) -> None:
+        self.ring: List[int] = list(range(self.n))  # members since the last rebalance, in ring order
+        self.load: Dict[int, List[int]] = {w: [w] for w in range(self.n)}  # worker -> owners it computes
+        self.cover: Dict[int, int] = {}  # failed ring member -> its shadow
+        self.cover_since = None
+
+    def modes(self) -> Dict[str, Mode]:
+        return {"normal": NORMAL, "forward": FORWARD}
+
+    def rollback_share(self, p_down: float) -> float:
+        """A failure is fatal when one of the failed worker's (up to two) ring neighbours is
+        down: about 1 - (1 - p_down) ** 2 under independent failures. This sets the
+        Young/Daly interval of the fallback checkpoints."""
+        if self.n == 1:
+            return 1.0
+        return 1.0 - (1.0 - p_down) ** min(2, self.n - 1)
+
+    # ------------------------------------------------------------ membership
+    def _ring_neighbors(self, worker: int) -> Tuple[int, int]:
+        i, m = self.ring.index(worker), len(self.ring)
+        return self.ring[(i - 1) % m], self.ring[(i + 1) % m]
+
+    def on_failure(self, worker: int) -> None:
+        Method.on_failure(self, worker)  # mark down; RollbackMethod would restart the job
+        self.replaced.discard(worker)
+        pred, succ = self._ring_neighbors(worker)
+        if pred == worker or succ in self.down or pred in self.down:
+            self._fatal(worker, pred, succ)
+            return
+        moved, self.load[worker] = self.load[worker], []
+        self.load[succ] += moved
+        self.cover[worker] = succ
+        if self.cover_since is None:
+            self.cover_since = self.run.clock.now
+        self.counts["neighbor_assignments"] += 1
+        self.run.event("neighbor", worker, {"neighbor": succ, "owners": moved, "mode": self.cfg.mode,
+                                            "recompute_forward": self.cfg.mode == "lazy"})
+
+    def on_recover(self, worker: int) -> None:
+        if worker in self.replaced:  # a spare took its place at the last restart
+            self.replaced.discard(worker)
+            return
+        Method.on_recover(self, worker)
+        self._rebalance("rejoin", worker)
+
+    def _fatal(self, worker: int, pred: int, succ: int) -> None:
+        """Adjacent failures: restart from the checkpoint, spares replace every failed worker."""
+        self.counts["fatal"] += 1
+        reason = "no other worker alive" if pred == worker else "adjacent failures"
+        self.run.event("fatal", worker, {"reason": reason, "predecessor": pred, "successor": succ,
+                                         "down": sorted(self.down), "cover": dict(self.cover)})
+        self.replaced |= self.down
+        self.down.clear()
+        self._reset_ring()
+        self.credit = None  # the interrupted step, if any, is rolled back with the rest
+        self.restart_from_checkpoint(worker, reason="fatal")
+
+    def _rebalance(self, reason: str, worker: Optional[int]) -> None:
+        stall = self.run.costs.stall_s(self.cfg.rebalance_stall_s)
+        self.run.clock.charge("stall", stall)
+        alive = [w for w in range(self.n) if w not in self.down]
+        self.ring = alive
+        self.load = {w: [w] for w in alive}
+        for orphan in sorted(self.down):
+            target = min(alive, key=lambda w: (len(self.load[w]), (w - orphan) % self.n))
+            self.load[target].append(orphan)
+        self.cover = {}
+        self.cover_since = None
+        self.counts["rebalances"] += 1
+        self.run.event("rebalance", worker, {"reason": reason, "ring": alive, "stall_s": stall,
+                                             "extra": {w: o[1:] for w, o in self.load.items() if len(o) > 1}})
+
+    # ------------------------------------------------------------ the step
+    def plan(self, step: int) -> Plan:
+        work = {w: [WorkItem(Sample(step, owner)) for owner in sorted(self.load[w])]
+                for w in self.ring if w not in self.down and self.load.get(w)}
+        degraded = any(len(items) > 1 for items in work.values())
+        return Plan(step, work, degraded=degraded, notes={"cover": dict(self.cover)} if self.cover else {})
+
+    def redundant_forward_s(self, plan: Plan) -> float:
+        """How much the eager redundant forwards lengthen the step beyond the slowest planned worker."""
+        if self.cfg.mode != "eager":
+            return 0.0
+        costs = self.run.costs
+        forward = costs.profile[FORWARD.kernel]
+        modes = plan.worker_modes()
+        slowest = max(costs.worker_s(m) for m in modes.values())
+        extra = 0.0
+        for w, m in modes.items():
+            pred, _ = self._ring_neighbors(w)
+            if pred == w or pred in self.down:  # nobody to shadow (it covers its predecessor in full)
+                continue
+            extra = max(extra, len(self.load[pred]) * forward - (slowest - costs.worker_s(m)))
+        return extra
+
+    def step_cost(self, plan: Plan) -> StepCost:
+        base = self.run.costs.step(plan.worker_modes(), n_allreduce=len(plan.computing_workers))
+        cost = StepCost(compute=base.compute, comm=base.comm, ft_overhead=self.redundant_forward_s(plan),
+                        degraded_extra=base.degraded_extra)
+        if self.credit and self.credit[0] == plan.step:
+            cost = _minus(cost, self.credit[1])
+        return cost
+
+    def interrupted(self, plan: Plan, elapsed: float) -> None:
+        """The step survives the failure: what was done is booked to it, not lost.
+
+        If the failure turns out fatal, the rollback discards this step and moves the
+        booked time to lost_work with it.
+        """
+        self.run.clock.add_to_step(plan.step, "compute", elapsed)
+        done = self.credit[1] if self.credit and self.credit[0] == plan.step else 0.0
+        self.credit = (plan.step, done + elapsed)
+
+    def before_optimizer(self, plan: Plan, result) -> None:
+        if plan.degraded:
+            self.degraded_steps += 1
+
+    def after_step(self, step: int) -> None:
+        if self.credit and self.credit[0] == step:  # an interrupted step committed: it survived
+            self.credit = None
+            self.counts["survived_interruptions"] += 1
+        super().after_step(step)  # checkpoints
+        after = self.cfg.rebalance_after_s
+        if self.cover and after is not None and self.run.clock.now - self.cover_since >= self.run.costs.stall_s(after):
+            self._rebalance("timer", None)
+
+    def summary(self) -> Dict[str, object]:
+        out = super().summary()
+        out.update(self.counts)
+        out.update(degraded_steps=self.degraded_steps, bamboo_mode=self.cfg.mode)
+        return out
+
+
+def _minus(cost: StepCost, seconds: float) -> StepCost:
+    """`cost` less the part of it already spent (taken from compute first)."""
+    parts = cost.as_dict()
+    for cat in ("compute", "degraded_extra", "comm", "ft_overhead"):
+        take = min(parts[cat], seconds)
+        parts[cat] -= take
+        seconds -= take
+    return StepCost(**parts)
