@@ -2,7 +2,6 @@
 only for their mechanism: Bamboo's redundant forward and shadow, Oobleck's re-split and stalls."""
 
 import json
-import math
 
 import pytest
 
