@@ -38,7 +38,16 @@ def init_distributed(backend: str = "auto") -> None:
         backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
     if "nccl" in backend and torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-    dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=120))
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    timeout = datetime.timedelta(seconds=120)
+    # torchrun's store outlives a restart (--max-restarts); without a prefix per attempt,
+    # a restarted rank can read the dead attempt's gloo addresses and fail to connect.
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "False") == "True"
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                          is_master=(rank == 0 and not agent_store), timeout=timeout)
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group(backend=backend, store=dist.PrefixStore(f"mecefo/attempt{attempt}", store),
+                            rank=rank, world_size=world, timeout=timeout)
 
 
 def agree_run_dir(proposed: str, root: Path) -> str:

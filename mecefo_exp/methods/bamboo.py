@@ -71,23 +71,22 @@ from typing import Dict, List, Optional, Tuple
 
 from ..costs import StepCost
 from ..plan import NORMAL, Mode, Plan, Sample, WorkItem
-from .base import Method, RollbackMethod
+from .base import InPlaceMethod
 
 # Profiled but never planned: the clock charges the redundant forward from its kernel.
 FORWARD = Mode("forward", backward=False)
 
 
-class Bamboo(RollbackMethod):
+class Bamboo(InPlaceMethod):
     name = "bamboo"
     interval_key = "checkpoint_interval"
 
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
-        self.replaced: set = set()  # failed workers a fatal restart replaced by spares
         self.credit: Optional[Tuple[int, float]] = None  # (step, seconds done before a survived failure)
         self.cover_since: Optional[float] = None  # clock time of the oldest cover since the last rebalance
         self.degraded_steps = 0
-        self.counts = {"neighbor_assignments": 0, "rebalances": 0, "fatal": 0, "survived_interruptions": 0}
+        self.counts.update(neighbor_assignments=0, rebalances=0, survived_interruptions=0)
         self._reset_ring()
 
     def _reset_ring(self) -> None:
@@ -113,11 +112,12 @@ class Bamboo(RollbackMethod):
         return self.ring[(i - 1) % m], self.ring[(i + 1) % m]
 
     def on_failure(self, worker: int) -> None:
-        Method.on_failure(self, worker)  # mark down; RollbackMethod would restart the job
-        self.replaced.discard(worker)
+        super().on_failure(worker)
         pred, succ = self._ring_neighbors(worker)
         if pred == worker or succ in self.down or pred in self.down:
-            self._fatal(worker, pred, succ)
+            reason = "no other worker alive" if pred == worker else "adjacent failures"
+            self.fall_back(worker, {"reason": reason, "predecessor": pred, "successor": succ,
+                                    "cover": dict(self.cover)})
             return
         moved, self.load[worker] = self.load[worker], []
         self.load[succ] += moved
@@ -129,23 +129,14 @@ class Bamboo(RollbackMethod):
                                             "recompute_forward": self.cfg.mode == "lazy"})
 
     def on_recover(self, worker: int) -> None:
-        if worker in self.replaced:  # a spare took its place at the last restart
-            self.replaced.discard(worker)
+        if not self.rejoins(worker):
             return
-        Method.on_recover(self, worker)
         self._rebalance("rejoin", worker)
 
-    def _fatal(self, worker: int, pred: int, succ: int) -> None:
-        """Adjacent failures: restart from the checkpoint, spares replace every failed worker."""
-        self.counts["fatal"] += 1
-        reason = "no other worker alive" if pred == worker else "adjacent failures"
-        self.run.event("fatal", worker, {"reason": reason, "predecessor": pred, "successor": succ,
-                                         "down": sorted(self.down), "cover": dict(self.cover)})
-        self.replaced |= self.down
-        self.down.clear()
+    def after_fall_back(self) -> None:
+        """Adjacent failures: spares replace every failed worker, the ring is whole again."""
         self._reset_ring()
         self.credit = None  # the interrupted step, if any, is rolled back with the rest
-        self.restart_from_checkpoint(worker, reason="fatal")
 
     def _rebalance(self, reason: str, worker: Optional[int]) -> None:
         stall = self.run.costs.stall_s(self.cfg.rebalance_stall_s)

@@ -176,6 +176,45 @@ class RollbackMethod(Method):
         self.run.event("restart", worker, {"from_step": saved})
 
 
+class InPlaceMethod(RollbackMethod):
+    """A method that survives failures in place (MeCeFO, Bamboo, Oobleck).
+
+    A failure does not stop the job; only when the method's own mechanism cannot cover it
+    (`fall_back`: a `fatal` event) does it roll back through the checkpoint path, and then
+    spares replace every failed worker, so the trace's later recoveries of those workers
+    change nothing (`rejoins` is False for them).
+    """
+
+    def __init__(self, cfg, run):
+        super().__init__(cfg, run)
+        self.replaced: set = set()  # failed workers a fatal restart replaced by spares
+        self.counts: Dict[str, int] = {"fatal": 0}
+
+    def on_failure(self, worker: int) -> None:
+        Method.on_failure(self, worker)  # mark down; RollbackMethod would restart the job
+        self.replaced.discard(worker)
+
+    def rejoins(self, worker: int) -> bool:
+        """Mark a recovery; False when a spare already took this worker's place."""
+        if worker in self.replaced:
+            self.replaced.discard(worker)
+            return False
+        Method.on_recover(self, worker)
+        return True
+
+    def fall_back(self, worker: int, detail: Dict[str, object]) -> None:
+        """System-level recovery: log `fatal`, restart from the checkpoint with spares."""
+        self.counts["fatal"] += 1
+        self.run.event("fatal", worker, {"down": sorted(self.down), **detail})
+        self.replaced |= self.down
+        self.down.clear()
+        self.after_fall_back()
+        self.restart_from_checkpoint(worker, reason="fatal")
+
+    def after_fall_back(self) -> None:
+        """Forget the method's own assignments: every worker is up again."""
+
+
 def neighbors_on_ring(worker: int, n: int) -> List[int]:
     """The other workers in ring order after `worker`: worker+1, worker+2, ... (mod n)."""
     return [(worker + k) % n for k in range(1, n)]

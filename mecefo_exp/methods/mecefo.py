@@ -41,22 +41,21 @@ import torch
 from ..approx import LowRankProjections, approximations, is_attention_parameter, saved_activation_bytes
 from ..costs import StepCost
 from ..plan import NORMAL, Mode, Plan, Sample, WorkItem
-from .base import RollbackMethod, neighbors_on_ring
+from .base import InPlaceMethod, neighbors_on_ring
 
 MODE = "mecefo"
 
 
-class Mecefo(RollbackMethod):
+class Mecefo(InPlaceMethod):
     name = "mecefo"
     exact = False
 
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
         self.cover: Dict[int, int] = {}  # failed worker -> its neighbour
-        self.replaced: set = set()  # failed workers a restart replaced by spares
         self.projections: Optional[LowRankProjections] = None
         self.degraded_steps = 0
-        self.counts = {"neighbor_assignments": 0, "fatal": 0, "svd_refreshes": 0, "grad_error_checks": 0}
+        self.counts.update(neighbor_assignments=0, svd_refreshes=0, grad_error_checks=0)
         self._error_file = None
         self._svd_step: Optional[int] = None  # the step whose plan refreshed the projections
 
@@ -112,18 +111,15 @@ class Mecefo(RollbackMethod):
 
     # ------------------------------------------------------------ membership
     def on_failure(self, worker: int) -> None:
-        super(RollbackMethod, self).on_failure(worker)  # Method.on_failure: mark down
-        self.replaced.discard(worker)
+        super().on_failure(worker)
         for failed, nb in list(self.cover.items()):
             if nb == worker:  # the neighbour itself failed: its ward needs a new one
                 del self.cover[failed]
         self._assign()
 
     def on_recover(self, worker: int) -> None:
-        if worker in self.replaced:  # a spare took its place at the last restart
-            self.replaced.discard(worker)
+        if not self.rejoins(worker):
             return
-        super(RollbackMethod, self).on_recover(worker)
         if worker in self.cover:
             self.run.event("neighbor_release", worker, {"neighbor": self.cover.pop(worker)})
         self._assign()
@@ -134,21 +130,15 @@ class Mecefo(RollbackMethod):
                 continue
             busy = set(self.cover.values())
             nb = next((k for k in neighbors_on_ring(failed, self.n) if k not in self.down and k not in busy), None)
-            if nb is None:
-                self._fatal(failed)
+            if nb is None:  # the paper defers to system-level recovery
+                self.fall_back(failed, {"reason": "no eligible neighbour", "cover": dict(self.cover)})
                 return
             self.cover[failed] = nb
             self.counts["neighbor_assignments"] += 1
             self.run.event("neighbor", failed, {"neighbor": nb})
 
-    def _fatal(self, worker: int) -> None:
-        """No eligible neighbour: system-level recovery (restart from the checkpoint, spares)."""
-        self.counts["fatal"] += 1
-        self.run.event("fatal", worker, {"down": sorted(self.down), "cover": dict(self.cover)})
-        self.replaced |= self.down
-        self.down.clear()
+    def after_fall_back(self) -> None:
         self.cover.clear()
-        self.restart_from_checkpoint(worker, reason="fatal")
 
     # ------------------------------------------------------------ the step
     def plan(self, step: int) -> Plan:

@@ -45,18 +45,17 @@ from typing import Dict
 
 from ..costs import StepCost
 from ..plan import Plan, Sample, WorkItem
-from .base import Method, RollbackMethod
+from .base import InPlaceMethod
 
 
-class Oobleck(RollbackMethod):
+class Oobleck(InPlaceMethod):
     name = "oobleck"
     interval_key = "checkpoint_interval"
 
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
-        self.replaced: set = set()  # failed workers a fatal restart replaced by spares
         self.degraded_steps = 0
-        self.counts = {"reconfigurations": 0, "fatal": 0}
+        self.counts.update(reconfigurations=0)
 
     def rollback_share(self, p_down: float) -> float:
         """Fatal only when every other worker is down: about p_down ** (n - 1) under
@@ -71,18 +70,15 @@ class Oobleck(RollbackMethod):
 
     # ------------------------------------------------------------ membership
     def on_failure(self, worker: int) -> None:
-        Method.on_failure(self, worker)  # mark down; RollbackMethod would restart the job
-        self.replaced.discard(worker)
+        super().on_failure(worker)
         if len(self.down) >= self.n:
-            self._fatal(worker)
+            self.fall_back(worker, {"reason": "no worker alive"})
         else:
             self._reconfigure("failure", worker)
 
     def on_recover(self, worker: int) -> None:
-        if worker in self.replaced:  # a spare took its place at the last restart
-            self.replaced.discard(worker)
+        if not self.rejoins(worker):
             return
-        Method.on_recover(self, worker)
         self._reconfigure("recover", worker)
 
     def _reconfigure(self, reason: str, worker: int) -> None:
@@ -91,13 +87,6 @@ class Oobleck(RollbackMethod):
         self.counts["reconfigurations"] += 1
         self.run.event("reconfigure", worker, {"reason": reason, "alive": self.n - len(self.down),
                                                "down": sorted(self.down), "stall_s": stall})
-
-    def _fatal(self, worker: int) -> None:
-        self.counts["fatal"] += 1
-        self.run.event("fatal", worker, {"reason": "no worker alive", "down": sorted(self.down)})
-        self.replaced |= self.down
-        self.down.clear()
-        self.restart_from_checkpoint(worker, reason="fatal")
 
     # ------------------------------------------------------------ the step
     def plan(self, step: int) -> Plan:
