@@ -57,6 +57,19 @@ def git_sha() -> Optional[str]:
         return None
 
 
+def drop_torn_line(path: Path) -> None:
+    """Cut a last line that has no newline (the process died while writing it)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    data = path.read_bytes()
+    if data.endswith(b"\n"):
+        return
+    keep = data.rfind(b"\n") + 1
+    with open(path, "r+b") as f:
+        f.truncate(keep)
+    log.warning("%s: dropped a torn last line (%d bytes) left by a killed run", path, len(data) - keep)
+
+
 class RunRecords:
     """Writers for one run folder; only one process (rank 0) owns it."""
 
@@ -69,7 +82,9 @@ class RunRecords:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         for name in ("metrics", "eval", "events"):
-            self._files[name] = open(self.dir / f"{name}.jsonl", "a", buffering=1)
+            path = self.dir / f"{name}.jsonl"
+            drop_torn_line(path)  # a run killed mid-write and resumed must not glue two rows together
+            self._files[name] = open(path, "a", buffering=1)
         if logger_cfg is not None and logger_cfg.name == "wandb":
             self._wandb = _start_wandb(logger_cfg, config, self.dir)
 

@@ -55,3 +55,13 @@ def test_a_failing_run_is_marked_failed(run_exp, tmp_path):
         run_exp("method=checkpoint", "failure=trace", f"failure.path={tmp_path}/missing.csv")
     summary = json.loads((tmp_path / "run1" / "summary.json").read_text())
     assert summary["status"] == "failed" and "missing.csv" in summary["error"]
+
+
+def test_a_torn_last_line_from_a_killed_run_is_dropped(tmp_path):
+    from mecefo_exp.metrics import RunRecords
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0, "loss": 1.0}\n{"step": 1, "lo')
+    records = RunRecords(tmp_path)
+    records.metric({"step": 1, "loss": 0.5})
+    records.close()
+    assert read_jsonl(tmp_path / "metrics.jsonl") == [{"step": 0, "loss": 1.0}, {"step": 1, "loss": 0.5}]
