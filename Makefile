@@ -45,7 +45,7 @@ figures: setup
 # the sweep's two parallel jobs then share one cached profile, and so one clock and trace)
 paper-mini: setup
 	@start=$$(date +%s); \
-	$(PY) run.py -m experiment=paper_mini hydra/launcher=basic failure=none trainer.max_steps=1 trainer.eval_every=0 \
+	$(PY) run.py -m experiment=paper_mini hydra.launcher.n_jobs=1 failure=none trainer.max_steps=1 trainer.eval_every=0 \
 		hydra.sweep.dir=.cache/profile_warmup hydra.callbacks={} > /dev/null && \
 	$(PY) run.py -m experiment=paper_mini hydra.sweep.dir=runs/sweeps/paper_mini_$$(date +%Y-%m-%d_%H-%M-%S) && \
 	$(PY) -m analysis runs/sweeps --out analysis/out && \

@@ -78,3 +78,9 @@ def test_cli_bad_value_exits_with_one_line_before_compute(tmp_path):
     assert out.stderr.strip().splitlines() == ["config error: cluster.n_workers=0: must be >= 1"]
     assert '"status": "failed"' in (tmp_path / "r" / "summary.json").read_text()
     assert not (tmp_path / "r" / "metrics.jsonl").exists()
+
+
+def test_experiment_preset_overrides_the_defaults():
+    cfg = compose_cfg(["experiment=paper_mini"])
+    assert (cfg.trainer.max_steps, cfg.data.micro_batch, cfg.data.seq_len, cfg.trainer.threads) == (200, 2, 64, 1)
+    validate(cfg)
