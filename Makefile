@@ -46,7 +46,7 @@ figures: setup
 paper-mini: setup
 	@start=$$(date +%s); \
 	$(PY) run.py -m experiment=paper_mini hydra.launcher.n_jobs=1 failure=none trainer.max_steps=1 trainer.eval_every=0 \
-		hydra.sweep.dir=.cache/profile_warmup hydra.callbacks={} > /dev/null && \
+		hydra.sweep.dir=.cache/profile_warmup "~hydra.callbacks.collect" > /dev/null && \
 	$(PY) run.py -m experiment=paper_mini hydra.sweep.dir=runs/sweeps/paper_mini_$$(date +%Y-%m-%d_%H-%M-%S) && \
 	$(PY) -m analysis runs/sweeps --out analysis/out && \
 	echo "paper-mini took $$(( $$(date +%s) - start )) s"

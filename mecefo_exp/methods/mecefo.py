@@ -58,6 +58,7 @@ class Mecefo(InPlaceMethod):
         self.counts.update(neighbor_assignments=0, svd_refreshes=0, grad_error_checks=0)
         self._error_file = None
         self._svd_step: Optional[int] = None  # the step whose plan refreshed the projections
+        self._bench_projections: Dict[int, LowRankProjections] = {}
 
     # ------------------------------------------------------------ modes & profile
     def modes(self) -> Dict[str, Mode]:
@@ -74,9 +75,12 @@ class Mecefo(InPlaceMethod):
         if self.cfg.lowrank_ffn:
             if model is self.run.model:
                 projections = self.projections  # refreshed by plan(), on every rank alike
-            else:  # the profiler's copy of the model
-                projections = LowRankProjections(model, self.cfg.rank, self.cfg.svd_every, self.cfg.lowrank_modules)
-                projections.refresh(0)
+            else:  # the profiler's copy of the model: its own projections, computed once
+                projections = self._bench_projections.get(id(model))
+                if projections is None:
+                    projections = LowRankProjections(model, self.cfg.rank, self.cfg.svd_every, self.cfg.lowrank_modules)
+                    projections.refresh(0)
+                    self._bench_projections[id(model)] = projections
         return approximations(model, self.cfg.skip_attention, self.cfg.recompute_ffn, projections)
 
     def extra_kernels(self, bench) -> Dict:
