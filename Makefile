@@ -30,6 +30,7 @@ test: setup
 	$(PY) -m pytest -q -m "not slow"
 
 test-slow: setup
+	$(PY) -m pip install -q -c constraints.txt -r requirements-notebook.txt
 	$(PY) -m pytest -q -m slow
 
 bench: setup
