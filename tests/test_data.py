@@ -1,5 +1,7 @@
 """The sample stream is a pure function of (seed, step, worker); the split is by document."""
 
+from pathlib import Path
+
 import numpy as np
 import torch
 
@@ -62,3 +64,33 @@ def test_local_corpus_loads_offline_and_is_cached():
     assert a.fingerprint == b.fingerprint
     assert a.train.size > 400_000 and a.val.size > 10_000
     assert a.train.max() < a.vocab_size <= cfg.data.vocab_size
+
+
+def test_c4_path_reads_local_json_files_with_a_local_tokenizer(tmp_path):
+    """data=c4 through the datasets library, on local files and a local tokenizer folder."""
+    import json
+    import shutil
+
+    from mecefo_exp.data import load_corpus
+    from conftest import compose_cfg
+
+    local = compose_cfg([])
+    load_corpus(local.data)  # the cached local BPE tokenizer doubles as a transformers tokenizer
+    tok_json = next((Path(__file__).parent.parent / ".cache" / "data").glob("local-*/tokenizer.json"))
+    tok_dir = tmp_path / "tok"
+    tok_dir.mkdir()
+    shutil.copy(tok_json, tok_dir / "tokenizer.json")
+    (tok_dir / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>"}))
+    shard = tmp_path / "c4-train.00000-of-00001.json"
+    with open(shard, "w") as f:
+        for i in range(300):
+            f.write(json.dumps({"text": f"Document {i} says that the harness reads C4 shards from disk. " * 3,
+                                "url": f"https://example.org/{i}"}) + "\n")
+    cfg = compose_cfg(["data=c4", f"data.path={tmp_path}/c4-*.json", f"data.tokenizer={tok_dir}",
+                       f"data.cache_dir={tmp_path}/cache", "data.val_fraction=0.1"])
+    corpus = load_corpus(cfg.data)
+    assert corpus.train.size > 10_000 and corpus.val.size > 500
+    assert corpus.vocab_size == 4096 and corpus.train.max() < 4096
+    again = load_corpus(cfg.data)  # cached
+    assert again.fingerprint == corpus.fingerprint
