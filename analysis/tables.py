@@ -230,13 +230,20 @@ def _setting_columns(df: pd.DataFrame) -> Dict[str, tuple]:
     return cols
 
 
-def throughput_markdown(t: pd.DataFrame) -> str:
-    if t.empty:
-        return "_no finished runs_"
-    levels = [c[len("thr_"):] for c in t.columns if c.startswith("thr_")]
+def _per_level_columns(t: pd.DataFrame, prefix: str):
+    """The failure levels present (columns `<prefix><level>`), those with failures, and the
+    leading setting/method/seeds columns every per-level table starts with."""
+    levels = [c[len(prefix):] for c in t.columns if c.startswith(prefix)]
     faulty = [f for f in levels if f != "none"]
     cols = _setting_columns(t)
     cols.update({"method": ("method", None), "n_seeds": ("seeds", None)})
+    return levels, faulty, cols
+
+
+def throughput_markdown(t: pd.DataFrame) -> str:
+    if t.empty:
+        return "_no finished runs_"
+    levels, faulty, cols = _per_level_columns(t, "thr_")
     cols.update({f"thr_{f}": (f"tok/s {f}", _fmt_tok) for f in levels})
     cols.update({f"drop_{f}": (f"drop {f}", _fmt_pct) for f in faulty})
     cols.update({f"resilience_{f}": (f"drop/MeCeFO {f}", _fmt_ratio) for f in faulty})
@@ -254,10 +261,7 @@ def throughput_markdown(t: pd.DataFrame) -> str:
 def perplexity_markdown(t: pd.DataFrame) -> str:
     if t.empty:
         return "_no finished runs_"
-    levels = [c[len("ppl_"):] for c in t.columns if c.startswith("ppl_") and not c.startswith("paper")]
-    faulty = [f for f in levels if f != "none"]
-    cols = _setting_columns(t)
-    cols.update({"method": ("method", None), "n_seeds": ("seeds", None)})
+    levels, faulty, cols = _per_level_columns(t, "ppl_")
     cols.update({f"ppl_{f}": (f"ppl {f}", _fmt_num(2)) for f in levels})
     cols.update({f"change_{f}": (f"change {f}", lambda v: _fmt_pct(v, signed=True)) for f in faulty})
     cols.update({f"paper_ppl_{f}": (f"paper ppl {f}", _fmt_num(2)) for f in FAILURE_ORDER})
