@@ -37,20 +37,25 @@ CATEGORIES = ("compute", "comm", "ft_overhead", "lost_work", "stall", "degraded_
 
 
 # --------------------------------------------------------------------------- profile
-def time_kernel(fn: Callable[[], None], warmup: int, repeats: int, device: torch.device) -> float:
-    """Median wall seconds of fn() after warm-up (synchronising the GPU around each call)."""
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
+def time_kernels(fns: Dict[str, Callable[[], None]], warmup: int, repeats: int,
+                 device: torch.device) -> Dict[str, float]:
+    """Median wall seconds of each fn() after warm-up, timed round-robin.
+
+    Round-robin (a, b, c, a, b, c, ...) rather than one kernel after the other, so that a
+    burst of load on the machine lands on every kernel alike and their ratios survive.
+    """
+    samples: Dict[str, list] = {k: [] for k in fns}
+    for r in range(warmup + repeats):
+        for name, fn in fns.items():
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if r >= warmup:
+                samples[name].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in samples.items()}
 
 
 @dataclass
@@ -80,8 +85,12 @@ def machine_meta(device: torch.device) -> dict:
 
 def load_or_measure(kernels: Dict[str, Callable[[], None]], meta: dict, cache_dir: Path,
                     warmup: int, repeats: int, device: torch.device, fixed_path: Optional[str] = None,
-                    use_cache: bool = True) -> Profile:
+                    use_cache: bool = True, reference: str = "mb:normal") -> Profile:
     """The profile for `meta`: measured kernels are cached and reused; missing ones are measured.
+
+    Kernels added to a cached profile later (another method's) are timed side by side with
+    the `reference` kernel again and scaled by (cached reference / fresh reference): the
+    machine may be busier or quieter than when the cache was made, the ratio is what holds.
 
     With `fixed_path` (cluster.profile=<file>) the profile is read from that file and must
     contain every kernel: tests and cross-machine comparisons use it to pin the clock.
@@ -94,16 +103,21 @@ def load_or_measure(kernels: Dict[str, Callable[[], None]], meta: dict, cache_di
             raise ValueError(f"cluster.profile={fixed_path} lacks kernels {missing}")
         return prof
     if not use_cache:  # cluster.profile=fresh: measure now, keep nothing
-        return Profile({k: time_kernel(fn, warmup, repeats, device) for k, fn in kernels.items()}, meta, None)
+        return Profile(time_kernels(kernels, warmup, repeats, device), meta, None)
     cache_dir.mkdir(parents=True, exist_ok=True)
     path = cache_dir / f"{profile_key(meta)}.json"
     with FileLock(str(path) + ".lock"):  # parallel sweep jobs share one measurement
         cached = json.loads(path.read_text())["kernels"] if path.exists() else {}
         missing = [k for k in kernels if k not in cached]
-        for name in missing:
-            cached[name] = time_kernel(kernels[name], warmup, repeats, device)
-            log.info("profiled %-20s %.4f s", name, cached[name])
         if missing:
+            rescale = reference in cached and reference in kernels
+            todo = {k: kernels[k] for k in missing + ([reference] if rescale else [])}
+            fresh = time_kernels(todo, warmup, repeats, device)
+            scale = cached[reference] / fresh[reference] if rescale else 1.0
+            for name in missing:
+                cached[name] = fresh[name] * scale
+                log.info("profiled %-36s %.4f s%s", name, cached[name],
+                         f" (scaled x{scale:.2f} to the cached {reference})" if rescale else "")
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps({"kernels": cached, "meta": meta}, indent=1))
             tmp.replace(path)

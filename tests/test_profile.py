@@ -28,3 +28,22 @@ def test_profile_matches_real_steps(run_exp):
     # and the clock charges exactly the profile for a failure-free step (no all-reduce with 1 worker)
     rows = read_jsonl(run_dir / "metrics.jsonl")
     assert rows[-1]["step_cost_s"] == predicted
+
+
+def test_kernels_added_later_are_scaled_to_the_cached_reference(tmp_path):
+    """A busier (here: 2x slower) machine must not make a later method's kernels look 2x dearer."""
+    import time
+
+    import torch
+
+    from mecefo_exp.costs import load_or_measure
+
+    meta = {"test": "rescale"}
+    cpu = torch.device("cpu")
+    first = load_or_measure({"mb:normal": lambda: time.sleep(0.01)}, meta, tmp_path, 1, 3, cpu)
+    # the machine got twice as slow: the reference now takes 20 ms, the new kernel 40 ms
+    later = load_or_measure({"mb:normal": lambda: time.sleep(0.02), "neighbor_pair": lambda: time.sleep(0.04)},
+                            meta, tmp_path, 1, 3, cpu)
+    assert later["mb:normal"] == first["mb:normal"]  # cached, not re-measured
+    ratio = later["neighbor_pair"] / later["mb:normal"]
+    assert abs(ratio - 2.0) < 0.4, ratio  # side by side it is 2x the reference, whatever the load
