@@ -60,7 +60,7 @@ class Trace:
             self._next += 1
         return out
 
-    def next_failure_after(self, t: float) -> Optional[float]:
+    def next_failure_time(self) -> Optional[float]:
         """Time of the first pending `fail` event, if any (pending = not yet popped)."""
         for e in self.events[self._next:]:
             if e.kind == FAIL:

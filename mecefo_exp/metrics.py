@@ -17,12 +17,6 @@ from typing import Any, Dict, Optional
 
 log = logging.getLogger(__name__)
 
-SUMMARY_FIELDS = (
-    "status", "method", "failure", "model", "seed", "n_workers", "steps", "tokens_processed",
-    "tokens_committed", "sim_time_s", "wall_time_s", "throughput_tok_s", "final_val_loss",
-    "final_val_ppl", "failures", "rollbacks", "lost_steps", "time_breakdown", "git_sha",
-)
-
 
 def _clean(value: Any) -> Any:
     """JSON has no NaN/inf: write them as null."""

@@ -14,6 +14,7 @@ import copy
 import io
 import logging
 import math
+import os
 import sys
 import tempfile
 import time
@@ -216,7 +217,7 @@ class Experiment:
             raise ConfigError(f"cluster.n_workers={self.n_workers} but torchrun started {world} ranks; "
                               f"set cluster.n_workers={world}")
         if self.device.type == "cuda":
-            self.device = torch.device("cuda", int(__import__("os").environ.get("LOCAL_RANK", 0)))
+            self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
 
     @property
     def is_main(self) -> bool:
@@ -333,7 +334,6 @@ class Experiment:
         key = f"{ev.time:.9f}:{ev.worker}"
         if key in self.kills_done or ev.worker != self.rank:
             return
-        import os
         import signal
 
         with open(self.run_dir / "kills.txt", "a") as f:
@@ -358,7 +358,7 @@ class Experiment:
                 self.clock.charge("stall", max(0.0, nxt - self.clock.now))
                 continue
             cost = self.method.step_cost(plan)
-            t_fail = self.trace.next_failure_after(self.clock.now)
+            t_fail = self.trace.next_failure_time()
             if t_fail is not None and t_fail < self.clock.now + cost.total:
                 self.counters["interrupted_steps"] += 1
                 self.method.interrupted(plan, t_fail - self.clock.now)

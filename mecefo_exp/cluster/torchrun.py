@@ -83,7 +83,7 @@ class TorchrunCluster(LocalCluster):
         offset = 0
         for p in self.params.values():
             n = p.numel()
-            p.grad = flat[offset:offset + n].view_as(p).clone()
+            p.grad = flat[offset:offset + n].view_as(p)  # views into this step's fresh buffer: no copy
             offset += n
         stats = torch.tensor([sum(losses.values()), float(len(losses)), float(tokens)], dtype=torch.float64,
                              device=flat.device)

@@ -66,8 +66,9 @@ class Mecefo(InPlaceMethod):
         if cfg.lowrank_ffn:
             self.projections = LowRankProjections(self.run.model, cfg.rank, cfg.svd_every, cfg.lowrank_modules)
         contributes = (lambda name: not is_attention_parameter(name)) if cfg.skip_attention else (lambda name: True)
-        tag = f"mb:mecefo[sa={int(cfg.skip_attention)},rc={int(cfg.recompute_ffn)},lr={int(cfg.lowrank_ffn)},r={cfg.rank}]"
-        mode = Mode(MODE, contributes=contributes, context=self._context, kernel=tag)
+        # kernel names carry the switches, so a profile never mixes two configurations
+        self.tag = f"[sa={int(cfg.skip_attention)},rc={int(cfg.recompute_ffn)},lr={int(cfg.lowrank_ffn)},r={cfg.rank}]"
+        mode = Mode(MODE, contributes=contributes, context=self._context, kernel=f"mb:mecefo{self.tag}")
         return {"normal": NORMAL, MODE: mode}
 
     def _context(self, model):
@@ -101,11 +102,7 @@ class Mecefo(InPlaceMethod):
             if bench_proj is not None:
                 bench_proj.refresh(0)
 
-        tag = self.modes_tag()
-        return {f"neighbor_pair{tag}": neighbor_pair, f"mecefo_svd{tag}": svd}
-
-    def modes_tag(self) -> str:
-        return self.run.modes[MODE].kernel[len("mb:mecefo"):]
+        return {f"neighbor_pair{self.tag}": neighbor_pair, f"mecefo_svd{self.tag}": svd}
 
     def rollback_share(self, p_down: float) -> float:
         """Fatal only when every live worker already covers someone: at least half the
@@ -164,9 +161,9 @@ class Mecefo(InPlaceMethod):
             return super().step_cost(plan)
         costs, profile = self.run.costs, self.run.costs.profile
         normal = profile["mb:normal"]
-        slowest = max(profile[f"neighbor_pair{self.modes_tag()}"] if MODE in modes else costs.worker_s(modes)
+        slowest = max(profile[f"neighbor_pair{self.tag}"] if MODE in modes else costs.worker_s(modes)
                       for modes in plan.worker_modes().values())
-        svd = profile[f"mecefo_svd{self.modes_tag()}"] if self._svd_step == plan.step else 0.0
+        svd = profile[f"mecefo_svd{self.tag}"] if self._svd_step == plan.step else 0.0
         return StepCost(compute=normal + profile["optimizer"], comm=costs.allreduce_s(len(plan.computing_workers)),
                         ft_overhead=svd, degraded_extra=max(0.0, slowest - normal))
 
