@@ -13,7 +13,7 @@ key of `method=mecefo` and a typo in it is an error, not a silently ignored extr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -127,10 +127,16 @@ class FailureConfig:
     every_h: Optional[float] = None
     recover_h: Optional[float] = None
     paper_workers: int = 32
-    # poisson: per-worker mean time between failures and repair time
+    # poisson: per-worker mean time between failures and mean time to repair
     mtbf: Optional[float] = None
-    repair: Optional[float] = None
-    unit: str = "hours"  # hours (paper hours, scaled like the presets) | steps | seconds
+    mttr: Optional[float] = None
+    unit: str = "hours"  # hours (paper hours) | steps | seconds
+    # How to read "a failure every every_h, recovery after recover_h" (the paper is silent;
+    # docs/DESIGN.md "Failure readings"):
+    process: str = "per_worker"  # per_worker: each unit fails at rate 1/(units_in_paper_cluster*every_h) | cluster: one failure every every_h somewhere
+    unit_gpus: int = 1  # workers one failure takes down: 1 (a GPU) or 8 (a whole 8-GPU machine: 8 consecutive workers)
+    repair: str = "fixed"  # fixed: back after recover_h | tick: back at the next multiple of recover_h | replace: a spare after replace_s
+    replace_s: float = 300.0  # repair=replace: seconds (paper seconds) until a spare takes the failed unit's place
     # trace: replay a CSV of time, worker, event (time in `unit`)
     path: Optional[str] = None
     # which workers may fail (None: all); the paper's asymmetric experiment uses a subset
@@ -149,19 +155,57 @@ class ClusterConfig:
     backend: str = "auto"  # torchrun: auto (nccl on GPU, gloo on CPU) | gloo | nccl
     device: str = "auto"  # auto | cpu | cuda
     chunk_microbatches: int = 0  # local tier: micro-batches per forward (0: all of a mode at once)
-    # costs that are not compute (sources in conf/cluster/*.yaml)
-    allreduce_GBps: float = 25.0
-    allreduce_latency_s: float = 1e-5
-    storage_GBps: float = 1.0
+    # stalls of recovery (sources in conf/cluster/*.yaml); links and disks: conf/hardware/
     detection_s: float = 30.0
     restart_s: float = 76.0
     reconfigure_s: float = 2.0
     paper_run_h: float = 12.4  # duration of the paper's run that "paper hours" are relative to
     scale_stalls: bool = True
     # compute profile
-    profile: str = "auto"  # auto (measure once, cached) | fresh (measure, no cache) | path to a profile.json
+    # auto: as hardware.compute says | fresh: measure this machine now, no cache |
+    # a path to a profile.json: those kernel seconds (pins the clock, e.g. a GPU-measured profile)
+    profile: str = "auto"
     profile_warmup: int = 2
     profile_repeats: int = 5
+
+
+# -------------------------------------------------------------------------- hardware
+@dataclass
+class HardwareConfig:
+    """What the simulated clock times: a measured profile, or a FLOP model of a cluster.
+
+    Presets in conf/hardware/ carry their sources. `compute=flops` counts each kernel's
+    FLOPs with torch (mecefo_exp/timing/flops.py) and divides by peak x efficiency;
+    `compute=profile` times the kernels on this machine (cached).
+    """
+    name: str = MISSING
+    compute: str = "flops"  # flops | profile (measure this machine; cluster.profile says how)
+    peak_tflops: float = 1.0  # dense bf16 (or the preset's compute dtype) per worker
+    efficiency: float = 0.4  # MFU of the forward/backward kernels, in (0, 1]
+    # calibrate=true: where `calibration` has the timed model, solve the efficiency so that the
+    # failure-free step gives the paper's throughput at the paper's shape (else `efficiency`)
+    calibrate: bool = False
+    calibration: Dict[str, Any] = field(default_factory=dict)  # timing-model name -> {tokens_per_s, global_batch, seq_len}
+    svd_efficiency: float = 0.02  # share of peak an SVD reaches (cuSOLVER is far from matmul peak; assumption)
+    gpus: int = 1  # workers of the preset's own cluster (the calibration shape)
+    gpus_per_node: int = 1
+    intra_node_GBps: float = 300.0  # per worker, one direction
+    inter_node_GBps: float = 25.0  # per node, one direction
+    intra_latency_s: float = 5e-6
+    inter_latency_s: float = 1e-5
+    hbm_GBps: float = 2000.0  # device memory bandwidth: the optimizer step is bound by it
+    host_GBps: float = 25.0  # device -> host copies (in-memory snapshots)
+    storage_GBps: float = 1.0  # checkpoint writes and reads per worker
+    memory_GB: float = 80.0
+    grad_dtype: str = "fp32"  # fp32 | bf16: the all-reduced gradient
+    compute_dtype: str = "bf16"  # bf16 (mixed precision, fp32 master weights) | fp32: activation bytes, weight copy
+    shard: str = "none"  # none (DDP) | optimizer (ZeRO-1) | gradients (ZeRO-2) | full (FSDP / ZeRO-3)
+    overlap: bool = True  # DDP buckets all-reduce behind backward; only what does not fit is exposed
+    bucket_MB: float = 25.0  # DDP's default bucket
+    # paper hours and stall seconds: real (3600 simulated s per hour) or scaled (one paper
+    # hour = the run's failure-free duration / cluster.paper_run_h: a miniature's proportions)
+    paper_time: str = "real"
+    timing_model: Optional[str] = None  # model preset whose shape the clock times (None: the run's own)
 
 
 # --------------------------------------------------------------------------- trainer
@@ -178,6 +222,9 @@ class TrainerConfig:
     threads: int = 0  # torch intra-op threads (0: leave torch's default)
     progress: str = "auto"  # auto (bar on a terminal, lines otherwise) | bar | lines | none
     log_every: int = 10  # plain progress lines every N steps
+    # false: walk the trace, the methods and the clock without tensor math (the model lives
+    # on the meta device); the paper's 6,000-60,000 steps at 7B take seconds
+    numerics: bool = True
 
 
 @dataclass
@@ -195,6 +242,7 @@ class Config:
     method: MethodConfig = MISSING
     failure: FailureConfig = MISSING
     cluster: ClusterConfig = MISSING
+    hardware: HardwareConfig = MISSING
     logger: LoggerConfig = MISSING
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     seed: int = 0
@@ -236,6 +284,7 @@ def register_configs() -> None:
     cs.store(group="schema/failure", name="base", node=FailureConfig)
     cs.store(group="schema/cluster", name="base", node=ClusterConfig)
     cs.store(group="schema/logger", name="base", node=LoggerConfig)
+    cs.store(group="schema/hardware", name="base", node=HardwareConfig)
     for name, schema in METHOD_SCHEMAS.items():
         cs.store(group="schema/method", name=name, node=schema)
 
@@ -274,9 +323,8 @@ def validate(cfg: Any) -> None:
     _check(c.device in ("auto", "cpu", "cuda"), f"cluster.device={c.device!r}: allowed: auto, cpu, cuda")
     _check(c.backend in ("auto", "gloo", "nccl"), f"cluster.backend={c.backend!r}: allowed: auto, gloo, nccl")
     _check(c.chunk_microbatches >= 0, f"cluster.chunk_microbatches={c.chunk_microbatches}: must be >= 0")
-    for key in ("allreduce_GBps", "storage_GBps", "paper_run_h"):
-        _check(c[key] > 0, f"cluster.{key}={c[key]}: must be > 0")
-    for key in ("allreduce_latency_s", "detection_s", "restart_s", "reconfigure_s"):
+    _check(c.paper_run_h > 0, f"cluster.paper_run_h={c.paper_run_h}: must be > 0")
+    for key in ("detection_s", "restart_s", "reconfigure_s"):
         _check(c[key] >= 0, f"cluster.{key}={c[key]}: must be >= 0 seconds")
     _check(c.profile_repeats >= 1 and c.profile_warmup >= 0,
            f"cluster.profile_repeats={c.profile_repeats}, profile_warmup={c.profile_warmup}: need repeats >= 1, warmup >= 0")
@@ -292,6 +340,7 @@ def validate(cfg: Any) -> None:
     _check(t.progress in ("auto", "bar", "lines", "none"),
            f"trainer.progress={t.progress!r}: allowed: auto, bar, lines, none")
     _check(cfg.logger.name in ("none", "wandb"), f"logger.name={cfg.logger.name!r}: allowed: none, wandb")
+    _validate_hardware(cfg.hardware)
     _validate_failure(f, c.n_workers)
     _validate_method(cfg.method, c.n_workers)
     if f.kill:
@@ -301,17 +350,47 @@ def validate(cfg: Any) -> None:
                "(in-place methods keep the dead rank's work alive, which a killed process cannot)")
 
 
+def model_presets() -> List[str]:
+    from pathlib import Path
+
+    return sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "conf" / "model").glob("*.yaml"))
+
+
+def _validate_hardware(h: Any) -> None:
+    _check(h.compute in ("flops", "profile"), f"hardware.compute={h.compute!r}: allowed: flops, profile")
+    _check(0 < h.efficiency <= 1, f"hardware.efficiency={h.efficiency}: must be in (0, 1]")
+    for key in ("peak_tflops", "intra_node_GBps", "inter_node_GBps", "hbm_GBps", "host_GBps", "storage_GBps",
+                "memory_GB", "bucket_MB", "svd_efficiency"):
+        _check(h[key] > 0, f"hardware.{key}={h[key]}: must be > 0")
+    for key in ("intra_latency_s", "inter_latency_s"):
+        _check(h[key] >= 0, f"hardware.{key}={h[key]}: must be >= 0 seconds")
+    _check(h.gpus >= 1 and h.gpus_per_node >= 1, f"hardware.gpus={h.gpus}, gpus_per_node={h.gpus_per_node}: must be >= 1")
+    _check(h.grad_dtype in ("fp32", "bf16"), f"hardware.grad_dtype={h.grad_dtype!r}: allowed: fp32, bf16")
+    _check(h.compute_dtype in ("fp32", "bf16"), f"hardware.compute_dtype={h.compute_dtype!r}: allowed: fp32, bf16")
+    shards = ("none", "optimizer", "gradients", "full")
+    _check(h.shard in shards, f"hardware.shard={h.shard!r}: allowed: {', '.join(shards)}")
+    _check(h.paper_time in ("real", "scaled"), f"hardware.paper_time={h.paper_time!r}: allowed: real, scaled")
+    if h.timing_model is not None:
+        presets = model_presets()
+        _check(h.timing_model in presets, f"hardware.timing_model={h.timing_model!r}: allowed: {', '.join(presets)}")
+
+
 def _validate_failure(f: Any, n_workers: int) -> None:
     kinds = ("none", "paper", "poisson", "trace")
     _check(f.kind in kinds, f"failure.kind={f.kind!r}: allowed: {', '.join(kinds)}")
     _check(f.unit in ("hours", "steps", "seconds"), f"failure.unit={f.unit!r}: allowed: hours, steps, seconds")
+    _check(f.process in ("per_worker", "cluster"), f"failure.process={f.process!r}: allowed: per_worker, cluster")
+    _check(f.repair in ("fixed", "tick", "replace"), f"failure.repair={f.repair!r}: allowed: fixed, tick, replace")
+    _check(f.replace_s >= 0, f"failure.replace_s={f.replace_s}: must be >= 0 seconds")
+    _check(f.unit_gpus >= 1 and n_workers % f.unit_gpus == 0,
+           f"failure.unit_gpus={f.unit_gpus}: must be >= 1 and divide cluster.n_workers={n_workers}")
     if f.kind == "paper":
         for key in ("every_h", "recover_h"):
             _check(f[key] is not None and f[key] > 0, f"failure.{key}={f[key]}: must be > 0 hours")
         _check(f.paper_workers >= 1, f"failure.paper_workers={f.paper_workers}: must be >= 1")
     if f.kind == "poisson":
         _check(f.mtbf is not None and f.mtbf > 0, f"failure.mtbf={f.mtbf}: must be > 0 (mean time between failures)")
-        _check(f.repair is not None and f.repair >= 0, f"failure.repair={f.repair}: must be >= 0")
+        _check(f.mttr is not None and f.mttr >= 0, f"failure.mttr={f.mttr}: must be >= 0 (mean time to repair)")
     if f.kind == "trace":
         _check(bool(f.path), "failure.path is required for failure=trace (a CSV of time,worker,event)")
     if f.workers is not None:
