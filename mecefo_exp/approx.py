@@ -104,6 +104,16 @@ class LowRankProjections:
         self.refreshed_at = step
 
 
+def svd_flops(projections: LowRankProjections) -> float:
+    """FLOPs of one refresh: a thin SVD of each FFN weight (m x n, m >= n) computing Sigma and V,
+    about 4 m n^2 + 8 n^3 (Golub & Van Loan, Matrix Computations, 4th ed., Fig. 8.6.1, R-SVD)."""
+    total = 0.0
+    for lin in projections.linears():
+        m, n = max(lin.weight.shape), min(lin.weight.shape)
+        total += 4 * m * n * n + 8 * n ** 3
+    return total
+
+
 # ------------------------------------------------------------------ the context
 @contextlib.contextmanager
 def approximations(model: torch.nn.Module, skip_attention: bool = True, recompute_ffn: bool = True,
@@ -164,13 +174,15 @@ def saved_activation_bytes(model: torch.nn.Module, out: Dict[str, int]):
     A CPU stand-in for torch.cuda.max_memory_allocated: the activations are what the
     three techniques save, and what a neighbour doing two micro-batches must hold.
     """
-    params = {p.data_ptr() for p in model.parameters()}
+    # storages are told apart by their identity, not their address: meta tensors (the
+    # paper-scale clock counts a 7B model's activations without memory) all have address 0
+    params = {p.untyped_storage()._cdata for p in model.parameters()}
     seen = set()
     out.setdefault("bytes", 0)
 
     def pack(t: torch.Tensor):
         try:
-            ptr = t.untyped_storage().data_ptr()
+            ptr = t.untyped_storage()._cdata
             nbytes = t.untyped_storage().nbytes()
         except (RuntimeError, NotImplementedError):
             return t

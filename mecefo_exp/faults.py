@@ -7,16 +7,56 @@ a sweep with the same seed and preset sees the same trace (common random numbers
 Presets `failure=low|medium|high` are the MeCeFO paper's Table 1: one failure every
 `every_h` hours somewhere in its 32-GPU cluster, each failed GPU back after `recover_h`
 hours. The paper does not say whether failures are per worker or cluster-wide, fixed or
-exponential; we read them as independent per-worker Poisson arrivals at rate
-1 / (paper_workers * every_h) while the worker is up, and a fixed repair time. A worker
-is then down recover_h / (32 * every_h + recover_h) of the time: 1.9 / 2.7 / 3.6 of 32
-workers on average (low / medium / high), the same share of 8 miniature workers. (METHODS.md's
-2 / 3 / 4 reads the rate as cluster-wide arrivals that also hit workers already down.)
+exponential, per GPU or per machine; the config's *readings* (docs/DESIGN.md "Failure
+readings") choose:
 
-Time scaling of a miniature run: one paper hour maps to D / paper_run_h simulated
-seconds, where D is this run's failure-free duration (max_steps times the failure-free
-step from the profile). Each worker then fails as often per run, and stays down for the
-same share of it, as in the paper's LLaMA-1B run (cluster.paper_run_h = 12.4 h, derived).
+- `process=per_worker` (default): each failure *unit* fails independently, Poisson
+  arrivals while it is up, at rate 1 / ((paper_workers / unit_gpus) * every_h): the paper's
+  cluster as a whole sees one failure every every_h (a little less, since down units do not
+  fail). One RNG stream per unit. With the defaults a worker is down
+  recover_h / (32 * every_h + recover_h) of the time: 1.9 / 2.7 / 3.6 of 32 workers on
+  average (low / medium / high), the same share of 8 miniature workers.
+- `process=cluster`: one Poisson arrival every every_h (mean) somewhere in the cluster,
+  whatever its size; each takes down a unit chosen uniformly among those up (and failable);
+  an arrival finding none up is dropped. One RNG stream for the cluster. (METHODS.md's
+  2 / 3 / 4 workers down reads the rate this way, with arrivals also hitting units already
+  down.)
+- `unit_gpus=g`: a failure takes unit u = workers u*g .. u*g+g-1 down (and back) at one
+  instant; with `failure.workers`, a unit may fail only if all its workers are listed.
+- `repair=fixed` (default): back after recover_h; `repair=tick`: back at the next multiple of
+  recover_h (ticks at recover_h, 2 recover_h, ... from time 0); `repair=replace`: a spare
+  takes the unit's place after `replace_s` seconds (the unit recovers then).
+
+`failure=poisson` uses the same readings with `mtbf` for every_h (per unit for per_worker,
+cluster-wide for cluster; paper_workers is not used) and `mttr` for recover_h.
+
+Time map. `real_time=False` (a miniature run): one paper hour maps to run_s / paper_run_h
+simulated seconds, where run_s is this run's failure-free duration (max_steps times the
+failure-free step from the profile): each worker then fails as often per run, and stays down
+for the same share of it, as in the paper's LLaMA-1B run (cluster.paper_run_h = 12.4 h,
+derived). `real_time=True` (a paper-scale clock): one hour is 3600 simulated seconds, no
+rescaling. `replace_s` is in seconds of the same clock: real seconds when real_time, else
+paper seconds (replace_s / 3600 paper hours, mapped as above), whatever `failure.unit` is.
+
+`Trace.expected` gives "failures" (worker `fail` events, as `Trace.stats_until` counts them:
+a unit failure of g workers counts g), "unit_failures" (failure instants) and
+"mean_workers_down", all over the failure-free run [0, run_s]; `Trace.expected_how` names
+the formula:
+
+- per_worker, fixed or replace (down time D fixed): alternating renewal, stationary:
+  a unit fails run_s / (1/rate + D) times and is down D / (1/rate + D) of the time
+  (ignores that every unit starts up; exact in the long run).
+- per_worker, tick: exact over [0, run_s]: every unit is up at each tick (a unit down at
+  a tick recovers there), so each tick interval of length s independently holds at most
+  one failure, with probability 1 - exp(-rate s), and (s - (1 - exp(-rate s)) / rate) of
+  down time. The wait to the next tick is then recover_h / 2 on average when failures per
+  interval are rare, a little more otherwise (the formula is exact, not recover_h / 2).
+- cluster, fixed or replace: Erlang's loss system M/G/c/c with c = failable units,
+  offered load rate * D: stationary accepted rate rate * (1 - B) and mean units down
+  rate * D * (1 - B), B = Erlang B(c, rate * D) (insensitive to the repair-time law; exact
+  in the long run, ignores that every unit starts up).
+- cluster, tick: exact over [0, run_s]: each tick interval starts with every unit up;
+  with N(s) ~ Poisson(rate s) arrivals by s into it, min(N(s), c) units are down.
 """
 
 from __future__ import annotations
@@ -27,7 +67,7 @@ import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 FAIL, RECOVER = "fail", "recover"
 
@@ -46,11 +86,15 @@ class TraceError(ValueError):
 class Trace:
     """A time-ordered list of events with a cursor; `pop_until(t)` hands out what is due."""
 
-    def __init__(self, events: List[FailureEvent], n_workers: int, horizon_s: float, expected: Dict[str, float]):
+    def __init__(self, events: List[FailureEvent], n_workers: int, horizon_s: float, expected: Dict[str, float],
+                 expected_how: str = ""):
         self.events = sorted(events, key=lambda e: (e.time, e.kind != RECOVER, e.worker))
         self.n_workers = n_workers
         self.horizon_s = horizon_s
-        self.expected = expected  # expected failures and mean workers down over the failure-free run
+        # expected failures (worker fail events), unit_failures and mean workers down over the
+        # failure-free run; expected_how names the formula (module docstring)
+        self.expected = expected
+        self.expected_how = expected_how
         self._next = 0
 
     def pop_until(self, t: float) -> List[FailureEvent]:
@@ -91,25 +135,128 @@ class Trace:
         return {"failures": failures, "mean_workers_down": area / t_end if t_end > 0 else 0.0}
 
 
-def _poisson_events(n_workers: int, workers: List[int], rate_per_s: float, repair_s: float,
-                    horizon_s: float, seed: int) -> List[FailureEvent]:
-    """Per-worker alternating up (exponential) / down (fixed) periods, one RNG per worker.
+def _units(n_workers: int, unit_gpus: int, workers) -> List[Tuple[int, List[int]]]:
+    """The failable units: (u, its workers u*g .. u*g+g-1) where all of them may fail."""
+    allowed = set(range(n_workers)) if workers is None else {int(w) for w in workers}
+    units = []
+    for u in range(n_workers // unit_gpus):
+        members = list(range(u * unit_gpus, (u + 1) * unit_gpus))
+        if all(w in allowed for w in members):
+            units.append((u, members))
+    return units
 
-    One RNG stream per worker keeps a worker's failures independent of how many others exist.
+
+def _next_tick(t: float, tick_s: float) -> float:
+    """The first multiple of tick_s strictly after t."""
+    k = math.floor(t / tick_s) + 1
+    while k * tick_s <= t:  # float rounding at a tick
+        k += 1
+    return k * tick_s
+
+
+def _per_unit_events(units: List[Tuple[int, List[int]]], unit_gpus: int, rate_per_s: float,
+                     recover_at: Callable[[float], float], horizon_s: float, seed: int) -> List[FailureEvent]:
+    """Per-unit alternating up (exponential) / down (recover_at) periods, one RNG per unit.
+
+    One RNG stream per unit keeps a unit's failures independent of how many others exist;
+    with unit_gpus=1 the stream is the worker's own (mecefo-trace:{seed}:{w}), as it always was.
     """
     events = []
-    for w in workers:
-        rng = random.Random(f"mecefo-trace:{seed}:{w}")
+    for u, members in units:
+        rng = random.Random(f"mecefo-trace:{seed}:{members[0]}" if unit_gpus == 1 else f"mecefo-trace:{seed}:unit{u}")
         t = 0.0
         while True:
             t += rng.expovariate(rate_per_s)
             if t >= horizon_s:
                 break
-            events.append(FailureEvent(t, w, FAIL))
-            t += repair_s
+            events.extend(FailureEvent(t, w, FAIL) for w in members)
+            t = recover_at(t)
             if t < horizon_s:
-                events.append(FailureEvent(t, w, RECOVER))
+                events.extend(FailureEvent(t, w, RECOVER) for w in members)
     return events
+
+
+def _cluster_events(units: List[Tuple[int, List[int]]], rate_per_s: float, recover_at: Callable[[float], float],
+                    horizon_s: float, seed: int) -> List[FailureEvent]:
+    """Cluster-wide Poisson arrivals; each takes down a uniformly chosen unit that is up.
+
+    An arrival that finds every failable unit down is dropped. A unit recovering at the
+    arrival's instant counts as up (the trace replays recoveries before failures).
+    """
+    events: List[FailureEvent] = []
+    if not units:
+        return events
+    members = dict(units)
+    up = set(members)
+    repairs: List[Tuple[float, int]] = []  # heap of (recovery time, unit)
+    rng = random.Random(f"mecefo-trace:{seed}:cluster")
+    t = 0.0
+    while True:
+        t += rng.expovariate(rate_per_s)
+        if t >= horizon_s:
+            break
+        while repairs and repairs[0][0] <= t:
+            up.add(heapq.heappop(repairs)[1])
+        if not up:
+            continue
+        u = rng.choice(sorted(up))
+        up.remove(u)
+        events.extend(FailureEvent(t, w, FAIL) for w in members[u])
+        r = recover_at(t)
+        if r < horizon_s:  # else down for the rest of the horizon
+            events.extend(FailureEvent(r, w, RECOVER) for w in members[u])
+            heapq.heappush(repairs, (r, u))
+    return events
+
+
+def _poisson_tails(x: float, k_max: int) -> List[float]:
+    """[P(N >= k) for k = 0..k_max], N ~ Poisson(x)."""
+    tails, cdf = [1.0], 0.0
+    for i in range(k_max):
+        cdf += math.exp(-x + i * math.log(x) - math.lgamma(i + 1)) if x > 0 else float(i == 0)
+        tails.append(-math.expm1(-x) if i == 0 else max(0.0, 1.0 - cdf))
+    return tails
+
+
+def _erlang_b(c: int, load: float) -> float:
+    """Erlang's loss probability of c servers offered `load` (B(0) = 1)."""
+    b = 1.0
+    for k in range(1, c + 1):
+        b = load * b / (k + load * b)
+    return b
+
+
+def _expected(process: str, repair: str, rate: float, down_s: float, c: int, run_s: float) -> Tuple[float, float, str]:
+    """Expected unit failures and mean units down over [0, run_s] (module docstring)."""
+    if repair == "tick":
+        n_full = math.floor(run_s / down_s)
+        rem = max(0.0, run_s - n_full * down_s)
+        if process == "per_worker":
+            def fails(s):
+                return c * -math.expm1(-rate * s)
+
+            def area(s):
+                return c * (s - -math.expm1(-rate * s) / rate)
+            how = "per_worker tick: exact over the run (at most one failure per unit and tick interval)"
+        else:
+            def fails(s):
+                return sum(_poisson_tails(rate * s, c)[1:])
+
+            def area(s):  # integral over [0, s] of E[min(N(u), c)] du
+                tails = _poisson_tails(rate * s, c)
+                return sum(s - sum(tails[1:k + 1]) / rate for k in range(1, c + 1))
+            how = "cluster tick: exact over the run (min(Poisson arrivals, units) down in each tick interval)"
+        unit_fail = n_full * fails(down_s) + fails(rem)
+        units_down = (n_full * area(down_s) + area(rem)) / run_s if run_s > 0 else 0.0
+        return unit_fail, units_down, how
+    if process == "per_worker":
+        cycle = 1.0 / rate + down_s
+        return (c * run_s / cycle, c * down_s / cycle,
+                f"per_worker {repair}: alternating renewal, stationary (ignores that every unit starts up)")
+    load = rate * down_s
+    accepted = 1.0 - _erlang_b(c, load)
+    return (rate * accepted * run_s, load * accepted,
+            f"cluster {repair}: Erlang loss M/G/c/c, stationary (ignores that every unit starts up)")
 
 
 def read_trace_csv(path: str, n_workers: int, unit_s: float) -> List[FailureEvent]:
@@ -117,7 +264,7 @@ def read_trace_csv(path: str, n_workers: int, unit_s: float) -> List[FailureEven
     p = Path(path)
     if not p.exists():
         raise TraceError(f"failure.path={path}: no such file")
-    events, alive, last_t = [], [True] * n_workers, -math.inf
+    events, alive, last_t = [], [True] * n_workers, 0.0
     with open(p, newline="") as f:
         rows = list(csv.reader(f))
     if not rows:
@@ -134,13 +281,16 @@ def read_trace_csv(path: str, n_workers: int, unit_s: float) -> List[FailureEven
             t, w = float(row[0]), int(row[1])
         except ValueError:
             raise TraceError(f"{path} line {lineno}: time must be a number and worker an integer (got {row[0]!r}, {row[1]!r})")
+        if not math.isfinite(t) or t < 0:
+            raise TraceError(f"{path} line {lineno}: time must be a finite number >= 0 (got {row[0]!r})")
         kind = row[2].strip().lower()
         if kind not in (FAIL, RECOVER):
             raise TraceError(f"{path} line {lineno}: event {row[2]!r} unknown; allowed: fail, recover")
         if not 0 <= w < n_workers:
             raise TraceError(f"{path} line {lineno}: worker {w} does not exist (0..{n_workers - 1})")
-        if t < 0 or t < last_t:
-            raise TraceError(f"{path} line {lineno}: time {t} goes backwards (previous {last_t})")
+        if t < last_t:
+            raise TraceError(f"{path} line {lineno}: time {t} is before the previous row's time {last_t} "
+                             "(rows must be in time order)")
         if kind == FAIL and not alive[w]:
             raise TraceError(f"{path} line {lineno}: worker {w} fails while already down")
         if kind == RECOVER and alive[w]:
@@ -152,36 +302,82 @@ def read_trace_csv(path: str, n_workers: int, unit_s: float) -> List[FailureEven
 
 
 def make_trace(failure_cfg, n_workers: int, step_s: float, max_steps: int, seed: int,
-               paper_run_h: float = 12.4) -> Trace:
-    """Draw (or read) the trace for a run whose failure-free step takes `step_s` seconds."""
+               paper_run_h: float = 12.4, real_time: bool = False) -> Trace:
+    """Draw (or read) the trace for a run whose failure-free step takes `step_s` seconds.
+
+    Hours (kind=paper, unit=hours) are run_s / paper_run_h simulated seconds (run_s =
+    step_s * max_steps) or, with real_time, 3600 s; readings, time map and `expected`: the
+    module docstring.
+    """
     run_s = step_s * max_steps
     horizon = run_s * failure_cfg.horizon_factor
-    workers = list(failure_cfg.workers) if failure_cfg.workers is not None else list(range(n_workers))
     kind = failure_cfg.kind
+    hour_s = 3600.0 if real_time else run_s / paper_run_h
     # seconds per unit of the config's times
     if kind == "paper" or failure_cfg.unit == "hours":
-        unit_s = run_s / paper_run_h
+        unit_s = hour_s
     elif failure_cfg.unit == "steps":
         unit_s = step_s
     else:
         unit_s = 1.0
 
     if kind == "none":
-        return Trace([], n_workers, horizon, {"failures": 0.0, "mean_workers_down": 0.0})
+        return Trace([], n_workers, horizon, {"failures": 0.0, "unit_failures": 0.0, "mean_workers_down": 0.0},
+                     "no failures")
     if kind == "trace":
         events = read_trace_csv(failure_cfg.path, n_workers, unit_s)
-        return Trace(events, n_workers, horizon, {"failures": float("nan"), "mean_workers_down": float("nan")})
+        nan = float("nan")
+        return Trace(events, n_workers, horizon, {"failures": nan, "unit_failures": nan, "mean_workers_down": nan},
+                     "a replayed trace: no expectation")
+
+    process = _get(failure_cfg, "process", "per_worker")
+    unit_gpus = int(_get(failure_cfg, "unit_gpus", 1))
+    repair = _get(failure_cfg, "repair", "fixed")
+    if process not in ("per_worker", "cluster"):
+        raise ValueError(f"failure.process={process!r}: allowed: per_worker, cluster")
+    if repair not in ("fixed", "tick", "replace"):
+        raise ValueError(f"failure.repair={repair!r}: allowed: fixed, tick, replace")
+    if unit_gpus < 1 or n_workers % unit_gpus:
+        raise ValueError(f"failure.unit_gpus={unit_gpus}: must be >= 1 and divide n_workers={n_workers}")
     if kind == "paper":
-        rate = 1.0 / (failure_cfg.paper_workers * failure_cfg.every_h * unit_s)
-        repair = failure_cfg.recover_h * unit_s
+        # per_worker: the paper's cluster of paper_workers / unit_gpus units sees one failure every every_h
+        unit_rate = 1.0 / (failure_cfg.paper_workers / unit_gpus * failure_cfg.every_h * unit_s)
+        cluster_rate = 1.0 / (failure_cfg.every_h * unit_s)
+        recover_s = failure_cfg.recover_h * unit_s
     elif kind == "poisson":
-        rate = 1.0 / (failure_cfg.mtbf * unit_s)
-        repair = failure_cfg.repair * unit_s
+        unit_rate = cluster_rate = 1.0 / (failure_cfg.mtbf * unit_s)
+        recover_s = failure_cfg.mttr * unit_s
     else:
         raise ValueError(f"failure.kind={kind!r}: allowed: none, paper, poisson, trace")
-    events = _poisson_events(n_workers, workers, rate, repair, horizon, seed)
-    # Alternating renewal process: a worker is down a share repair / (mtbf + repair) of the
-    # time and fails run_s / (mtbf + repair) times per run (ignoring the first cycle).
-    cycle = 1.0 / rate + repair
-    expected = {"failures": len(workers) * run_s / cycle, "mean_workers_down": len(workers) * repair / cycle}
-    return Trace(events, n_workers, horizon, expected)
+    rate = unit_rate if process == "per_worker" else cluster_rate
+
+    if repair == "replace":
+        down_s = float(failure_cfg.replace_s) if real_time else failure_cfg.replace_s / 3600.0 * hour_s
+        recover_at = (lambda t: t + down_s)
+    elif repair == "tick":
+        down_s = recover_s  # the tick period
+        if not down_s > 0:
+            raise ValueError(f"failure.repair=tick needs a recovery period > 0 (got {down_s} s)")
+        recover_at = (lambda t: _next_tick(t, down_s))
+    else:
+        down_s = recover_s
+        recover_at = (lambda t: t + down_s)
+
+    units = _units(n_workers, unit_gpus, failure_cfg.workers)
+    if process == "per_worker":
+        events = _per_unit_events(units, unit_gpus, rate, recover_at, horizon, seed)
+    else:
+        events = _cluster_events(units, rate, recover_at, horizon, seed)
+    unit_fail, units_down, how = _expected(process, repair, rate, down_s, len(units), run_s)
+    expected = {"failures": unit_gpus * unit_fail, "unit_failures": unit_fail,
+                "mean_workers_down": unit_gpus * units_down}
+    return Trace(events, n_workers, horizon, expected, how)
+
+
+def _get(cfg, key: str, default):
+    """cfg.key, or default for a config saved before the key existed."""
+    try:
+        value = getattr(cfg, key)
+    except (AttributeError, KeyError):
+        return default
+    return default if value is None else value

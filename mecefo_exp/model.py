@@ -6,8 +6,12 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 
-def build_model(model_cfg, vocab_size: int, seed: int) -> LlamaForCausalLM:
+def build_model(model_cfg, vocab_size: int, seed: int, device: str = "cpu",
+                dtype: torch.dtype = torch.float32) -> LlamaForCausalLM:
     """A freshly initialised LlamaForCausalLM; the same seed gives the same weights.
+
+    `device="meta"` builds the shape only (no memory, no values): what the FLOP counter and a
+    numerics-free run need, at any size.
 
     `vocab_size` is the tokenizer's; a preset that pins a larger vocabulary (GaLore's 32000)
     keeps its size, a smaller one is an error because token ids would fall off the table.
@@ -29,10 +33,13 @@ def build_model(model_cfg, vocab_size: int, seed: int) -> LlamaForCausalLM:
         use_cache=False,
     )
     config._attn_implementation = model_cfg.attn_implementation
+    if device == "meta":
+        with torch.device("meta"):
+            return LlamaForCausalLM(config).to(dtype)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
-    return model
+    return model.to(dtype) if dtype != torch.float32 else model
 
 
 def count_parameters(model: torch.nn.Module) -> int:

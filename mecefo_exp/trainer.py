@@ -24,14 +24,13 @@ from typing import Dict, Optional
 import torch
 
 from .cluster.local import LocalCluster, microbatch_losses
-from .config import ConfigError
-from .costs import CATEGORIES, CostModel, SimClock, load_or_measure, machine_meta
-from .data import PROJECT_ROOT, SampleStream, load_corpus, validation_blocks
+from .config import ConfigError, plain
+from .data import SampleStream, load_corpus, validation_blocks
 from .faults import FAIL, make_trace
 from .methods import build_method
 from .metrics import RunRecords, git_sha
 from .model import build_model, count_parameters
-from .plan import Sample
+from .timing import CATEGORIES, CostModel, SimClock, build_timing, state_bytes
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +41,10 @@ def make_optimizer(model: torch.nn.Module, tcfg) -> torch.optim.Optimizer:
 
 
 def make_scheduler(optimizer, tcfg):
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(tcfg))
+
+
+def lr_factor(tcfg):
     """Linear warm-up to lr, then cosine decay to lr * min_lr_ratio at max_steps."""
     warmup, total, floor = tcfg.warmup_steps, tcfg.max_steps, tcfg.min_lr_ratio
 
@@ -51,7 +54,7 @@ def make_scheduler(optimizer, tcfg):
         progress = min(1.0, (step - warmup) / max(1, total - warmup))
         return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    return factor
 
 
 def pick_device(name: str) -> torch.device:
@@ -84,7 +87,7 @@ class Experiment:
         self.run_dir = Path(run_dir)
         self.n_workers = cfg.cluster.n_workers
         self.max_steps = cfg.trainer.max_steps
-        self.cluster_cfg = cfg.cluster
+        self.cluster_cfg = plain(cfg.cluster)
         self.step = 0
         self.rank = 0  # torchrun rank; 0 in the simulated tier
         self.counters = {"failures": 0, "recoveries": 0, "rollbacks": 0, "lost_steps": 0, "interrupted_steps": 0}
@@ -94,6 +97,9 @@ class Experiment:
         self.final_val_loss = float("nan")
         self.resumed = False
         self.kills_done: set = set()  # failure.kill: trace failures that already killed a rank
+        self.numerics = cfg.trainer.numerics  # false: the loop walks trace, methods and clock only
+        self._tokens_per_worker = cfg.data.micro_batch * cfg.data.seq_len
+        self._kill = cfg.failure.kill
 
     # ------------------------------------------------------------------ building
     def setup(self) -> None:
@@ -107,30 +113,16 @@ class Experiment:
         self.records = RunRecords(self.run_dir, cfg.logger, _plain(cfg), enabled=self.is_main)
         self.records.summary(self.summary("running"))
 
-        corpus = load_corpus(cfg.data)
-        self.corpus = corpus
-        self.stream = SampleStream(corpus.train, cfg.data.seq_len, cfg.data.micro_batch, self.n_workers, cfg.seed)
-        self.val_blocks = validation_blocks(corpus.val, cfg.data.seq_len, cfg.data.eval_blocks)
-        self.model = build_model(cfg.model, corpus.vocab_size, cfg.seed).to(self.device)
-        self.optimizer = make_optimizer(self.model, cfg.trainer)
-        self.scheduler = make_scheduler(self.optimizer, cfg.trainer)
-        self.n_params = count_parameters(self.model)
+        self.build_training_state()
         self.clock = SimClock()
-
-        self.method = build_method(cfg.method, self)
+        self.method = build_method(plain(cfg.method), self)
         self.modes = self.method.modes()
-        cluster_cls = LocalCluster
-        if self.distributed:
-            from .cluster.torchrun import TorchrunCluster as cluster_cls
-        self.cluster = cluster_cls(self.model, self.stream, self.modes, self.device, cfg.cluster.chunk_microbatches)
-        self.profile = self.measure_profile()
-        self.costs = CostModel(self.profile, cfg.cluster, self.n_params, state_bytes=3 * 4 * self.n_params,
-                               modes=self.modes, max_steps=self.max_steps)
-        step_s = self.costs.failure_free_step(self.n_workers).total
-        self.trace = make_trace(cfg.failure, self.n_workers, step_s, self.max_steps, cfg.seed, cfg.cluster.paper_run_h)
-        if self.is_main:
-            self.trace.write_csv(self.run_dir / "trace.csv")
-        self.records.write_json("profile.json", self.profile.to_json())
+        if self.numerics:
+            cluster_cls = LocalCluster
+            if self.distributed:
+                from .cluster.torchrun import TorchrunCluster as cluster_cls
+            self.cluster = cluster_cls(self.model, self.stream, self.modes, self.device, cfg.cluster.chunk_microbatches)
+        self.build_clock()
         self.method.setup()
         if cfg.resume:
             self.resume()
@@ -140,69 +132,93 @@ class Experiment:
         if cfg.failure.kill:
             kills = self.run_dir / "kills.txt"
             self.kills_done = set(kills.read_text().split()) if kills.exists() else set()
-        exp = self.trace.expected
-        log.info("%s: %s, %d workers, %.2fM parameters, %d steps of %d tokens, corpus %d train tokens (%.1f epochs)",
+        self.log_start()
+
+    def build_training_state(self) -> None:
+        """Corpus, model, optimizer; without numerics only the model's shape (meta device)."""
+        cfg = self.cfg
+        if self.numerics or cfg.model.vocab_size is None:  # the tokenizer's vocabulary sizes the model
+            self.corpus = load_corpus(cfg.data)
+            self.vocab_size = self.corpus.vocab_size
+        else:
+            self.vocab_size = cfg.model.vocab_size
+        if not self.numerics:
+            self.model = build_model(cfg.model, self.vocab_size, cfg.seed, device="meta")
+            self.n_params = count_parameters(self.model)
+            return
+        corpus = self.corpus
+        self.stream = SampleStream(corpus.train, cfg.data.seq_len, cfg.data.micro_batch, self.n_workers, cfg.seed)
+        self.val_blocks = validation_blocks(corpus.val, cfg.data.seq_len, cfg.data.eval_blocks)
+        self.model = build_model(cfg.model, corpus.vocab_size, cfg.seed).to(self.device)
+        self.optimizer = make_optimizer(self.model, cfg.trainer)
+        self.scheduler = make_scheduler(self.optimizer, cfg.trainer)
+        self.n_params = count_parameters(self.model)
+
+    def log_start(self) -> None:
+        cfg, exp, info = self.cfg, self.trace.expected, self.timing.info
+        step_s = self.costs.failure_free_step(self.n_workers).total
+        data = (f"corpus {self.corpus.train.size} train tokens ({self.stream.epochs_at(self.max_steps - 1):.1f} epochs)"
+                if self.numerics else "numerics off (no tensor math)")
+        log.info("%s: %s, %d workers, %.2fM parameters, %d steps of %d tokens, %s",
                  cfg.method.name, cfg.model.name, self.n_workers, self.n_params / 1e6, self.max_steps,
-                 self.tokens_per_step, corpus.train.size, self.stream.epochs_at(self.max_steps - 1))
+                 self.tokens_per_step, data)
+        eff = f", efficiency {info['efficiency']:.3f} ({info['efficiency_source']})" if "efficiency" in info else ""
+        log.info("clock: hardware=%s, %s compute, timing %s: failure-free step %.4g s%s; fingerprint %s",
+                 info["hardware"], info["compute"], info["timed_model"], step_s, eff, info["fingerprint"])
         log.info("failure=%s: expected %.1f failures and %.2f workers down on average over the failure-free run "
                  "(%.1f simulated s)", cfg.failure.name, exp["failures"], exp["mean_workers_down"],
                  step_s * self.max_steps)
 
     @property
     def tokens_per_step(self) -> int:
-        return self.n_workers * self.cfg.data.micro_batch * self.cfg.data.seq_len
+        return self.n_workers * self._tokens_per_worker
 
-    def measure_profile(self):
-        """Time each kernel on a copy of the model, so training state is untouched."""
-        bench_model = copy.deepcopy(self.model)
-        bench_opt = make_optimizer(bench_model, self.cfg.trainer)
-        bench = LocalCluster(bench_model, self.stream, self.modes, self.device)
-        sample = [Sample(0, 0)]
-
-        def micro_batch(mode):
-            def fn():
-                bench_model.zero_grad(set_to_none=True)
-                bench.run_mode(sample, mode)
-            return fn
-
-        def optimizer_step():
-            if next(bench_model.parameters()).grad is None:
-                bench.run_mode(sample, self.modes["normal"])
-            torch.nn.utils.clip_grad_norm_(bench_model.parameters(), self.cfg.trainer.grad_clip or float("inf"))
-            bench_opt.step()
-
-        def state_copy():
-            {k: v.detach().to("cpu", copy=True) for k, v in bench_model.state_dict().items()}
-            copy.deepcopy(bench_opt.state_dict())
-
-        def checkpoint_save():
-            torch.save({"model": bench_model.state_dict(), "optimizer": bench_opt.state_dict()}, io.BytesIO())
-
-        kernels = {mode.kernel: micro_batch(mode) for mode in self.modes.values()}
-        kernels.update(optimizer=optimizer_step, state_copy=state_copy, checkpoint_save=checkpoint_save)
-        kernels.update(self.method.extra_kernels(bench))
-        m = self.cfg.model
-        meta = {"model": {k: m[k] for k in m}, "vocab": self.corpus.vocab_size, "micro_batch": self.cfg.data.micro_batch,
-                "seq_len": self.cfg.data.seq_len, **machine_meta(self.device)}
-        choice = self.cfg.cluster.profile
-        fixed = None if choice in ("auto", "fresh") else choice
-        if choice == "auto" and self.cfg.resume and (self.run_dir / "profile.json").exists():
-            fixed = str(self.run_dir / "profile.json")  # a resumed run keeps its own clock
-        profile = None
-        if self.is_main:  # under torchrun rank 0 measures and every rank uses its numbers
-            with torch.random.fork_rng(devices=[]):
-                profile = load_or_measure(kernels, meta, PROJECT_ROOT / ".cache" / "profiles",
-                                          self.cfg.cluster.profile_warmup, self.cfg.cluster.profile_repeats,
-                                          self.device, fixed, use_cache=choice != "fresh")
-        if self.distributed:
+    def build_clock(self) -> None:
+        """The kernel seconds (measured, from FLOPs, or a profile file), the cost model, the trace."""
+        cfg = self.cfg
+        resumed_profile = self.run_dir / "profile.json"
+        if cfg.resume and cfg.cluster.profile == "auto" and resumed_profile.exists():
+            cfg.cluster.profile = str(resumed_profile)  # a resumed run keeps its own clock
+        self.timing = build_timing(cfg, self.method, self.modes, self.vocab_size, self.device,
+                                   real_model=self.model if self.numerics else None,
+                                   stream=getattr(self, "stream", None), is_main=self.is_main)
+        if self.distributed and self.timing.info["compute"] == "measured":
             from .cluster.torchrun import broadcast_object
-            profile = broadcast_object(profile)
-        return profile
+            self.timing.profile = broadcast_object(self.timing.profile)  # rank 0 measured it
+        self.profile = self.timing.profile
+        self.costs = CostModel(self.profile, cfg.cluster, cfg.hardware, self.timing.n_params,
+                               state_bytes=state_bytes(self.timing.n_params), modes=self.modes, max_steps=self.max_steps)
+        step_s = self.costs.failure_free_step(self.n_workers).total
+        self.trace = make_trace(cfg.failure, self.n_workers, step_s, self.max_steps, cfg.seed, cfg.cluster.paper_run_h,
+                                real_time=self.costs.real_time)
+        if self.is_main:
+            self.trace.write_csv(self.run_dir / "trace.csv")
+        self.records.write_json("profile.json", self.profile.to_json())
+        mem = self.timing.memory
+        if not all(mem["fits"].get(k, True) for k in ("normal", "neighbour")):
+            log.warning("memory: %s does not fit in %.0f GB per worker (peak %s GB; hardware.shard=%s): "
+                        "the clock times it anyway, summary.json flags it",
+                        self.timing.timed_model, mem["capacity_GB"],
+                        ", ".join(f"{k} {v:.1f}" for k, v in mem["peak_GB"].items()), mem["shard"])
+
+    def clock_summary(self) -> Dict:
+        """What summary.json says about the clock: which, its fingerprint, FLOPs, MFU, memory."""
+        t, costs = self.timing, self.costs
+        step = costs.failure_free_step(self.n_workers)
+        flops = t.counts["mb:normal"]["flops"]
+        peak = self.cfg.hardware.peak_tflops * 1e12
+        out = dict(t.info)
+        out.update(n_params_timed=t.n_params, failure_free_step_s=step.total,
+                   flops_per_worker_step=flops, paper_time=self.cfg.hardware.paper_time,
+                   implied_mfu=flops / (step.total * peak) if step.total > 0 else None,
+                   flop_ratio_neighbour_normal=next((c["flops"] / flops for k, c in t.counts.items()
+                                                     if k.startswith("neighbor_pair")), None))
+        return out
 
     # ------------------------------------------------------------- torchrun tier
     @property
     def distributed(self) -> bool:
-        return self.cfg.cluster.name == "torchrun"
+        return self.cluster_cfg.name == "torchrun"
 
     def start_distributed(self) -> None:
         import torch.distributed as dist
@@ -233,8 +249,11 @@ class Experiment:
         """References to the live state; torch.save copies it, in-memory snapshots must clone.
 
         With `harness`, also the books a resumed run needs (clock, counters, trace position,
-        the method's state); a rollback restores only the training state.
+        the method's state); a rollback restores only the training state. Without numerics
+        there is no training state: only the step (and no resume: such a run takes seconds).
         """
+        if not self.numerics:
+            return {"step": self.step}
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "scheduler": self.scheduler.state_dict(), "step": self.step, "rng": torch.get_rng_state()}
         if harness:
@@ -252,10 +271,7 @@ class Experiment:
         if not steps:
             raise ConfigError(f"resume=true but {store.root} holds no complete checkpoint")
         state = store.load(steps[-1])
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["rng"])
+        self._load_training_state(state)
         self.step = state["step"]
         h = state["harness"]
         self.clock.load_state_dict(h["clock"])
@@ -269,14 +285,18 @@ class Experiment:
         self.event("resume", detail={"step": self.step, "checkpoint": str(store.path(self.step))})
         log.info("resumed %s at step %d (simulated time %.2f s)", self.run_dir, self.step, self.clock.now)
 
-    def restore(self, state: Dict, to_step: int, reason: str, worker: Optional[int] = None) -> None:
-        """Roll back for real: load the saved state, discard the steps after it."""
-        if state["step"] != to_step:
-            raise RuntimeError(f"saved state is of step {state['step']}, asked to restore step {to_step}")
+    def _load_training_state(self, state: Dict) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng"])
+
+    def restore(self, state: Dict, to_step: int, reason: str, worker: Optional[int] = None) -> None:
+        """Roll back for real: load the saved state, discard the steps after it."""
+        if state["step"] != to_step:
+            raise RuntimeError(f"saved state is of step {state['step']}, asked to restore step {to_step}")
+        if self.numerics:
+            self._load_training_state(state)
         lost = self.step - to_step
         lost_s = self.clock.discard_steps_from(to_step)
         self.counters["rollbacks"] += 1
@@ -297,7 +317,8 @@ class Experiment:
     def cluster_mtbf_s(self) -> float:
         """Mean time between failures of the whole cluster, from the trace's expectation."""
         run_s = self.costs.failure_free_step(self.n_workers).total * self.max_steps
-        expected = self.trace.expected["failures"]
+        # failure instants (a whole 8-GPU unit failing is one event for the job, not eight)
+        expected = self.trace.expected.get("unit_failures", self.trace.expected["failures"])
         if not expected or not math.isfinite(expected):
             return math.inf
         return run_s / expected
@@ -314,7 +335,7 @@ class Experiment:
             if not due:
                 return
             for ev in due:
-                if ev.kind == FAIL and self.cfg.failure.kill:
+                if ev.kind == FAIL and self._kill:
                     self.kill_if_mine(ev)
                 self.event(ev.kind, ev.worker, {"trace_time_s": ev.time})
                 if ev.kind == FAIL:
@@ -344,7 +365,7 @@ class Experiment:
         os.kill(os.getpid(), signal.SIGKILL)
 
     def train(self) -> None:
-        tcfg = self.cfg.trainer
+        tcfg = self.tcfg = plain(self.cfg.trainer)
         progress = Progress(tcfg, self.max_steps)
         if not self.resumed:
             self.method.start()
@@ -364,28 +385,42 @@ class Experiment:
                 self.method.interrupted(plan, t_fail - self.clock.now)
                 continue
 
-            result = self.cluster.execute(plan)
-            self.method.before_optimizer(plan, result)
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tcfg.grad_clip or float("inf"))
-            lr = self.scheduler.get_last_lr()[0]
-            self.optimizer.step()
-            self.scheduler.step()
+            numbers = self.compute_step(plan) if self.numerics else self.skip_compute(plan)
             self.clock.commit_step(self.step, cost)
-            self.tokens_processed += result.tokens
-            row = {"step": self.step, "tokens": (self.step + 1) * self.tokens_per_step, "loss": result.loss,
-                   "lr": lr, "grad_norm": float(grad_norm), "sim_time_s": self.clock.now,
-                   "wall_time_s": time.perf_counter() - self.wall_start, "alive": self.alive,
-                   "degraded": plan.degraded, "step_cost_s": cost.total}
+            self.tokens_processed += numbers.pop("tokens")
+            row = {"step": self.step, "tokens": (self.step + 1) * self.tokens_per_step, **numbers,
+                   "sim_time_s": self.clock.now, "wall_time_s": time.perf_counter() - self.wall_start,
+                   "alive": self.alive, "degraded": plan.degraded, "step_cost_s": cost.total}
             self.records.metric(row)
             self.step += 1
             self.method.after_step(self.step - 1)  # the state is now that before step self.step
-            progress.update(self.step, result.loss, self.clock.now, self.tokens_per_step, self.alive)
+            progress.update(self.step, row.get("loss"), self.clock.now, self.tokens_per_step, self.alive)
             if tcfg.eval_every and self.step % tcfg.eval_every == 0 and self.step < self.max_steps:
                 self.run_eval()
         progress.close()
         self.run_eval()
 
+    def compute_step(self, plan) -> Dict:
+        """Forward/backward of the plan, the method's look at the gradients, clipping, AdamW."""
+        tcfg = self.cfg.trainer
+        result = self.cluster.execute(plan)
+        self.method.before_optimizer(plan, result)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tcfg.grad_clip or float("inf"))
+        lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        return {"tokens": result.tokens, "loss": result.loss, "lr": lr, "grad_norm": float(grad_norm)}
+
+    def skip_compute(self, plan) -> Dict:
+        """trainer.numerics=false: the method still sees the step (its counters), nothing is computed."""
+        self.method.before_optimizer(plan, None)
+        if not hasattr(self, "_lr_factor"):
+            self._lr_factor = lr_factor(self.tcfg)
+        return {"tokens": self.tokens_per_step, "lr": self.tcfg.lr * self._lr_factor(self.step)}
+
     def run_eval(self) -> None:
+        if not self.numerics:
+            return
         loss = evaluate(self.model, self.val_blocks, self.device)
         self.final_val_loss = loss
         self.records.eval({"step": self.step, "sim_time_s": self.clock.now,
@@ -403,7 +438,10 @@ class Experiment:
             "tokens_processed": self.tokens_processed, "tokens_committed": committed, "sim_time_s": sim,
             "wall_time_s": time.perf_counter() - self.wall_start,
             "throughput_tok_s": committed / sim if sim > 0 else None,
-            "final_val_loss": self.final_val_loss, "final_val_ppl": math.exp(self.final_val_loss),
+            "final_val_loss": self.final_val_loss,
+            "final_val_ppl": math.exp(self.final_val_loss) if math.isfinite(self.final_val_loss) else None,
+            "numerics": self.numerics, "hardware": cfg.hardware.name,
+            "timing_model": cfg.hardware.timing_model or cfg.model.name,
             "failures": self.counters["failures"], "rollbacks": self.counters["rollbacks"],
             "lost_steps": self.counters["lost_steps"], "interrupted_steps": self.counters["interrupted_steps"],
             "time_breakdown": dict(clock.breakdown) if clock else {c: 0.0 for c in CATEGORIES},
@@ -417,7 +455,11 @@ class Experiment:
             data["mean_workers_down"] = actual["mean_workers_down"]
         if hasattr(self, "corpus"):
             data["data_fingerprint"] = self.corpus.fingerprint
+        if hasattr(self, "n_params"):
             data["n_params"] = self.n_params
+        if getattr(self, "costs", None) is not None:
+            data["clock"] = self.clock_summary()
+            data["memory"] = self.timing.memory
         if hasattr(self, "method"):
             data.update(self.method.summary())
         if error:
@@ -437,8 +479,10 @@ class Experiment:
         summary = self.summary("ok")
         self.records.summary(summary)
         self.records.close()
-        log.info("done: %d steps, final val ppl %.2f, throughput %.0f tokens/s simulated (%.1f s), wall %.1f s -> %s",
-                 summary["steps"], summary["final_val_ppl"], summary["throughput_tok_s"] or 0, summary["sim_time_s"],
+        ppl = summary["final_val_ppl"]
+        log.info("done: %d steps, final val ppl %s, throughput %.0f tokens/s simulated (%.1f s), wall %.1f s -> %s",
+                 summary["steps"], f"{ppl:.2f}" if ppl is not None else "n/a (numerics off)",
+                 summary["throughput_tok_s"] or 0, summary["sim_time_s"],
                  summary["wall_time_s"], self.run_dir)
         return summary
 
@@ -458,10 +502,18 @@ class Progress:
 
             self.bar = tqdm(total=total, unit="step", dynamic_ncols=True)
 
-    def update(self, step: int, loss: float, sim_s: float, tokens_per_step: int, alive: int) -> None:
+    def update(self, step: int, loss: Optional[float], sim_s: float, tokens_per_step: int, alive: int) -> None:
         if self.mode == "none":
             return
         tok_s = step * tokens_per_step / max(1e-9, time.perf_counter() - self.t0)
+        if loss is None:  # numerics off
+            if self.bar is not None:
+                self.bar.n = step
+                self.bar.set_postfix(sim=f"{sim_s:.0f}s", alive=alive, refresh=False)
+                self.bar.refresh()
+            elif step % self.every == 0 or step == self.total:
+                log.info("step %d/%d  sim %.1fs  alive %d", step, self.total, sim_s, alive)
+            return
         ppl = math.exp(min(loss, 50.0))
         if self.bar is not None:
             self.bar.n = step

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from mecefo_exp.costs import CostModel, Profile
+from mecefo_exp.timing.clock import CostModel
+from mecefo_exp.timing.profile import Profile
 from mecefo_exp.methods.bamboo import FORWARD
 from mecefo_exp.plan import NORMAL
 
@@ -18,7 +19,7 @@ def _costs(profile_path, summary, n_workers=4):
     """The cost model the run used (same profile, cluster constants and parameter count)."""
     cfg = compose_cfg(MICRO + [f"cluster.n_workers={n_workers}"])
     kernels = json.loads(open(profile_path).read())["kernels"]
-    return CostModel(Profile(kernels), cfg.cluster, summary["n_params"], state_bytes=12 * summary["n_params"],
+    return CostModel(Profile(kernels), cfg.cluster, cfg.hardware, summary["n_params"], state_bytes=12 * summary["n_params"],
                      modes={"normal": NORMAL, "forward": FORWARD}, max_steps=cfg.trainer.max_steps)
 
 

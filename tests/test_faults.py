@@ -77,7 +77,7 @@ def write(tmp_path, text):
 
 @pytest.mark.parametrize("text, message", [
     ("time,worker,event\n1.0,0,fail\n2.0,4,recover\n", "line 3: worker 4 does not exist"),
-    ("time,worker,event\n1.0,0,fail\n3.0,1,fail\n2.0,0,recover\n", "line 4: time 2.0 goes backwards"),
+    ("time,worker,event\n1.0,0,fail\n3.0,1,fail\n2.0,0,recover\n", "line 4: time 2.0 is before the previous row.s time 3.0 \\(rows must be in time order\\)"),
     ("time,worker,event\n1.0,0,fail\n2.0,1,recover\n", "line 3: worker 1 recovers while alive"),
     ("time,worker,event\n1.0,0,fail\n2.0,0,fail\n", "line 3: worker 0 fails while already down"),
     ("when,who,what\n1.0,0,fail\n", "line 1: header must be time,worker,event"),

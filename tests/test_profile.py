@@ -36,7 +36,7 @@ def test_kernels_added_later_are_scaled_to_the_cached_reference(tmp_path):
 
     import torch
 
-    from mecefo_exp.costs import load_or_measure
+    from mecefo_exp.timing.profile import load_or_measure
 
     meta = {"test": "rescale"}
     cpu = torch.device("cpu")

@@ -73,7 +73,10 @@ class LocalCluster:
                     else:
                         with torch.no_grad():
                             per_mb = microbatch_losses(self.model, batch)
-                losses.extend(per_mb.detach().cpu().tolist())
+                if per_mb.device.type == "meta":  # the FLOP counter's shape-only model has no values
+                    losses.extend([float("nan")] * per_mb.shape[0])
+                else:
+                    losses.extend(per_mb.detach().cpu().tolist())
         finally:
             for p in frozen:
                 p.requires_grad_(True)

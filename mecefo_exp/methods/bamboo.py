@@ -69,7 +69,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
-from ..costs import StepCost
+from ..timing.clock import StepCost
 from ..plan import NORMAL, Mode, Plan, Sample, WorkItem
 from .base import InPlaceMethod
 

@@ -21,7 +21,7 @@ import copy
 import math
 from typing import Callable, Dict, List, Optional
 
-from ..costs import StepCost
+from ..timing.clock import StepCost
 from ..plan import NORMAL, Mode, Plan, Sample, WorkItem
 from .checkpointing import CheckpointStore
 

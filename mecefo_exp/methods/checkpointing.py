@@ -5,6 +5,9 @@ step (the sample stream is a pure function of the step, so the step *is* the dat
 position). Backends: `torch` (torch.save, one file) or `dcp`
 (torch.distributed.checkpoint, a folder of shards; single-process here, the same API
 writes one shard per rank under torchrun).
+
+Without numerics (trainer.numerics=false) a checkpoint holds only the step and lives in
+memory: the clock still charges the write, nothing is written.
 """
 
 from __future__ import annotations
@@ -25,11 +28,18 @@ class CheckpointStore:
         self.backend = backend
         self.root = Path(run.run_dir) / "checkpoints"
         self.saved: List[int] = []
+        self.in_memory = not run.numerics
+        self._memory: Dict[int, Dict] = {}
 
     def path(self, step: int) -> Path:
         return self.root / (f"step_{step:07d}" + (".pt" if self.backend == "torch" else ""))
 
     def save(self, step: int) -> None:
+        if self.in_memory:
+            self._memory[step] = self.run.state_dict()
+            self.saved = [s for s in self.saved if s != step][-(self.keep - 1):] + [step] if self.keep > 1 else [step]
+            self._memory = {s: self._memory[s] for s in self.saved}
+            return
         self.root.mkdir(parents=True, exist_ok=True)
         state = self.run.state_dict(harness=True)  # the harness's books too: a killed run resumes
         target = self.path(step)
@@ -72,6 +82,8 @@ class CheckpointStore:
         return self.saved[-1]
 
     def load(self, step: int) -> Dict:
+        if self.in_memory:
+            return self._memory[step]
         target = self.path(step)
         if self.backend == "torch":
             return torch.load(target, weights_only=False)

@@ -38,8 +38,8 @@ from typing import Dict, Optional
 
 import torch
 
-from ..approx import LowRankProjections, approximations, is_attention_parameter, saved_activation_bytes
-from ..costs import StepCost
+from ..approx import LowRankProjections, approximations, is_attention_parameter, svd_flops
+from ..timing.clock import StepCost
 from ..plan import NORMAL, Mode, Plan, Sample, WorkItem
 from .base import InPlaceMethod, neighbors_on_ring
 
@@ -102,6 +102,8 @@ class Mecefo(InPlaceMethod):
             if bench_proj is not None:
                 bench_proj.refresh(0)
 
+        # torch's FLOP counter does not count an SVD: the FLOP model uses this formula instead
+        svd.formula_flops = svd_flops(bench_proj) if bench_proj is not None else 0.0
         return {f"neighbor_pair{self.tag}": neighbor_pair, f"mecefo_svd{self.tag}": svd}
 
     def rollback_share(self, p_down: float) -> float:
@@ -160,19 +162,18 @@ class Mecefo(InPlaceMethod):
         if not plan.degraded:
             return super().step_cost(plan)
         costs, profile = self.run.costs, self.run.costs.profile
-        normal = profile["mb:normal"]
-        slowest = max(profile[f"neighbor_pair{self.tag}"] if MODE in modes else costs.worker_s(modes)
+        # the slowest worker: a neighbour (its pair kernel: two approximate micro-batches) or a normal one
+        slowest = max((profile[f"neighbor_pair{self.tag}"], 2) if MODE in modes else (costs.worker_s(modes), len(modes))
                       for modes in plan.worker_modes().values())
         svd = profile[f"mecefo_svd{self.tag}"] if self._svd_step == plan.step else 0.0
-        return StepCost(compute=normal + profile["optimizer"], comm=costs.allreduce_s(len(plan.computing_workers)),
-                        ft_overhead=svd, degraded_extra=max(0.0, slowest - normal))
+        return costs.synchronous_step(slowest[0], slowest[1], len(plan.computing_workers), ft_overhead=svd)
 
     def before_optimizer(self, plan: Plan, result) -> None:
         if not plan.degraded:
             return
         self.degraded_steps += 1
         every = self.cfg.grad_error_every
-        if every and (self.degraded_steps - 1) % every == 0:
+        if result is not None and every and (self.degraded_steps - 1) % every == 0:
             self._log_grad_error(plan)
 
     # ------------------------------------------------------------ measurement

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from typing import Dict
 
-from ..costs import StepCost
+from ..timing.clock import StepCost
 from ..plan import Plan, Sample, WorkItem
 from .base import InPlaceMethod
 
@@ -101,11 +101,9 @@ class Oobleck(InPlaceMethod):
     def step_cost(self, plan: Plan) -> StepCost:
         if not plan.degraded:
             return super().step_cost(plan)
-        costs, profile = self.run.costs, self.run.costs.profile
-        alive = len(plan.computing_workers)
-        normal = profile["mb:normal"]
-        return StepCost(compute=normal + profile["optimizer"], comm=costs.allreduce_s(alive),
-                        degraded_extra=normal * (self.n / alive - 1))
+        costs = self.run.costs
+        share = self.n / len(plan.computing_workers)  # micro-batches' worth of samples per survivor
+        return costs.synchronous_step(share * costs.profile["mb:normal"], share, len(plan.computing_workers))
 
     def before_optimizer(self, plan: Plan, result) -> None:
         if plan.degraded:

@@ -1,0 +1,163 @@
+"""The simulated clock: what a step, a stall and a failure cost, at the miniature's scale or
+the paper's.
+
+    kernels.py  the units of work the clock charges (one micro-batch per mode, the optimizer, ...)
+    profile.py  kernel seconds measured on this machine (hardware=measured; opt-in)
+    flops.py    kernel seconds from FLOPs counted by torch on a shape-only model (the default)
+    comm.py     the all-reduce: hierarchical, overlapped behind backward, sharded or not
+    memory.py   bytes per worker: weights, gradients, optimizer state, activations per kernel
+    clock.py    CostModel (seconds of a step) and SimClock (the clock with its breakdown)
+
+`build_timing` picks the compute model from the config and returns the kernel seconds
+(a `Profile`), the parameter count of the timed shape, and what the record shows about the
+clock (FLOPs, efficiency, memory).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Optional
+
+import torch
+
+from ..config import ConfigError
+from .clock import CATEGORIES, CostModel, SimClock, StepCost
+from .flops import calibrate_efficiency, count_kernels, kernel_seconds
+from .kernels import FORWARD, KernelBench, build_kernels, micro_batch_kernel
+from .memory import worker_memory
+from .profile import Profile, load_or_measure, machine_meta
+
+__all__ = ["CATEGORIES", "CostModel", "SimClock", "StepCost", "Profile", "Timing", "build_timing", "state_bytes"]
+
+log = logging.getLogger(__name__)
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def state_bytes(n_params: int) -> int:
+    """What a checkpoint or snapshot holds: fp32 weights and AdamW's two moments."""
+    return 12 * n_params
+
+
+def timed_model_cfg(cfg):
+    """The model whose shape the clock times: hardware.timing_model's preset, or the run's model."""
+    name = cfg.hardware.timing_model
+    if name is None or name == cfg.model.name:
+        return cfg.model
+    from omegaconf import OmegaConf
+
+    from ..config import ModelConfig
+
+    raw = OmegaConf.load(PROJECT_ROOT / "conf" / "model" / f"{name}.yaml")
+    raw.pop("defaults", None)
+    return OmegaConf.merge(OmegaConf.structured(ModelConfig), raw)
+
+
+@dataclass
+class Timing:
+    profile: Profile
+    n_params: int  # of the timed shape
+    timed_model: str
+    counts: Dict[str, Dict[str, float]]  # kernel -> flops, saved_bytes
+    memory: Dict[str, object]
+    info: Dict[str, object] = field(default_factory=dict)  # compute model, efficiency, ...
+
+
+def build_timing(cfg, method, modes, vocab_size: int, device: torch.device,
+                 real_model: Optional[torch.nn.Module] = None, stream=None, is_main: bool = True) -> Timing:
+    """`is_main`: under torchrun only rank 0 measures (the others get its profile by broadcast)."""
+    hw, d = cfg.hardware, cfg.data
+    model_cfg = timed_model_cfg(cfg)
+    dtype = torch.bfloat16 if hw.compute_dtype == "bf16" else torch.float32
+    shape_model = build_model_on_meta(model_cfg, vocab_size, cfg.seed, dtype)
+    n_params = sum(p.numel() for p in shape_model.parameters())
+    bench = KernelBench(shape_model, modes, torch.device("meta"), d.micro_batch, d.seq_len)
+    kernels = build_kernels(bench, method, cfg.trainer)
+    counts = cached_counts({"model": {k: model_cfg[k] for k in model_cfg}, "vocab": vocab_size, "dtype": str(dtype),
+                            "micro_batch": d.micro_batch, "seq_len": d.seq_len, "kernels": sorted(kernels)},
+                           lambda: count_kernels(kernels, shape_model))
+    n = cfg.cluster.n_workers
+    info: Dict[str, object] = {"hardware": hw.name, "timed_model": model_cfg.name}
+
+    choice = cfg.cluster.profile
+    if choice not in ("auto", "fresh"):  # a profile file pins the clock
+        profile = load_or_measure({k: None for k in counts} | {"optimizer": None, "state_copy": None,
+                                                                 "checkpoint_save": None},
+                                  {}, Path("."), 0, 1, device, fixed_path=choice)
+        info["compute"] = "profile_file"
+    elif choice == "fresh" or hw.compute == "profile":
+        if real_model is None or model_cfg is not cfg.model:
+            raise ConfigError("hardware.compute=profile times this machine's model: it needs trainer.numerics=true "
+                              "and no hardware.timing_model (use a FLOP preset such as hardware=a100_32)")
+        profile = (measure(cfg, method, modes, real_model, stream, device, vocab_size, fresh=choice == "fresh")
+                   if is_main else Profile({}))
+        info["compute"] = "measured"
+    else:
+        efficiency, source = hw.efficiency, "preset"
+        row = hw.calibration.get(model_cfg.name) if hw.calibrate else None
+        if row is not None:
+            cal = KernelBench(shape_model, modes, torch.device("meta"), 1, row["seq_len"])
+            per_seq = cached_counts({"model": {k: model_cfg[k] for k in model_cfg}, "vocab": vocab_size,
+                                     "dtype": str(dtype), "micro_batch": 1, "seq_len": row["seq_len"],
+                                     "kernels": ["mb:forward", "mb:normal"]},
+                                    lambda: count_kernels({"mb:normal": micro_batch_kernel(cal, modes["normal"]),
+                                                           "mb:forward": micro_batch_kernel(cal, FORWARD)}, shape_model))
+            grad_bytes = n_params * (2 if hw.grad_dtype == "bf16" else 4)
+            efficiency = calibrate_efficiency(hw, row, per_seq["mb:normal"]["flops"], per_seq["mb:forward"]["flops"],
+                                              n_params, grad_bytes)
+            source = (f"calibrated: {row['tokens_per_s']:.0f} tokens/s failure-free at {hw.gpus} workers x "
+                      f"{row['global_batch'] // hw.gpus} x {row['seq_len']} (paper Table 2)")
+        seconds = kernel_seconds(counts, hw, efficiency, n_params, state_bytes(n_params), n)
+        profile = Profile(seconds, {"compute": "flops", "hardware": hw.name, "timed_model": model_cfg.name,
+                                    "micro_batch": d.micro_batch, "seq_len": d.seq_len, "efficiency": efficiency,
+                                    "efficiency_source": source, "peak_tflops": hw.peak_tflops}, None)
+        info.update(compute="flops", efficiency=efficiency, efficiency_source=source)
+    profile.meta["flops"] = {k: c["flops"] for k, c in counts.items()}
+    pair = next((k for k in counts if k.startswith("neighbor_pair")), None)
+    memory = worker_memory(n_params, hw, n, counts["mb:normal"]["saved_bytes"],
+                           counts[pair]["saved_bytes"] if pair else None)
+    info["fingerprint"] = profile.fingerprint()
+    return Timing(profile, n_params, model_cfg.name, counts, memory, info)
+
+
+def cached_counts(key: Dict, count) -> Dict[str, Dict[str, float]]:
+    """FLOP counts are a pure function of shape, dtype, kernels and torch version: counted once,
+    kept in .cache/flops/ (a sweep of 400 numerics-free runs then counts each shape once)."""
+    import hashlib
+    import json
+
+    from filelock import FileLock
+
+    key = dict(key, torch=torch.__version__)
+    folder = PROJECT_ROOT / ".cache" / "flops"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / (hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16] + ".json")
+    with FileLock(str(path) + ".lock"):
+        if path.exists():
+            return json.loads(path.read_text())["counts"]
+        counts = count()
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"key": key, "counts": counts}, indent=1, default=str))
+        tmp.replace(path)
+    return counts
+
+
+def build_model_on_meta(model_cfg, vocab_size: int, seed: int, dtype: torch.dtype):
+    from ..model import build_model
+
+    return build_model(model_cfg, vocab_size, seed, device="meta", dtype=dtype)
+
+
+def measure(cfg, method, modes, real_model, stream, device, vocab_size: int, fresh: bool) -> Profile:
+    """Time the kernels on a copy of the model (the training state is untouched), cached."""
+    bench = KernelBench(copy.deepcopy(real_model), modes, device, cfg.data.micro_batch, cfg.data.seq_len, stream)
+    kernels = build_kernels(bench, method, cfg.trainer)
+    m = cfg.model
+    meta = {"model": {k: m[k] for k in m}, "vocab": vocab_size, "micro_batch": cfg.data.micro_batch,
+            "seq_len": cfg.data.seq_len, **machine_meta(device)}
+    log.info("timing %d kernels on this machine (hardware=measured; cached in .cache/profiles)", len(kernels))
+    with torch.random.fork_rng(devices=[]):
+        return load_or_measure(kernels, meta, PROJECT_ROOT / ".cache" / "profiles", cfg.cluster.profile_warmup,
+                               cfg.cluster.profile_repeats, device, use_cache=not fresh)

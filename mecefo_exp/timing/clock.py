@@ -1,0 +1,192 @@
+"""The simulated cluster clock and the cost model that feeds it.
+
+`CostModel` turns kernel seconds (a `Profile`: measured, or from FLOPs) and the hardware's
+links and disks (comm.py, conf/hardware/) into the simulated seconds of a synchronous
+data-parallel step: the slowest worker's compute + the all-reduce that is not hidden behind
+backward + the method's own overheads. Recovery stalls (detection, restart,
+reconfiguration) are named constants of conf/cluster/.
+
+Paper time. Failure presets (paper hours) and published stalls (paper seconds) are either
+real (`hardware.paper_time=real`: a clock of the paper's cluster, 3600 s an hour) or
+scaled (a miniature's clock: one paper hour = this run's failure-free duration /
+cluster.paper_run_h, so a 300-step run sees as many failures per worker and as large a
+share of degraded time as the paper's run, and a restart costs the same share of the
+time between failures).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Iterable, Optional
+
+from ..config import plain
+from .comm import allreduce_s, exposed_comm_s
+from .profile import Profile
+
+# The categories of summary.json's time_breakdown.
+CATEGORIES = ("compute", "comm", "ft_overhead", "lost_work", "stall", "degraded_extra")
+
+
+@dataclass
+class StepCost:
+    """Simulated seconds of one optimizer step, by category (a subset of CATEGORIES)."""
+    compute: float = 0.0  # the failure-free worker's forward+backward and the optimizer
+    comm: float = 0.0  # the gradient all-reduce, as far as backward does not hide it
+    ft_overhead: float = 0.0  # what the method pays every step to be fault tolerant
+    degraded_extra: float = 0.0  # the slowest worker's extra work while degraded
+
+    @property
+    def total(self) -> float:
+        return self.compute + self.comm + self.ft_overhead + self.degraded_extra
+
+    def as_dict(self) -> Dict[str, float]:
+        return {"compute": self.compute, "comm": self.comm, "ft_overhead": self.ft_overhead,
+                "degraded_extra": self.degraded_extra}
+
+
+class CostModel:
+    """Kernel seconds + links + stalls -> simulated seconds."""
+
+    def __init__(self, profile: Profile, cluster_cfg, hardware_cfg, n_params: int, state_bytes: int,
+                 modes: Dict[str, object], max_steps: int):
+        self.profile = profile
+        self.max_steps = max_steps
+        self.modes = modes  # mode name -> Mode (its profile kernel)
+        self.cfg = plain(cluster_cfg)
+        self.hw = plain(hardware_cfg)
+        self._comm: Dict[tuple, float] = {}  # (workers, backward seconds) -> exposed seconds
+        self.n_params = n_params
+        self.state_bytes = state_bytes  # what a checkpoint holds (fp32 weights + Adam moments), bytes
+
+    # ---------------------------------------------------------------- communication
+    @property
+    def grad_bytes(self) -> int:
+        return self.n_params * (2 if self.hw.grad_dtype == "bf16" else 4)
+
+    def allreduce_s(self, n_workers: int) -> float:
+        """The whole gradient exchange of one step among `n_workers` (comm.py's formula)."""
+        return allreduce_s(self.grad_bytes, n_workers, self.hw)
+
+    def comm_s(self, n_workers: int, backward_s: float) -> float:
+        """The part of the exchange that the slowest worker's backward does not hide."""
+        key = (n_workers, backward_s)
+        if key not in self._comm:
+            self._comm[key] = exposed_comm_s(self.grad_bytes, n_workers, self.hw, backward_s)
+        return self._comm[key]
+
+    # ---------------------------------------------------------------------- compute
+    def worker_s(self, modes: Iterable[str]) -> float:
+        """Compute seconds of one worker that processes one micro-batch per entry of `modes`."""
+        return sum(self.profile[self.modes[m].kernel] for m in modes)
+
+    @property
+    def forward_s(self) -> float:
+        """One micro-batch's forward; every mode runs the forward exactly (backward = rest)."""
+        return self.profile.kernels.get("mb:forward", 0.0)
+
+    def synchronous_step(self, slowest_s: float, slowest_microbatches: float, n_allreduce: int,
+                         ft_overhead: float = 0.0) -> StepCost:
+        """Synchronous DP: the slowest worker's compute, the exposed all-reduce, the method's overhead.
+
+        What the slowest worker spends beyond one normal micro-batch is `degraded_extra`; its
+        backward (its compute less its forwards) is what the all-reduce can hide behind.
+        """
+        normal = self.profile["mb:normal"]
+        backward = max(0.0, slowest_s - slowest_microbatches * self.forward_s)
+        return StepCost(compute=min(slowest_s, normal) + self.profile["optimizer"],
+                        comm=self.comm_s(n_allreduce, backward), ft_overhead=ft_overhead,
+                        degraded_extra=max(0.0, slowest_s - normal))
+
+    def failure_free_step(self, n_workers: int) -> StepCost:
+        return self.synchronous_step(self.profile["mb:normal"], 1, n_workers)
+
+    def step(self, worker_modes: Dict[int, Iterable[str]], n_allreduce: int, ft_overhead: float = 0.0) -> StepCost:
+        """A step where each computing worker runs the given modes, one micro-batch each."""
+        worker_modes = {w: list(m) for w, m in worker_modes.items()}
+        slowest = max(worker_modes.values(), key=self.worker_s, default=[])
+        return self.synchronous_step(self.worker_s(slowest), len(slowest), n_allreduce, ft_overhead)
+
+    # ------------------------------------------------------------------ paper time
+    @property
+    def real_time(self) -> bool:
+        return self.hw.paper_time == "real"
+
+    def stall_s(self, paper_seconds: float) -> float:
+        """A stall quoted in the papers' seconds, in this run's seconds (see module doc)."""
+        if self.real_time or not self.cfg.scale_stalls:
+            return paper_seconds
+        return paper_seconds * self.paper_second_s
+
+    @property
+    def paper_second_s(self) -> float:
+        """Simulated seconds of this run that stand for one second of the paper's run."""
+        if self.real_time:
+            return 1.0
+        run_s = self.failure_free_step(self.cfg.n_workers).total * self.max_steps
+        return run_s / (self.cfg.paper_run_h * 3600.0)
+
+    # ---------------------------------------------------------------------- storage
+    def storage_write_s(self, nbytes: Optional[int] = None) -> float:
+        """Writing the training state to shared storage: the slower of the kernel and the bandwidth."""
+        nbytes = self.state_bytes if nbytes is None else nbytes
+        return max(self.profile.kernels.get("checkpoint_save", 0.0), nbytes / (self.hw.storage_GBps * 1e9))
+
+    def storage_read_s(self, nbytes: Optional[int] = None) -> float:
+        nbytes = self.state_bytes if nbytes is None else nbytes
+        return max(self.profile.kernels.get("checkpoint_load", 0.0), nbytes / (self.hw.storage_GBps * 1e9))
+
+
+class SimClock:
+    """The simulated cluster clock with a per-category breakdown.
+
+    Committed steps remember their cost so that a rollback can move the time of the
+    steps it discards from their categories into `lost_work`.
+    """
+
+    def __init__(self):
+        self.now = 0.0
+        self.breakdown = {c: 0.0 for c in CATEGORIES}
+        self._committed: Dict[int, Dict[str, float]] = {}
+
+    def charge(self, category: str, seconds: float) -> None:
+        if category not in self.breakdown:
+            raise KeyError(f"unknown time category {category!r}")
+        if seconds < 0:
+            raise ValueError(f"negative time {seconds} for {category}")
+        self.breakdown[category] += seconds
+        self.now += seconds
+
+    def commit_step(self, step: int, cost: StepCost) -> None:
+        parts = cost.as_dict()
+        for cat, sec in parts.items():
+            self.charge(cat, sec)
+        # add_to_step time booked before the commit (Bamboo: the part of a step done before a
+        # failure it survived) stays with the step, so a later rollback discards it too
+        for cat, sec in self._committed.get(step, {}).items():
+            parts[cat] = parts.get(cat, 0.0) + sec
+        self._committed[step] = parts
+
+    def add_to_step(self, step: int, category: str, seconds: float) -> None:
+        """Charge time that belongs to a committed step (a checkpoint written after it)."""
+        self.charge(category, seconds)
+        self._committed.setdefault(step, {}).setdefault(category, 0.0)
+        self._committed[step][category] += seconds
+
+    def state_dict(self) -> Dict[str, object]:
+        return {"now": self.now, "breakdown": dict(self.breakdown),
+                "committed": {s: dict(parts) for s, parts in self._committed.items()}}
+
+    def load_state_dict(self, state: Dict[str, object]) -> None:
+        self.now = state["now"]
+        self.breakdown = dict(state["breakdown"])
+        self._committed = {int(s): dict(parts) for s, parts in state["committed"].items()}
+
+    def discard_steps_from(self, step: int) -> float:
+        """Steps >= `step` are rolled back: their time becomes lost work. Returns those seconds."""
+        lost = 0.0
+        for s in [s for s in self._committed if s >= step]:
+            for cat, sec in self._committed.pop(s).items():
+                self.breakdown[cat] -= sec
+                lost += sec
+        self.breakdown["lost_work"] += lost
+        return lost

@@ -1,0 +1,145 @@
+"""Compute from FLOPs: kernels counted by torch on a shape-only model, timed by a hardware preset.
+
+`count_kernels` runs each kernel of kernels.py under `torch.utils.flop_counter.FlopCounterMode`
+on a model built on the meta device (no memory, so a 7B shape costs nothing), through the
+same code paths as training, and counts the bytes autograd saves for backward (the
+activation memory of that kernel). Seconds = FLOPs / (peak x efficiency).
+
+What torch does not count: an SVD (MeCeFO's projection refresh) carries its own FLOP
+formula (`formula_flops`), charged at `hardware.svd_efficiency`; the optimizer step, state
+copies and checkpoint writes move bytes and are charged by bandwidth (BYTE_KERNELS).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Dict
+from unittest import mock
+
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+
+from ..approx import saved_activation_bytes
+from .comm import exposed_comm_s
+from .kernels import BYTE_KERNELS
+
+#: bytes an AdamW step streams per parameter: read weight, grad, m, v; write weight, m, v (fp32)
+ADAMW_BYTES_PER_PARAM = 28
+#: mixed precision also writes the bf16 compute copy of the weights
+BF16_COPY_BYTES = 2
+
+
+@contextlib.contextmanager
+def meta_safe_attention():
+    """Attention as training runs it, on any device, the meta device included.
+
+    1. transformers decides whether to build a causal mask by reading tensor values (is the
+       batch packed or padded?), which a meta tensor does not have. For training batches
+       (unpacked, unpadded, causal, no cache) it always decides: no mask, sdpa's is_causal
+       (tests/test_timing.py checks this on the CPU model). We return that decision directly.
+    2. On the meta device sdpa falls back to its math path, which saves the s x s attention
+       probabilities for backward; the fused kernels that training uses (flash attention on
+       GPU and CPU) save only the output and a log-sum-exp. We call the fused CPU kernel, whose
+       shapes are known on meta, so the saved bytes are those of flash attention.
+    """
+    import torch
+    import transformers.models.llama.modeling_llama as llama
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    fused = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+
+    def flash(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kwargs):
+        if attn_mask is not None or dropout_p or kwargs.get("enable_gqa") or key.shape[1] != query.shape[1]:
+            return sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                        scale=scale, **kwargs)
+        return fused(query, key, value, 0.0, is_causal, scale=scale)[0]
+
+    with mock.patch.object(llama, "create_causal_mask", lambda **kwargs: None), \
+            mock.patch.object(torch.nn.functional, "scaled_dot_product_attention", flash):
+        yield
+
+
+def _flash_forward_flops(query_shape, key_shape, value_shape, *args, **kwargs) -> int:
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def _flash_backward_flops(grad_out_shape, query_shape, key_shape, value_shape, *args, **kwargs) -> int:
+    return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+
+
+def _flash_flop_formulas():
+    """torch's counter knows the CUDA flash kernel, not the CPU one: same formulas (QK^T and AV,
+    counted in full, as for the CUDA kernels and the 6N + attention rule)."""
+    import torch
+
+    aten = torch.ops.aten
+    return {aten._scaled_dot_product_flash_attention_for_cpu: _flash_forward_flops,
+            aten._scaled_dot_product_flash_attention_for_cpu_backward: _flash_backward_flops}
+
+
+def count_kernels(kernels: Dict[str, Callable[[], None]], model) -> Dict[str, Dict[str, float]]:
+    """FLOPs and saved-for-backward bytes of each compute kernel (byte kernels are skipped)."""
+    out = {}
+    for name, fn in kernels.items():
+        if name in BYTE_KERNELS:
+            continue
+        formula = getattr(fn, "formula_flops", None)
+        if formula is not None:
+            out[name] = {"flops": float(formula), "saved_bytes": 0, "counted": "formula"}
+            continue
+        saved: Dict[str, int] = {}
+        with meta_safe_attention(), FlopCounterMode(display=False, custom_mapping=_flash_flop_formulas()) as counter, \
+                saved_activation_bytes(model, saved):
+            fn()
+        out[name] = {"flops": float(counter.get_total_flops()), "saved_bytes": saved.get("bytes", 0),
+                     "counted": "torch"}
+    model.zero_grad(set_to_none=True)
+    return out
+
+
+def optimizer_s(n_params: int, hw, n_workers: int) -> float:
+    per_param = ADAMW_BYTES_PER_PARAM + (BF16_COPY_BYTES if hw.compute_dtype == "bf16" else 0)
+    shards = n_workers if hw.shard != "none" else 1  # every sharding level shards the optimizer
+    return n_params * per_param / shards / (hw.hbm_GBps * 1e9)
+
+
+def kernel_seconds(counts: Dict[str, Dict[str, float]], hw, efficiency: float, n_params: int,
+                   state_bytes: int, n_workers: int) -> Dict[str, float]:
+    """Seconds of every kernel: compute kernels by FLOPs, byte kernels by bandwidth."""
+    peak = hw.peak_tflops * 1e12
+    seconds = {}
+    for name, c in counts.items():
+        eff = hw.svd_efficiency if c["counted"] == "formula" else efficiency
+        seconds[name] = c["flops"] / (peak * eff)
+    seconds["optimizer"] = optimizer_s(n_params, hw, n_workers)
+    # REFT's snapshot: each worker copies its 1/n shard of the state to host memory
+    seconds["state_copy"] = state_bytes / n_workers / (hw.host_GBps * 1e9)
+    seconds["checkpoint_save"] = state_bytes / (hw.storage_GBps * 1e9)
+    return seconds
+
+
+def calibrate_efficiency(hw, row, normal_flops_per_seq: float, forward_flops_per_seq: float,
+                         n_params: int, grad_bytes: int) -> float:
+    """The efficiency at which the failure-free step gives the paper's throughput at its shape.
+
+    `row`: tokens_per_s (cluster-wide), global_batch (sequences), seq_len; the cluster is the
+    preset's `gpus` workers. Step = compute / (peak e) + optimizer + exposed all-reduce; the
+    exposed part shrinks as compute grows, so the step is monotone in e: bisection.
+    """
+    per_worker = row["global_batch"] / hw.gpus
+    target = row["global_batch"] * row["seq_len"] / row["tokens_per_s"]
+    peak = hw.peak_tflops * 1e12
+    opt = optimizer_s(n_params, hw, hw.gpus)
+
+    def step(e: float) -> float:
+        compute = per_worker * normal_flops_per_seq / (peak * e)
+        backward = compute - per_worker * forward_flops_per_seq / (peak * e)
+        return compute + opt + exposed_comm_s(grad_bytes, hw.gpus, hw, backward)
+
+    if step(1.0) > target:
+        raise ValueError(f"hardware={hw.name}: even at 100% efficiency a step takes {step(1.0):.3f} s, "
+                         f"the paper's throughput needs {target:.3f} s (check the bandwidths)")
+    lo, hi = 1e-4, 1.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if step(mid) > target else (lo, mid)
+    return hi

@@ -1,0 +1,75 @@
+"""The kernels the clock charges, built once for every compute model.
+
+A kernel is a callable that does one unit of a worker's work on a copy of the model: one
+micro-batch forward+backward per mode (`mb:normal`, `mb:forward`, a method's modes), the
+optimizer step, a copy of the training state, a checkpoint write, and a method's extras
+(MeCeFO's neighbour pair and SVD refresh). The same callables are timed on this machine
+(profile.py) or run under torch's FLOP counter on a shape-only (meta) model (flops.py), so
+both compute models go through the code paths training uses: the `approximations`
+context, FFN recomputation, the low-rank function.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+from typing import Callable, Dict
+
+import torch
+
+from ..cluster.local import LocalCluster
+from ..plan import Mode, Sample
+
+#: a forward-only micro-batch: every profile has it (the backward is the rest of a step)
+FORWARD = Mode("forward", backward=False)
+#: kernels whose seconds come from bytes moved, not FLOPs (see flops.py)
+BYTE_KERNELS = ("optimizer", "state_copy", "checkpoint_save")
+
+
+class KernelBench(LocalCluster):
+    """A model copy with the run's modes. On the meta device it reads token ids of the right
+    shape (zeros: FLOPs and saved bytes do not depend on the values)."""
+
+    def __init__(self, model: torch.nn.Module, modes: Dict[str, Mode], device: torch.device,
+                 micro_batch: int, seq_len: int, stream=None):
+        super().__init__(model, stream, modes, device)
+        self.micro_batch, self.seq_len = micro_batch, seq_len
+
+    def load(self, samples):
+        if self.stream is not None:
+            return super().load(samples)
+        return torch.zeros(len(samples), self.micro_batch, self.seq_len + 1, dtype=torch.long, device=self.device)
+
+
+def micro_batch_kernel(bench: KernelBench, mode: Mode) -> Callable[[], None]:
+    """One micro-batch forward (+ backward unless forward-only) in `mode`."""
+    def fn():
+        bench.model.zero_grad(set_to_none=True)
+        bench.run_mode([Sample(0, 0)], mode)
+    return fn
+
+
+def build_kernels(bench: KernelBench, method, trainer_cfg) -> Dict[str, Callable[[], None]]:
+    from ..trainer import make_optimizer  # the run's own optimizer recipe
+
+    model = bench.model
+    optimizer = make_optimizer(model, trainer_cfg)
+    sample = [Sample(0, 0)]
+
+    def optimizer_step():
+        if next(model.parameters()).grad is None:
+            bench.run_mode(sample, bench.modes["normal"])
+        torch.nn.utils.clip_grad_norm_(model.parameters(), trainer_cfg.grad_clip or float("inf"))
+        optimizer.step()
+
+    def state_copy():
+        {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        copy.deepcopy(optimizer.state_dict())
+
+    def checkpoint_save():
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, io.BytesIO())
+
+    kernels = {mode.kernel: micro_batch_kernel(bench, mode) for mode in list(bench.modes.values()) + [FORWARD]}
+    kernels.update(optimizer=optimizer_step, state_copy=state_copy, checkpoint_save=checkpoint_save)
+    kernels.update(method.extra_kernels(bench))
+    return kernels
