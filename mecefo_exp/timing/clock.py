@@ -54,7 +54,10 @@ class CostModel:
         self.modes = modes  # mode name -> Mode (its profile kernel)
         self.cfg = plain(cluster_cfg)
         self.hw = plain(hardware_cfg)
+        # memos: a 60,000-step numerics-free run asks the same few questions over and over
         self._comm: Dict[tuple, float] = {}  # (workers, backward seconds) -> exposed seconds
+        self._worker: Dict[tuple, float] = {}  # modes of one worker -> seconds
+        self._steps: Dict[tuple, StepCost] = {}
         self.n_params = n_params
         self.state_bytes = state_bytes  # what a checkpoint holds (fp32 weights + Adam moments), bytes
 
@@ -77,7 +80,10 @@ class CostModel:
     # ---------------------------------------------------------------------- compute
     def worker_s(self, modes: Iterable[str]) -> float:
         """Compute seconds of one worker that processes one micro-batch per entry of `modes`."""
-        return sum(self.profile[self.modes[m].kernel] for m in modes)
+        key = tuple(modes)
+        if key not in self._worker:
+            self._worker[key] = sum(self.profile[self.modes[m].kernel] for m in key)
+        return self._worker[key]
 
     @property
     def forward_s(self) -> float:
@@ -91,11 +97,14 @@ class CostModel:
         What the slowest worker spends beyond one normal micro-batch is `degraded_extra`; its
         backward (its compute less its forwards) is what the all-reduce can hide behind.
         """
-        normal = self.profile["mb:normal"]
-        backward = max(0.0, slowest_s - slowest_microbatches * self.forward_s)
-        return StepCost(compute=min(slowest_s, normal) + self.profile["optimizer"],
-                        comm=self.comm_s(n_allreduce, backward), ft_overhead=ft_overhead,
-                        degraded_extra=max(0.0, slowest_s - normal))
+        key = (slowest_s, slowest_microbatches, n_allreduce, ft_overhead)
+        if key not in self._steps:
+            normal = self.profile["mb:normal"]
+            backward = max(0.0, slowest_s - slowest_microbatches * self.forward_s)
+            self._steps[key] = StepCost(compute=min(slowest_s, normal) + self.profile["optimizer"],
+                                        comm=self.comm_s(n_allreduce, backward), ft_overhead=ft_overhead,
+                                        degraded_extra=max(0.0, slowest_s - normal))
+        return self._steps[key]  # shared: a StepCost is never changed in place (bamboo._minus copies)
 
     def failure_free_step(self, n_workers: int) -> StepCost:
         return self.synchronous_step(self.profile["mb:normal"], 1, n_workers)
