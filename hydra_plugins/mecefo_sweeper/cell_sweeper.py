@@ -10,7 +10,7 @@ times `params` and the command line, as the basic sweeper would run them.
 
     hydra:
       sweeper:
-        _target_: mecefo_exp.sweep.CellSweeper
+        _target_: hydra_plugins.mecefo_sweeper.cell_sweeper.CellSweeper
         groups:
           - [[model=llama_350m, trainer.max_steps=6000], [model=llama_1b, trainer.max_steps=20000]]
           - [["method=mecefo,bamboo", "failure=none,high"], [method=oobleck, failure=high]]

@@ -1,0 +1,1 @@
+"""mecefo-exp's Hydra sweeper (Hydra loads sweepers only from the hydra_plugins namespace)."""
