@@ -368,6 +368,18 @@ def validate(cfg: Any) -> None:
            f"trainer.progress={t.progress!r}: allowed: auto, bar, lines, none")
     _check(cfg.logger.name in ("none", "wandb"), f"logger.name={cfg.logger.name!r}: allowed: none, wandb")
     _validate_hardware(cfg.hardware)
+    h = cfg.hardware
+    measures = c.profile == "fresh" or (c.profile == "auto" and h.compute == "profile")
+    if measures:
+        _check(t.numerics, f"trainer.numerics=false with hardware={h.name}: measuring this machine needs the model's "
+                           "numerics; use a FLOP preset (hardware=cpu_ref, a100_32, h100_8) or cluster.profile=<file>")
+        _check(h.timing_model is None or h.timing_model == m.name,
+               f"hardware.timing_model={h.timing_model} with hardware={h.name}: a measured profile times the run's own "
+               "model; use a FLOP preset (hardware=cpu_ref, a100_32, h100_8)")
+    if not t.numerics:
+        _check(not cfg.resume, "resume=true with trainer.numerics=false: a numerics-free run keeps no checkpoints "
+                               "(it takes seconds: run it again)")
+        _check(c.name == "local", "trainer.numerics=false runs in one process: use cluster=local")
     _validate_failure(f, c.n_workers)
     _validate_method(cfg.method, c.n_workers)
     if f.kill:
@@ -412,12 +424,14 @@ def _validate_failure(f: Any, n_workers: int) -> None:
     _check(f.unit_gpus >= 1 and n_workers % f.unit_gpus == 0,
            f"failure.unit_gpus={f.unit_gpus}: must be >= 1 and divide cluster.n_workers={n_workers}")
     if f.kind == "paper":
-        for key in ("every_h", "recover_h"):
+        # repair=replace does not use recover_h (a spare comes after replace_s)
+        for key in ("every_h",) + (("recover_h",) if f.repair != "replace" else ()):
             _check(f[key] is not None and f[key] > 0, f"failure.{key}={f[key]}: must be > 0 hours")
         _check(f.paper_workers >= 1, f"failure.paper_workers={f.paper_workers}: must be >= 1")
     if f.kind == "poisson":
         _check(f.mtbf is not None and f.mtbf > 0, f"failure.mtbf={f.mtbf}: must be > 0 (mean time between failures)")
         _check(f.mttr is not None and f.mttr >= 0, f"failure.mttr={f.mttr}: must be >= 0 (mean time to repair)")
+        _check(f.repair != "tick" or f.mttr > 0, "failure.repair=tick needs failure.mttr > 0 (the tick period)")
     if f.kind == "trace":
         _check(bool(f.path), "failure.path is required for failure=trace (a CSV of time,worker,event)")
     if f.workers is not None:

@@ -165,3 +165,18 @@ def test_numerics_free_run_walks_the_same_clock(run_exp, method):
     for key in ("sim_time_s", "time_breakdown", "failures", "rollbacks", "lost_steps", "interrupted_steps"):
         assert free[key] == full[key], key
     assert full["failures"] > 0 and free["final_val_ppl"] is None and free["numerics"] is False
+
+
+@pytest.mark.parametrize("overrides, words", [
+    (["trainer.numerics=false", "hardware=measured"], "measuring this machine needs the model's numerics"),
+    (["hardware=measured", "hardware.timing_model=llama_1b"], "a measured profile times the run's own model"),
+    (["hardware.timing_model=llama_2b"], "allowed: llama_130m"),
+    (["trainer.numerics=false", "resume=true"], "keeps no checkpoints"),
+    (["hardware.shard=zero3"], "allowed: none, optimizer, gradients, full"),
+    (["failure.unit_gpus=3"], "must be >= 1 and divide cluster.n_workers=8"),
+])
+def test_bad_clock_settings_are_one_line_errors(overrides, words):
+    from mecefo_exp.config import ConfigError, validate
+
+    with pytest.raises(ConfigError, match=words):
+        validate(compose_cfg(overrides))
