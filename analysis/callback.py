@@ -8,6 +8,7 @@ Enable it in conf/config.yaml:
           _target_: analysis.callback.CollectCallback
           out: null        # default: <sweep dir>/analysis
           figures: true
+          study: null      # paper_scale: analysis.paper_scale instead of the default tables
 
 or for one sweep only, on the command line:
 
@@ -30,10 +31,21 @@ from omegaconf import DictConfig
 log = logging.getLogger(__name__)
 
 
+#: studies with their own analysis (a sweep whose design the default tables do not read)
+STUDIES = ("paper_scale",)
+
+
 class CollectCallback(Callback):
-    def __init__(self, out: Optional[str] = None, figures: bool = True) -> None:
+    """`study`: None for the default analysis (analysis.figures); "paper_scale" for the
+    paper-scale Table 2 sweep (conf/experiment/paper_table2.yaml), whose failure readings and
+    bandwidths the default tables would average together."""
+
+    def __init__(self, out: Optional[str] = None, figures: bool = True, study: Optional[str] = None) -> None:
+        if study is not None and study not in STUDIES:
+            raise ValueError(f"CollectCallback: study={study!r}: allowed: null, {', '.join(STUDIES)}")
         self.out = out
         self.figures = figures
+        self.study = study
         self._sweep_dir: Optional[Path] = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -47,14 +59,20 @@ class CollectCallback(Callback):
             log.warning("CollectCallback: sweep folder %s not found, nothing collected", sweep)
             return
         out = Path(self.out) if self.out else sweep / "analysis"
+        module = "analysis.paper_scale" if self.study == "paper_scale" else "analysis"
         try:
-            from .figures import analyze
+            if self.study == "paper_scale":
+                from .paper_scale import analyze
 
-            analyze([sweep], out, figures=self.figures, verbose=False)
+                analyze([sweep], out, figures=self.figures)
+            else:
+                from .figures import analyze
+
+                analyze([sweep], out, figures=self.figures, verbose=False)
             log.info("CollectCallback: tables and figures of %s in %s", sweep, out)
         except Exception:  # the sweep's runs are safe on disk; analysis can be redone by hand
-            log.exception("CollectCallback: analysis of %s failed; redo it with: python -m analysis %s --out %s",
-                          sweep, sweep, out)
+            log.exception("CollectCallback: analysis of %s failed; redo it with: python -m %s %s --out %s",
+                          module, sweep, sweep, out)
 
     @staticmethod
     def _resolve(config: DictConfig) -> Optional[Path]:

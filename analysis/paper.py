@@ -60,6 +60,11 @@ TABLE3_HIGH_CHANGE_PCT = {"350M": 1.60, "1B": 2.19, "7B": 1.61}
 #: The paper's bound on MeCeFO's relative gradient error during LLaMA-1B pretraining (Figs. 4-7).
 GRAD_ERROR_BOUND = 0.6
 
+#: The paper's ablation of MeCeFO's three techniques, as METHODS.md records it ("Other experiments"):
+#: "without them the neighbor runs out of memory; with all three, close to failure-free". Only the
+#: first half is a memory statement; METHODS.md copies no memory figure (GB or percent) from the paper.
+ABLATION_MEMORY = {"naive_fits": False}
+
 #: Paper Table 1, the failure presets: a failure every `every_h` hours in a 32-GPU cluster,
 #: recovery after `recover_h` hours.
 TABLE1_FAILURES = {"low": {"every_h": 2, "recover_h": 4}, "medium": {"every_h": 1, "recover_h": 3},
