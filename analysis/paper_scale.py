@@ -47,6 +47,7 @@ from .collect import (CONFIG_COLUMNS, CONFIG_PATHS, DEDUP_KEY, _dig, _read_yaml,
                       load_run, ok_runs, sort_runs, write_table)
 from .tables import (SETTING, _fmt_num, _fmt_pct, _fmt_ratio, _fmt_tok, _setting_columns,
                      throughput_markdown, throughput_table, to_markdown)
+from .tables import seed_means as _seed_means
 
 log = logging.getLogger(__name__)
 
@@ -194,18 +195,7 @@ def describe(runs: pd.DataFrame, drops: Optional[pd.DataFrame] = None) -> str:
 # ------------------------------------------------------------------------ drops
 def seed_means(runs: pd.DataFrame) -> pd.DataFrame:
     """Means over seeds of the finished runs per (setting, bandwidth, reading, method, failure)."""
-    ok = ok_runs(runs)
-    keys = list(GROUP)
-    cols = [c for c in MEAN_COLUMNS if c in ok]
-    if ok.empty:
-        return pd.DataFrame(columns=[*keys, "n_seeds", *MEAN_COLUMNS])
-    data = ok[keys + cols].copy()
-    for c in cols:
-        data[c] = pd.to_numeric(data[c], errors="coerce")
-    grouped = data.groupby(keys, dropna=False, sort=False)
-    out = grouped[cols].mean()
-    out["n_seeds"] = grouped.size()
-    return out.reset_index()
+    return _seed_means(runs, MEAN_COLUMNS, keys=GROUP)
 
 
 def drop_table(runs: pd.DataFrame) -> pd.DataFrame:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import pandas as pd
 
@@ -44,10 +44,10 @@ def methods_present(values: Sequence) -> List[str]:
     return [m for m in METHOD_ORDER if m in present] + sorted(m for m in present if m not in METHOD_ORDER)
 
 
-def seed_means(runs: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
-    """Mean of `columns` over seeds per (setting, method, failure), with n_seeds."""
+def seed_means(runs: pd.DataFrame, columns: Sequence[str], keys: Optional[Sequence[str]] = None) -> pd.DataFrame:
+    """Mean of `columns` over seeds per `keys` (default: setting, method, failure), with n_seeds."""
     runs = ok_runs(runs)
-    keys = [*SETTING, "method", "failure"]
+    keys = list(keys) if keys is not None else [*SETTING, "method", "failure"]
     cols = [c for c in columns if c in runs]
     if runs.empty:
         return pd.DataFrame(columns=[*keys, "n_seeds", *cols])
