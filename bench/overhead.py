@@ -28,7 +28,8 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from mecefo_exp.config import register_configs, validate  # noqa: E402
 from mecefo_exp.data import SampleStream, load_corpus  # noqa: E402
 from mecefo_exp.model import build_model  # noqa: E402
-from mecefo_exp.trainer import Experiment, make_optimizer, make_scheduler  # noqa: E402
+from mecefo_exp.optim import make_optimizer, make_scheduler  # noqa: E402
+from mecefo_exp.trainer import Experiment  # noqa: E402
 
 
 def compose_cfg(overrides):

@@ -18,6 +18,7 @@ from typing import Callable, Dict
 import torch
 
 from ..cluster.local import LocalCluster
+from ..optim import make_optimizer
 from ..plan import Mode, Sample
 
 #: a forward-only micro-batch: every profile has it (the backward is the rest of a step)
@@ -50,8 +51,6 @@ def micro_batch_kernel(bench: KernelBench, mode: Mode) -> Callable[[], None]:
 
 
 def build_kernels(bench: KernelBench, method, trainer_cfg) -> Dict[str, Callable[[], None]]:
-    from ..trainer import make_optimizer  # the run's own optimizer recipe
-
     model = bench.model
     optimizer = make_optimizer(model, trainer_cfg)
     sample = [Sample(0, 0)]
