@@ -288,6 +288,11 @@ class Experiment:
         self.records.event({"sim_time_s": self.clock.now, "step": self.step, "kind": kind,
                             "worker": worker, "detail": detail or {}})
 
+    @property
+    def failure_units(self) -> int:
+        """How many independent failure units the workers form (failure.unit_gpus workers each)."""
+        return self.n_workers // self.cfg.failure.unit_gpus
+
     def expected_down_fraction(self) -> float:
         """Expected share of workers down at a time (the trace's expectation; 0 without failures)."""
         down = self.trace.expected["mean_workers_down"]

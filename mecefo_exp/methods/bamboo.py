@@ -102,8 +102,8 @@ class Bamboo(InPlaceMethod):
         """A failure is fatal when one of the failed worker's (up to two) ring neighbours is
         down: about 1 - (1 - p_down) ** 2 under independent failures. This sets the
         Young/Daly interval of the fallback checkpoints."""
-        if self.n == 1:
-            return 1.0
+        if self.n == 1 or self.run.failure_units < self.n:
+            return 1.0  # a failing machine takes ring neighbours with it: every failure is fatal
         return 1.0 - (1.0 - p_down) ** min(2, self.n - 1)
 
     # ------------------------------------------------------------ membership

@@ -110,7 +110,7 @@ class Mecefo(InPlaceMethod):
         """Fatal only when every live worker already covers someone: at least half the
         ring down at once. Under independent failures that is about p_down ** (n // 2),
         which sets the Young/Daly interval of the fallback checkpoints (often: none)."""
-        return p_down ** max(1, self.n // 2)
+        return p_down ** max(1, self.run.failure_units // 2)  # units of unit_gpus workers fail together
 
     # ------------------------------------------------------------ membership
     def on_failure(self, worker: int) -> None:

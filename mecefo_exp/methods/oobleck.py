@@ -61,7 +61,7 @@ class Oobleck(InPlaceMethod):
         """Fatal only when every other worker is down: about p_down ** (n - 1) under
         independent failures, which sets the Young/Daly interval of the fallback checkpoints
         (in practice: only the initial one)."""
-        return p_down ** (self.n - 1)
+        return p_down ** (self.run.failure_units - 1)  # whole machines fail together with unit_gpus > 1
 
     @property
     def reconfigure_paper_s(self) -> float:
