@@ -118,7 +118,10 @@ def build_timing(cfg, method, modes, vocab_size: int, device: torch.device,
     pair = next((k for k in counts if k.startswith("neighbor_pair")), None)
     memory = worker_memory(n_params, hw, n, counts["mb:normal"]["saved_bytes"],
                            counts[pair]["saved_bytes"] if pair else None)
-    info["fingerprint"] = profile.fingerprint()
+    from ..config import plain
+
+    stalls = {k: cfg.cluster[k] for k in ("detection_s", "restart_s", "reconfigure_s", "paper_run_h", "scale_stalls")}
+    info["fingerprint"] = profile.fingerprint(hardware=plain(hw), stalls=stalls)
     return Timing(profile, n_params, model_cfg.name, counts, memory, info)
 
 

@@ -62,9 +62,11 @@ class Profile:
     def to_json(self) -> dict:
         return {"kernels": self.kernels, "meta": self.meta, "source": self.path}
 
-    def fingerprint(self) -> str:
-        """A short hash of the kernel seconds: two runs with the same fingerprint share a clock."""
-        return hashlib.sha1(json.dumps(self.kernels, sort_keys=True).encode()).hexdigest()[:12]
+    def fingerprint(self, **context) -> str:
+        """A short hash of the kernel seconds (and of `context`: links, stalls) that the clock
+        charges: two runs with the same fingerprint share a clock."""
+        data = {"kernels": self.kernels, **context}
+        return hashlib.sha1(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def profile_key(meta: dict) -> str:
