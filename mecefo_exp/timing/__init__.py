@@ -133,7 +133,7 @@ def cached_counts(key: Dict, count) -> Dict[str, Dict[str, float]]:
 
     from filelock import FileLock
 
-    key = dict(key, torch=torch.__version__)
+    key = dict(key, torch=torch.__version__, code=_counting_code_hash())
     folder = PROJECT_ROOT / ".cache" / "flops"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / (hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16] + ".json")
@@ -145,6 +145,16 @@ def cached_counts(key: Dict, count) -> Dict[str, Dict[str, float]]:
         tmp.write_text(json.dumps({"key": key, "counts": counts}, indent=1, default=str))
         tmp.replace(path)
     return counts
+
+
+def _counting_code_hash() -> str:
+    """The source of everything a count runs through: a change to it must not reuse old counts."""
+    import hashlib
+
+    root = Path(__file__).resolve().parent.parent
+    files = ["timing/flops.py", "timing/kernels.py", "approx.py", "cluster/local.py", "model.py",
+             "methods/mecefo.py", "methods/bamboo.py", "plan.py", "optim.py"]
+    return hashlib.sha1(b"".join((root / f).read_bytes() for f in files)).hexdigest()[:12]
 
 
 def build_model_on_meta(model_cfg, vocab_size: int, seed: int, dtype: torch.dtype):
