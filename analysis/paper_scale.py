@@ -559,9 +559,15 @@ def outage_figure(drops: pd.DataFrame, runs: pd.DataFrame, model: str):
     ax.set_xlabel("outage per failure (replace after s; fixed = recover_h)")
     ax.set_ylabel("MeCeFO throughput drop at high (%)")
     ax.set_title(f"{model}: MeCeFO's drop vs outage length ({PAPER_GBPS:g} GB/s)", fontsize=10)
-    ax.grid(True, alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8, frameon=False)
+    return _finish(fig, [ax], runs, model)
+
+
+def _finish(fig, axes, runs: pd.DataFrame, model: str):
+    """Grid and legend on every panel, the runs not shown as a footnote, tight layout."""
+    for a in axes:
+        a.grid(True, alpha=0.3)
+        if a.get_legend_handles_labels()[0]:
+            a.legend(fontsize=8, frameon=False)
     _footnote(fig, _not_shown(runs, model))
     fig.tight_layout()
     return fig
@@ -602,12 +608,7 @@ def bandwidth_figure(drops: pd.DataFrame, means: pd.DataFrame, runs: pd.DataFram
             a.minorticks_off()
             a.axvline(PAPER_GBPS, color="0.5", linestyle=":", linewidth=1, label=f"paper: {PAPER_GBPS:g} GB/s")
         a.set_xlabel("inter-node bandwidth per machine (GB/s)")
-        a.grid(True, alpha=0.3)
-        if a.get_legend_handles_labels()[0]:
-            a.legend(fontsize=8, frameon=False)
-    _footnote(fig, _not_shown(runs, model))
-    fig.tight_layout()
-    return fig
+    return _finish(fig, [ax, ax2], runs, model)
 
 
 def _footnote(fig, text: str) -> None:

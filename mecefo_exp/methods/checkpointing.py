@@ -37,9 +37,15 @@ class CheckpointStore:
     def save(self, step: int) -> None:
         if self.in_memory:
             self._memory[step] = self.run.state_dict()
-            self.saved = [s for s in self.saved if s != step][-(self.keep - 1):] + [step] if self.keep > 1 else [step]
-            self._memory = {s: self._memory[s] for s in self.saved}
-            return
+        else:
+            self._write(step)
+        if step in self.saved:
+            self.saved.remove(step)
+        self.saved.append(step)
+        while len(self.saved) > self.keep:
+            self._forget(self.saved.pop(0))
+
+    def _write(self, step: int) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         state = self.run.state_dict(harness=True)  # the harness's books too: a killed run resumes
         target = self.path(step)
@@ -55,13 +61,14 @@ class CheckpointStore:
             if target.exists():
                 shutil.rmtree(target)
             dcp.save(state, checkpoint_id=str(target))
-        if step in self.saved:
-            self.saved.remove(step)
-        self.saved.append(step)
-        while len(self.saved) > self.keep:
-            old = self.path(self.saved.pop(0))
-            if self.run.is_main:
-                shutil.rmtree(old) if old.is_dir() else old.unlink(missing_ok=True)
+
+    def _forget(self, step: int) -> None:
+        if self.in_memory:
+            self._memory.pop(step, None)
+            return
+        old = self.path(step)
+        if self.run.is_main:
+            shutil.rmtree(old) if old.is_dir() else old.unlink(missing_ok=True)
 
     def on_disk(self) -> List[int]:
         """Steps of the complete checkpoints in the folder (a torch.save is renamed when whole)."""
