@@ -9,12 +9,23 @@ docs/DESIGN.md, "What a run leaves behind"). Every folder found is listed:
   is `incomplete`, one whose summary.json cannot be parsed is `unreadable`. A `running`
   run that is no longer running was killed.
 - Config columns (model, method, failure, seed, n_workers, max_steps, micro_batch,
-  seq_len) come from .hydra/config.yaml, falling back to summary.json; summary fields
-  follow, time_breakdown flattened as time_<category> (any other dict as <key>_<sub>).
-- De-duplication on DEDUP_KEY = (model, method, failure, seed, max_steps): of the runs
-  sharing a key the newest `ok` one is kept (newest = latest modification time of its
-  record files); if none is ok, the newest run of any status is kept, so a configuration
-  that only ever failed stays visible as failed.
+  seq_len) come from the run's own resolved config: <run>/config.yaml, written once when
+  the run starts (a resume does not rewrite it), else .hydra/config.yaml, else
+  summary.json; summary fields follow, time_breakdown flattened as time_<category> (any
+  other dict as <key>_<sub>).
+- A run's identity is its whole resolved config except the seed and the settings that
+  cannot change its numbers (IDENTITY_EXCLUDE: logging, progress, threads, paths of
+  caches; a failure-free run's failure-reading keys), plus the measured profile's
+  fingerprint under hardware=measured. Runs of one identity are seeds of one
+  configuration. `variant` and `failure_variant` name, as `key=value` lists, the settings
+  that tell the collected runs apart beyond the columns above (`method.rank=8`,
+  `failure.repair=replace`): a sweep over any key gives one row per value in the tables.
+  A key implied by its group's name (model.hidden_size by model.name) is not repeated.
+- De-duplication on DEDUP_KEY = (label, identity, seed): of the runs sharing a key the
+  newest `ok` one is kept (newest = latest modification time of its record files); if
+  none is ok, the newest run of any status is kept, so a configuration that only ever
+  failed stays visible as failed. `label` names the folder a run was collected from when
+  the CLI is given `--label NAME=DIR` (two sweeps compared side by side), else "".
 
 Files written to --out: runs.parquet + runs.csv (de-duplicated, one row per key) and
 runs_all.parquet + runs_all.csv (every folder found; `superseded_by` names the kept run
@@ -46,7 +57,13 @@ CONFIG_PATHS = {
     "n_workers": ("cluster", "n_workers"), "max_steps": ("trainer", "max_steps"),
     "micro_batch": ("data", "micro_batch"), "seq_len": ("data", "seq_len"),
 }
-DEDUP_KEY = ("model", "method", "failure", "seed", "max_steps")
+DEDUP_KEY = ("label", "identity", "seed")
+#: settings that cannot change a run's numbers: left out of its identity (prefixes end in ".")
+IDENTITY_EXCLUDE = ("seed", "resume", "experiment", "hydra.", "logger.", "trainer.progress", "trainer.log_every",
+                    "trainer.threads", "cluster.profile", "cluster.profile_warmup", "cluster.profile_repeats",
+                    "data.cache_dir")
+#: columns that already name a setting; `variant` lists the other distinguishing keys
+NAMED_KEYS = {".".join(p): c for c, p in CONFIG_PATHS.items()}
 #: the failure levels of the paper, in order; other presets (poisson, trace, ...) sort after
 FAILURE_ORDER = ("none", "low", "medium", "high")
 METHOD_ORDER = ("checkpoint", "reft", "baft", "bamboo", "oobleck", "mecefo")
@@ -148,6 +165,39 @@ def _read_yaml(path: Path) -> Optional[dict]:
         return None
 
 
+def run_config(run_dir: Path) -> Optional[dict]:
+    """The run's own resolved config.yaml (what resume reuses); .hydra/config.yaml only when it is
+    missing, since a resume can rewrite the Hydra copy."""
+    for path in (Path(run_dir) / "config.yaml", Path(run_dir) / ".hydra" / "config.yaml"):
+        if path.exists():
+            cfg = _read_yaml(path)
+            if cfg:
+                return cfg
+    return None
+
+
+def flatten_config(cfg: Optional[dict], prefix: str = "") -> Dict[str, object]:
+    """{"method.rank": 64, ...}: every leaf of a nested config; lists as JSON text."""
+    out: Dict[str, object] = {}
+    for k, v in (cfg or {}).items():
+        if isinstance(v, dict):
+            out.update(flatten_config(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = json.dumps(v) if isinstance(v, (list, tuple)) else v
+    return out
+
+
+def identity_config(flat: Dict[str, object]) -> Dict[str, object]:
+    """The settings that define what a run computes (see the module doc), seed excluded."""
+    def excluded(key: str) -> bool:
+        return any(key == e or (e.endswith(".") and key.startswith(e)) for e in IDENTITY_EXCLUDE)
+
+    out = {k: v for k, v in flat.items() if not excluded(k)}
+    if out.get("failure.name") == "none":  # no failure happens: how failures would be read is moot
+        out = {k: v for k, v in out.items() if not k.startswith("failure.") or k == "failure.name"}
+    return out
+
+
 def _dig(cfg: dict, path: Sequence[str]):
     cur = cfg
     for k in path:
@@ -192,7 +242,7 @@ def load_run(run_dir) -> Dict[str, object]:
             row["error"] = f"summary.json: {e}"
     else:
         row["status"] = "incomplete"
-    cfg = _read_yaml(run_dir / ".hydra" / "config.yaml") if (run_dir / ".hydra" / "config.yaml").exists() else None
+    cfg = run_config(run_dir)
     if isinstance(summary, dict):
         flat = _flatten(summary)
         flat.pop("status", None)
@@ -206,6 +256,11 @@ def load_run(run_dir) -> Dict[str, object]:
             row[col] = None
     if cfg:
         row["experiment"] = cfg.get("experiment")
+    ident = identity_config(flatten_config(cfg)) if cfg else {
+        ".".join(CONFIG_PATHS[c]): row.get(c) for c in CONFIG_COLUMNS if c != "seed"}
+    fingerprint = row.get("clock_fingerprint") if ident.get("hardware.compute") == "measured" else None
+    row["_config"] = {**ident, "clock.profile": fingerprint} if fingerprint else ident
+    row["identity"] = json.dumps(row["_config"], sort_keys=True, default=str)
     overrides = run_dir / ".hydra" / "overrides.yaml"
     if overrides.exists():
         ov = _read_yaml_list(overrides)
@@ -282,17 +337,64 @@ def deduplicate(df: pd.DataFrame, key: Sequence[str] = DEDUP_KEY) -> pd.DataFram
     return df.drop(columns="_ok")
 
 
-def collect(roots: Iterable, key: Sequence[str] = DEDUP_KEY, keep_all: bool = True) -> pd.DataFrame:
+def _label(key: str, value) -> str:
+    return f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}"
+
+
+def distinguishing_keys(configs: Sequence[Dict[str, object]]) -> List[str]:
+    """The keys whose values tell these configs apart, less those implied by their group's
+    name: model.hidden_size differs between llama_tiny and llama_1b runs, but it is listed
+    only if it also differs between two runs of one model.name."""
+    def norm(v) -> str:
+        return json.dumps(v, sort_keys=True, default=str)
+
+    keys = sorted({k for c in configs for k in c})
+    out = []
+    for key in keys:
+        if len({norm(c.get(key)) for c in configs}) < 2:
+            continue
+        name_key = key.split(".", 1)[0] + ".name"
+        if "." in key and key != name_key and any(name_key in c for c in configs):
+            within: Dict[str, set] = {}
+            for c in configs:
+                within.setdefault(norm(c.get(name_key)), set()).add(norm(c.get(key)))
+            if all(len(v) < 2 for v in within.values()):
+                continue
+        out.append(key)
+    return out
+
+
+def add_variants(df: pd.DataFrame) -> pd.DataFrame:
+    """`variant` (non-failure keys) and `failure_variant` (failure.* keys): what tells a run
+    apart from the others collected with it beyond the named columns, as "k=v,k=v"."""
+    df = df.copy()
+    configs = [c if isinstance(c, dict) else {} for c in df["_config"]]
+    keys = [k for k in distinguishing_keys(configs) if k not in NAMED_KEYS]
+    variant, failure_variant = [], []
+    for c in configs:
+        present = [(k, c[k]) for k in keys if c.get(k) is not None]
+        variant.append(",".join(_label(k, v) for k, v in present if not k.startswith("failure.")))
+        failure_variant.append(",".join(_label(k, v) for k, v in present if k.startswith("failure.")))
+    df["variant"], df["failure_variant"] = variant, failure_variant
+    return df
+
+
+def collect(roots: Iterable, key: Sequence[str] = DEDUP_KEY, keep_all: bool = True,
+            labels: Optional[Dict[str, Sequence]] = None) -> pd.DataFrame:
     """Every run folder under `roots` as one table, with `selected` / `superseded_by`.
 
-    keep_all=False returns only the kept rows (the de-duplicated table).
+    labels={"before": [dir], "after": [dir]} collects each group under its label (column
+    `label`), so two sweeps of the same configurations stay side by side; `roots` are
+    collected with label "". keep_all=False returns only the kept rows.
     """
-    rows = [load_run(d) for d in find_run_dirs(roots)]
+    groups = {"": list(roots)} if roots else {}
+    groups.update(labels or {})
+    rows = [{**load_run(d), "label": name} for name, dirs in groups.items() for d in find_run_dirs(dirs)]
     lead = ["run_dir", "status", *CONFIG_COLUMNS]
     if not rows:
-        df = pd.DataFrame(columns=[*lead, "mtime"])
+        df = pd.DataFrame(columns=[*lead, "label", "identity", "variant", "failure_variant", "mtime"])
     else:
-        df = pd.DataFrame(rows)
+        df = add_variants(pd.DataFrame(rows)).drop(columns="_config")
     rest = [c for c in df.columns if c not in lead]
     df = df[lead + rest]
     df["mtime"] = pd.to_numeric(df["mtime"])
@@ -355,7 +457,7 @@ def describe(df: pd.DataFrame) -> str:
         return "no run folders found"
     kept = df[df["selected"]]
     counts = kept["status"].value_counts().to_dict()
-    lines = [f"{len(df)} run folders, {len(kept)} after de-duplication on {', '.join(DEDUP_KEY)}: "
+    lines = [f"{len(df)} run folders, {len(kept)} after de-duplication (one per configuration and seed): "
              + ", ".join(f"{n} {s}" for s, n in counts.items())]
     superseded = int((~df["selected"]).sum())
     if superseded:
@@ -363,17 +465,40 @@ def describe(df: pd.DataFrame) -> str:
     for _, r in kept[kept["status"] != "ok"].iterrows():
         err = r.get("error")
         err = f": {err}" if isinstance(err, str) and err else ""
-        lines.append(f"  {r['status']:10s} {r['method']} failure={r['failure']} seed={r['seed']} -> {r['run_dir']}{err}")
+        extra = " ".join(str(r.get(c) or "") for c in ("variant", "failure_variant")).strip()
+        extra = f" {extra}" if extra else ""
+        lines.append(f"  {r['status']:10s} {r['method']} failure={r['failure']}{extra} seed={r['seed']} "
+                     f"-> {r['run_dir']}{err}")
     return "\n".join(lines)
+
+
+def add_label_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--label", action="append", default=[], metavar="NAME=DIR",
+                        help="collect DIR under the label NAME (repeatable): --label before=runs/a --label after=runs/b "
+                             "puts two sweeps side by side in every table")
+
+
+def parse_labels(parser: argparse.ArgumentParser, items: Sequence[str]) -> Dict[str, List[str]]:
+    labels: Dict[str, List[str]] = {}
+    for item in items:
+        name, sep, folder = item.partition("=")
+        if not sep or not name or not folder:
+            parser.error(f"--label {item!r}: expected NAME=DIR, e.g. --label before=runs/sweeps/a")
+        labels.setdefault(name, []).append(folder)
+    return labels
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m analysis.collect", description=__doc__.split("\n\n")[0])
-    p.add_argument("roots", nargs="+", help="folders to search for run folders (runs/, a sweep folder, ...)")
+    p.add_argument("roots", nargs="*", help="folders to search for run folders (runs/, a sweep folder, ...)")
+    add_label_argument(p)
     p.add_argument("--out", default="analysis/out", help="where runs.parquet / runs.csv go (default: analysis/out)")
     args = p.parse_args(argv)
+    labels = parse_labels(p, args.label)
+    if not args.roots and not labels:
+        p.error("give folders to search, or --label NAME=DIR")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    df = collect(args.roots)
+    df = collect(args.roots, labels=labels)
     paths = write_table(df, Path(args.out))
     print(describe(df))
     print("wrote " + ", ".join(str(p) for p in paths.values()))

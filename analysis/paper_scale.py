@@ -43,8 +43,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import pandas as pd
 
 from . import paper
-from .collect import (CONFIG_COLUMNS, CONFIG_PATHS, DEDUP_KEY, _dig, _read_yaml, deduplicate, find_run_dirs,
-                      load_run, ok_runs, sort_runs, write_table)
+from .collect import (CONFIG_COLUMNS, CONFIG_PATHS, DEDUP_KEY, _dig, deduplicate, find_run_dirs, load_run, ok_runs,
+                      run_config, sort_runs, write_table)
 from .tables import (SETTING, _fmt_num, _fmt_pct, _fmt_ratio, _fmt_tok, _setting_columns,
                      throughput_markdown, throughput_table, to_markdown)
 from .tables import seed_means as _seed_means
@@ -80,17 +80,6 @@ def reading_label(process, unit_gpus, repair, replace_s=None) -> str:
     """'per_worker/1gpu/fixed', 'cluster/8gpu/replace 60s': replace_s only where it means something."""
     label = f"{process}/{int(unit_gpus)}gpu/{repair}"
     return f"{label} {float(replace_s):g}s" if repair == "replace" else label
-
-
-def run_config(run_dir: Path) -> Optional[dict]:
-    """The run's own resolved config.yaml (what resume reuses); .hydra/config.yaml only when it is
-    missing, since a resume can rewrite the Hydra copy."""
-    for path in (run_dir / "config.yaml", run_dir / ".hydra" / "config.yaml"):
-        if path.exists():
-            cfg = _read_yaml(path)
-            if cfg:
-                return cfg
-    return None
 
 
 def _expand_dicts(row: Dict[str, object]) -> Dict[str, object]:
@@ -131,7 +120,9 @@ def load_study_run(run_dir) -> Dict[str, object]:
     """collect.load_run's row, with config columns from the run's own config.yaml, the reading
     and the inter-node bandwidth, and summary.memory / summary.clock as plain columns."""
     run_dir = Path(run_dir)
-    row = _expand_dicts(load_run(run_dir))
+    row = load_run(run_dir)
+    row.pop("_config", None)
+    row = {**_expand_dicts(row), "label": ""}
     cfg = run_config(run_dir)
     if cfg:
         for col in CONFIG_COLUMNS:

@@ -17,6 +17,7 @@ functions.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import sys
@@ -34,7 +35,8 @@ import pandas as pd  # noqa: E402
 
 from . import paper  # noqa: E402
 from .collect import load_eval, load_grad_error, ok_runs, workers_down  # noqa: E402
-from .tables import SETTING, failure_levels, methods_present, throughput_table  # noqa: E402
+from .tables import (CONFIDENCE, GROUPING, SETTING, failure_levels, methods_present, throughput_table,  # noqa: E402
+                     with_grouping)
 
 log = logging.getLogger(__name__)
 
@@ -79,20 +81,22 @@ def _k(v, _pos=None) -> str:
 # ------------------------------------------------------------------------ settings
 def settings(runs: pd.DataFrame) -> List[tuple]:
     """(tag, runs of that setting) for every setting among the finished runs."""
-    runs = ok_runs(runs)
+    runs = with_grouping(runs)
     if runs.empty:
         return []
-    groups = list(runs.groupby(list(SETTING), dropna=False, sort=True))
-    models = [g[0][0] for g in groups]
+    groups = list(runs.groupby(list(GROUPING), dropna=False, sort=True))
+    models = [dict(zip(GROUPING, g[0]))["model"] for g in groups]
     out = []
     for key, group in groups:
-        model = str(key[0])
-        if models.count(key[0]) > 1:
-            vals = dict(zip(SETTING, key))
+        vals = dict(zip(GROUPING, key))
+        model = str(vals["model"])
+        tag = model
+        if models.count(vals["model"]) > 1:
             tag = (f"{model}_w{_int(vals['n_workers'])}_s{_int(vals['max_steps'])}"
                    f"_b{_int(vals['micro_batch'])}_l{_int(vals['seq_len'])}")
-        else:
-            tag = model
+            extra = "|".join(str(vals[c]) for c in ("label", "variant", "failure_variant") if vals[c])
+            if extra:  # a short stable name for what else the sweep varied (the title spells it out)
+                tag += "_" + (vals["label"] or "v") + "_" + hashlib.sha1(extra.encode()).hexdigest()[:6]
         out.append((tag, group))
     return out
 
@@ -104,8 +108,9 @@ def not_shown(runs: pd.DataFrame, group: pd.DataFrame) -> str:
     kept = runs[runs["selected"]] if "selected" in runs else runs
     first = group.iloc[0]
     same = pd.Series(True, index=kept.index)
-    for c in SETTING:
-        same &= kept[c].astype(str) == str(first[c])
+    for c in GROUPING:
+        if c in kept and c != "failure_variant":  # a failure-free run is shared by every reading
+            same &= kept[c].fillna("").astype(str) == str(first[c])
     bad = kept[same & (kept["status"] != "ok")]
     if bad.empty:
         return ""
@@ -122,8 +127,9 @@ def _int(v) -> str:
 
 def setting_title(tag: str, group: pd.DataFrame) -> str:
     r = group.iloc[0]
+    extra = ", ".join(str(r.get(c)) for c in ("label", "variant", "failure_variant") if r.get(c))
     return (f"{r['model']}, {_int(r['n_workers'])} workers, {_int(r['max_steps'])} steps, "
-            f"micro-batch {_int(r['micro_batch'])} x {_int(r['seq_len'])} tokens")
+            f"micro-batch {_int(r['micro_batch'])} x {_int(r['seq_len'])} tokens" + (f"\n{extra}" if extra else ""))
 
 
 def save(fig, out, name: str) -> List[Path]:
@@ -181,25 +187,20 @@ def ppl_curves(group: pd.DataFrame, x: str = "step", timeline: Optional[bool] = 
         ax = axes[0, j]
         sub = group[group["failure"] == level]
         for method in methods:
-            for k, (_, run) in enumerate(sub[sub["method"] == method].iterrows()):
+            style = dict(color=method_color(method), marker=method_marker(method))
+            curves, changes = [], []
+            for _, run in sub[sub["method"] == method].iterrows():
                 ev = load_eval(run["run_dir"])
                 if ev.empty or x not in ev or "val_ppl" not in ev:
                     continue
-                h, = ax.plot(ev[x], ev["val_ppl"], color=method_color(method), marker=method_marker(method),
-                             markersize=2.5 + 1.3 * widths[method], linewidth=widths[method],
-                             alpha=0.9 if k == 0 else 0.5, label=method_label(method))
+                curves.append(ev.set_index(x)["val_ppl"])
                 all_ppl.extend(ev["val_ppl"].dropna().tolist())
-                if k == 0:
-                    handles.append(h)
-                    labels.append(method_label(method))
                 base = baseline.get((method, run["seed"]))
                 if relative and base is not None:
                     common = ev[ev["step"].isin(base.index)]
-                    change = (common["val_ppl"].to_numpy() / base.loc[common["step"]].to_numpy() - 1) * 100
-                    axes[1, j].plot(common["step"], change, color=method_color(method), marker=method_marker(method),
-                                    markersize=1.5 + widths[method], linewidth=0.6 * widths[method] + 0.4,
-                                    alpha=0.9 if k == 0 else 0.5)
-                    rel_seen = True
+                    changes.append(pd.Series(
+                        (common["val_ppl"].to_numpy() / base.loc[common["step"]].to_numpy() - 1) * 100,
+                        index=common["step"].to_numpy()))
                 if timeline:
                     end = run.get("sim_time_s")
                     end = float(ev[x].iloc[-1]) if end is None or not math.isfinite(float(end)) else float(end)
@@ -207,6 +208,18 @@ def ppl_curves(group: pd.DataFrame, x: str = "step", timeline: Optional[bool] = 
                     axes[1, j].step(down["time_s"], down["down"], where="post", color=method_color(method),
                                     linewidth=0.4 + 0.6 * widths[method], alpha=0.85)
                     max_down = max(max_down, int(down["down"].max()))
+            if not curves:
+                continue
+            # by step, seeds share their x values: the mean with its 95% band; by simulated
+            # time they do not (each seed has its own failures), so each seed is a line
+            h = draw_seeds(ax, curves, average=(x == "step"), linewidth=widths[method],
+                           markersize=2.5 + 1.3 * widths[method], **style)
+            handles.append(h)
+            labels.append(method_label(method))
+            if changes:
+                draw_seeds(axes[1, j], changes, average=True, linewidth=0.6 * widths[method] + 0.4,
+                           markersize=1.5 + widths[method], **style)
+                rel_seen = True
         ax.set_title(f"failure = {level}")
         ax.grid(True, alpha=0.3)
         if j == 0:
@@ -236,9 +249,14 @@ def ppl_curves(group: pd.DataFrame, x: str = "step", timeline: Optional[bool] = 
         axes[1, 0].yaxis.get_major_locator().set_params(integer=True)
     if group.groupby(["method", "failure"]).size().max() > 1:
         from matplotlib.lines import Line2D
+        from matplotlib.patches import Patch
 
-        handles.append(Line2D([], [], color="0.5", alpha=0.5, linewidth=1.5))
-        labels.append("fainter: other seeds")
+        if x == "step":
+            handles.append(Patch(color="0.5", alpha=0.25))
+            labels.append(f"mean over seeds, band: {CONFIDENCE:.0%} CI")
+        else:
+            handles.append(Line2D([], [], color="0.5", alpha=0.5, linewidth=1.5))
+            labels.append("fainter: other seeds")
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
@@ -246,7 +264,43 @@ def ppl_curves(group: pd.DataFrame, x: str = "step", timeline: Optional[bool] = 
     return fig
 
 
+def seed_band(curves: List[pd.Series]) -> pd.DataFrame:
+    """mean, lo, hi (the Student-t 95% interval) and n over the seeds' curves at every x value
+    any of them has (n counts the seeds there; no band where n < 2)."""
+    from scipy import stats
+
+    df = pd.concat([c[~c.index.duplicated(keep="last")] for c in curves], axis=1, join="outer").sort_index()
+    n = df.notna().sum(axis=1)
+    mean = df.mean(axis=1)
+    t = pd.Series(stats.t.ppf(0.5 + CONFIDENCE / 2, np.maximum(n - 1, 1)), index=df.index)
+    half = (t * df.std(axis=1, ddof=1) / np.sqrt(n)).where(n > 1)
+    return pd.DataFrame({"mean": mean, "lo": mean - half, "hi": mean + half, "n": n})
+
+
+def draw_seeds(ax, curves: List[pd.Series], average: bool, linewidth: float, markersize: float, **style):
+    """One seed: its line. Several: the mean over seeds with a shaded 95% band (average=True),
+    or one line per seed, the first strong and the others faint. Returns the legend handle."""
+    if average and len(curves) > 1:
+        band = seed_band(curves)
+        h, = ax.plot(band.index, band["mean"], linewidth=linewidth, markersize=markersize, **style)
+        ax.fill_between(band.index, band["lo"], band["hi"], color=style.get("color"), alpha=0.2, linewidth=0)
+        return h
+    handle = None
+    for k, c in enumerate(curves):
+        h, = ax.plot(c.index, c.to_numpy(), linewidth=linewidth, markersize=markersize,
+                     alpha=0.9 if k == 0 else 0.5, **style)
+        handle = handle or h
+    return handle
+
+
 # ------------------------------------------------------------------------ throughput
+def _yerr(half, scale: float = 1.0):
+    """Error-bar lengths from ci95 half-widths (none for one seed)."""
+    if half is None or not np.isfinite(half).any():
+        return None
+    return np.nan_to_num(half) * scale
+
+
 def throughput_bars(group: pd.DataFrame, title: str = ""):
     """Left: tokens per simulated second per method, a bar per failure level. Right: the drop
     against failure-free, with the paper's drop at high (Table 2) as a marker."""
@@ -255,15 +309,18 @@ def throughput_bars(group: pd.DataFrame, title: str = ""):
     if table.empty:
         plt.close(fig)
         return None
-    levels = [c[len("thr_"):] for c in table.columns if c.startswith("thr_")]
+    levels = [c[len("thr_"):] for c in table.columns if c.startswith("thr_") and not c.endswith("_ci95")]
     faulty = [f for f in levels if f != "none"]
     methods = list(table["method"])
+    err = {c: table[f"{c}_ci95"].to_numpy(dtype=float) if f"{c}_ci95" in table else None
+           for c in [f"thr_{lv}" for lv in levels] + [f"drop_{lv}" for lv in faulty]}
     xs = np.arange(len(methods))
     width = 0.8 / max(1, len(levels))
     for i, level in enumerate(levels):
         vals = table[f"thr_{level}"].to_numpy(dtype=float)
         ax.bar(xs + (i - (len(levels) - 1) / 2) * width, vals, width, color=failure_color(level),
-               edgecolor="black", linewidth=0.4, label=f"failure = {level}")
+               edgecolor="black", linewidth=0.4, label=f"failure = {level}", yerr=_yerr(err[f"thr_{level}"]),
+               error_kw={"elinewidth": 0.8, "capsize": 2})
         for x0, v in zip(xs + (i - (len(levels) - 1) / 2) * width, vals):
             if not math.isfinite(v):
                 ax.annotate("no run", (x0, 0), ha="center", va="bottom", fontsize=7, color="0.4", rotation=90,
@@ -283,7 +340,8 @@ def throughput_bars(group: pd.DataFrame, title: str = ""):
         drops_all.extend(v for v in vals if math.isfinite(v))
         pos = xs + (i - (len(faulty) - 1) / 2) * width2
         bars = ax2.bar(pos, vals, width2, color=failure_color(level), edgecolor="black", linewidth=0.4,
-                       label=f"failure = {level}")
+                       label=f"failure = {level}", yerr=_yerr(err[f"drop_{level}"], 100),
+                       error_kw={"elinewidth": 0.8, "capsize": 2})
         for b, v in zip(bars, vals):
             if math.isfinite(v):
                 ax2.annotate(f"{v:.1f}", (b.get_x() + b.get_width() / 2, max(v, 0)), ha="center", va="bottom",
@@ -298,7 +356,8 @@ def throughput_bars(group: pd.DataFrame, title: str = ""):
     ax2.axhline(0, color="black", linewidth=0.6)
     ax2.set_xticks(xs, [method_label(m) for m in methods])
     ax2.set_ylabel("throughput drop vs failure-free (%)")
-    ax2.set_title("drop = 1 - thr(level) / thr(none)")
+    ax2.set_title("drop = 1 - thr(level) / thr(none)" + (f", {CONFIDENCE:.0%} CI over seeds"
+                                                          if any(v is not None for v in err.values()) else ""))
     ax2.grid(True, axis="y", alpha=0.3)
     if drops_all:
         top = max(drops_all)
@@ -354,15 +413,17 @@ def time_breakdown_bars(group: pd.DataFrame, title: str = ""):
 
 # ------------------------------------------------------------------------ gradient error
 def grad_error_curves(group: pd.DataFrame, title: str = ""):
-    """MeCeFO's relative gradient error ||g_hat - g|| / ||g|| over training, per failure level;
-    None when no run of the group has grad_error.jsonl."""
+    """MeCeFO's relative gradient error ||g_hat - g|| / ||g|| over training (the paper's Figs.
+    4-7), per failure level: left, every seed as its own thin line (a marker per seed) and
+    the mean over seeds as a thick one; right, the mean over seeds per parameter group with
+    its 95% band. None when no run of the group has grad_error.jsonl."""
     group = ok_runs(group)
     mec = group[group["method"] == "mecefo"]
     data = []
     for _, run in mec.iterrows():
         ge = load_grad_error(run["run_dir"])
         if not ge.empty and "rel_error" in ge:
-            data.append((run["failure"], run["seed"], ge))
+            data.append((run["failure"], run["seed"], ge.set_index("step")))
     if not data:
         return None
     parts = [c for c in ("rel_error_attention", "rel_error_ffn", "rel_error_other")
@@ -370,39 +431,49 @@ def grad_error_curves(group: pd.DataFrame, title: str = ""):
     ncols = 2 if parts else 1
     fig, axes = plt.subplots(1, ncols, figsize=(5.6 * ncols, 3.9), squeeze=False, sharey=False)
     ax = axes[0, 0]
-    seen = set()
-    order = failure_levels([d[0] for d in data])
-    for level, seed, ge in sorted(data, key=lambda d: order.index(d[0]) if d[0] in order else len(order)):
-        label = f"failure = {level}" if level not in seen else None
-        seen.add(level)
-        ax.plot(ge["step"], ge["rel_error"], marker="o", markersize=3.5, linewidth=1.4, color=failure_color(level),
-                label=label)
-    ax.axhline(paper.GRAD_ERROR_BOUND, color="black", linestyle="--", linewidth=1,
-               label=f"paper: < {paper.GRAD_ERROR_BOUND} (LLaMA-1B)")
+    levels = failure_levels([d[0] for d in data])
+    seeds = sorted({d[1] for d in data}, key=str)
+    seed_markers = dict(zip(seeds, "os^vD<>px*"))
+    for level in levels:
+        mine = [(seed, ge) for lv, seed, ge in data if lv == level]
+        for seed, ge in mine:
+            ax.plot(ge.index, ge["rel_error"], marker=seed_markers.get(seed, "o"), markersize=3, linewidth=0.7,
+                    alpha=0.55, color=failure_color(level))
+        if len(mine) > 1:
+            band = seed_band([ge["rel_error"] for _, ge in mine])
+            ax.plot(band.index, band["mean"], linewidth=2.2, color=failure_color(level))
+    ax.axhline(paper.GRAD_ERROR_BOUND, color="black", linestyle="--", linewidth=1)
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=failure_color(lv), linewidth=2, label=f"failure = {lv}") for lv in levels]
+    if len(seeds) > 1:
+        handles += [Line2D([], [], color="0.4", marker=seed_markers.get(sd, "o"), linewidth=0.7, alpha=0.7,
+                           label=f"seed {sd}") for sd in seeds]
+        handles.append(Line2D([], [], color="0.4", linewidth=2.2, label="mean over seeds"))
+    handles.append(Line2D([], [], color="black", linestyle="--", label=f"paper: < {paper.GRAD_ERROR_BOUND} (LLaMA-1B)"))
+    ax.legend(handles=handles, fontsize=7, frameon=False)
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("relative gradient error ‖ĝ − g‖ / ‖g‖")
     ax.set_title("whole model")
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, frameon=False)
     if parts:
         ax2 = axes[0, 1]
         styles = {"rel_error_attention": "-", "rel_error_ffn": "--", "rel_error_other": ":"}
-        for level, seed, ge in data:
+        for level in levels:
             for c in parts:
-                if c in ge:
-                    ax2.plot(ge["step"], ge[c], linestyle=styles[c], marker=".", color=failure_color(level),
-                             linewidth=1.3)
-        from matplotlib.lines import Line2D
-
+                curves = [ge[c].dropna() for lv, _, ge in data if lv == level and c in ge and ge[c].notna().any()]
+                if curves:
+                    draw_seeds(ax2, curves, average=True, linewidth=1.3, markersize=3, linestyle=styles[c],
+                               marker=".", color=failure_color(level))
         handles = [Line2D([], [], color="black", linestyle=styles[c], label=c.replace("rel_error_", ""))
                    for c in parts]
-        handles += [Line2D([], [], color=failure_color(lv), label=f"failure = {lv}")
-                    for lv in failure_levels([d[0] for d in data])]
-        ax2.legend(handles=handles, fontsize=8, frameon=False)
+        handles += [Line2D([], [], color=failure_color(lv), label=f"failure = {lv}") for lv in levels]
+        ax2.axhline(paper.GRAD_ERROR_BOUND, color="black", linestyle="--", linewidth=1)
+        ax2.legend(handles=handles, fontsize=7, frameon=False)
         ax2.set_xlabel("optimizer step")
         ax2.set_ylabel("relative gradient error per group")
-        ax2.set_title("by parameter group")
+        ax2.set_title("by parameter group" + (f" (mean over seeds, {CONFIDENCE:.0%} band)" if len(seeds) > 1 else ""))
         ax2.set_ylim(bottom=0)
         ax2.grid(True, alpha=0.3)
     if title:

@@ -1,18 +1,28 @@
 """The paper's tables from the collected runs (CSV with raw numbers, markdown for reading).
 
 Only runs that were kept by de-duplication and finished (`status == ok`) enter the
-numbers; several seeds of one configuration are averaged (mean, and `n_seeds` says how
-many). Runs are grouped by *setting* (model, n_workers, max_steps, micro_batch, seq_len),
-so runs of different sizes are never averaged together.
+numbers. Runs are grouped by *setting*: GROUPING = label, model, n_workers, max_steps,
+micro_batch, seq_len, variant and failure_variant (analysis/collect.py: whatever else a
+sweep changed), so runs of different configurations are never averaged together.
+
+Statistics over seeds: every number that aggregates seeds is a mean with `<col>_ci95`,
+the half-width of its 95% confidence interval (Student t with n-1 degrees of freedom;
+blank for one seed), and `n_seeds`. A comparison with failure-free (drop, change) is
+*paired*: it is computed per seed against the failure-free run of the same seed (same
+data order, same initialisation; the fault trace is a function of the seed too), then
+averaged, with the interval of the paired differences: seed-to-seed noise that both runs
+share cancels. A failure-free run has no failure reading, so it is the baseline of every
+`failure_variant` of its setting.
 
 (a) throughput.{csv,md}  paper Table 2. Committed tokens per simulated second per method,
-    failure-free and at each failure level; drop_<level> = 1 - thr(level) / thr(none)
-    (the ratio of the seed means); resilience_<level> = drop_<level>(method) /
+    failure-free and at each failure level; drop_<level> = mean over seeds of
+    1 - thr(level) / thr(none) (paired); resilience_<level> = drop_<level>(method) /
     drop_<level>(mecefo) in the same setting, blank when MeCeFO's drop is not positive
     (a ratio to zero or to a gain says nothing). paper_* columns: see analysis/paper.py
     for which paper row a model is compared with.
 (b) perplexity.{csv,md}  paper Table 3. Final validation perplexity and
-    change_<level> = ppl(level) / ppl(none) - 1. The paper reports MeCeFO only.
+    change_<level> = mean over seeds of ppl(level) / ppl(none) - 1 (paired). The paper
+    reports MeCeFO only.
 (c) time_breakdown.{csv,md}  simulated seconds per category of summary.json's
     time_breakdown, their total and each category's share of it.
 runs.md                 every kept run with its status (failed and incomplete ones included).
@@ -30,6 +40,9 @@ from . import paper
 from .collect import FAILURE_ORDER, METHOD_ORDER, TIME_CATEGORIES, ok_runs
 
 SETTING = ("model", "n_workers", "max_steps", "micro_batch", "seq_len")
+#: what one table row's runs share besides method and failure level (see the module doc)
+GROUPING = ("label", *SETTING, "variant", "failure_variant")
+CONFIDENCE = 0.95
 
 
 # ------------------------------------------------------------------------ helpers
@@ -44,20 +57,86 @@ def methods_present(values: Sequence) -> List[str]:
     return [m for m in METHOD_ORDER if m in present] + sorted(m for m in present if m not in METHOD_ORDER)
 
 
+def mean_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple:
+    """(mean, half-width of the Student-t confidence interval, n) of the finite values;
+    the half-width is NaN below two values (one seed has no spread to show)."""
+    from scipy import stats
+
+    x = pd.to_numeric(pd.Series(list(values), dtype="float64"), errors="coerce")
+    x = x[x.map(math.isfinite)]
+    n = int(len(x))
+    if n == 0:
+        return float("nan"), float("nan"), 0
+    mean = float(x.mean())
+    if n < 2:
+        return mean, float("nan"), n
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * x.std(ddof=1) / math.sqrt(n))
+    return mean, half, n
+
+
+def with_grouping(runs: pd.DataFrame) -> pd.DataFrame:
+    """The finished, kept runs with the GROUPING columns present ("" where a table predates them),
+    and each failure-free run copied into every failure_variant of its setting (a run without
+    failures is the same whichever way failures would have been read)."""
+    runs = ok_runs(runs).copy()
+    for col in ("label", "variant", "failure_variant"):
+        runs[col] = runs[col].fillna("").astype(str) if col in runs else ""
+    if runs.empty:
+        return runs
+    base = [c for c in GROUPING if c != "failure_variant"]
+    parts = []
+    for _, group in runs.groupby(base, dropna=False, sort=False):
+        free = group[group["failure"] == "none"]
+        faulty = group[group["failure"] != "none"]
+        readings = sorted(set(faulty["failure_variant"])) or [""]
+        parts.append(faulty)
+        parts.extend(free.assign(failure_variant=r) for r in readings)
+    return pd.concat(parts, ignore_index=True)
+
+
 def seed_means(runs: pd.DataFrame, columns: Sequence[str], keys: Optional[Sequence[str]] = None) -> pd.DataFrame:
-    """Mean of `columns` over seeds per `keys` (default: setting, method, failure), with n_seeds."""
-    runs = ok_runs(runs)
-    keys = list(keys) if keys is not None else [*SETTING, "method", "failure"]
+    """Mean, `<col>_ci95` and n_seeds of `columns` over seeds per `keys` (default: GROUPING,
+    method, failure)."""
+    runs = with_grouping(runs) if keys is None else ok_runs(runs)
+    keys = list(keys) if keys is not None else [*GROUPING, "method", "failure"]
     cols = [c for c in columns if c in runs]
     if runs.empty:
-        return pd.DataFrame(columns=[*keys, "n_seeds", *cols])
-    data = runs[keys + cols].copy()
-    for c in cols:
-        data[c] = pd.to_numeric(data[c], errors="coerce")
-    grouped = data.groupby(keys, dropna=False, sort=False)
-    out = grouped[cols].mean()
-    out["n_seeds"] = grouped.size()
-    return out.reset_index()
+        return pd.DataFrame(columns=[*keys, "n_seeds", *cols, *(f"{c}_ci95" for c in cols)])
+    rows = []
+    for key, group in runs.groupby(keys, dropna=False, sort=False):
+        row = dict(zip(keys, key))
+        row["n_seeds"] = int(len(group))
+        for c in cols:
+            row[c], row[f"{c}_ci95"], _ = mean_ci(group[c])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def paired_changes(runs: pd.DataFrame, value: str, keys: Sequence[str],
+                   change: Callable[[float, float], float]) -> Dict[tuple, Dict[str, tuple]]:
+    """{key: {level: (mean, ci95 half-width, n pairs)}} of change(value at level, value
+    failure-free) per seed: each run is compared with the failure-free run of its own seed
+    (same keys), then the per-seed changes are averaged."""
+    out: Dict[tuple, Dict[str, tuple]] = {}
+    if runs.empty or value not in runs:
+        return out
+    data = runs.assign(_v=pd.to_numeric(runs[value], errors="coerce"))
+    for key, group in data.groupby(list(keys), dropna=False, sort=False):
+        base = group[group["failure"] == "none"].groupby("seed")["_v"].last()
+        per_level: Dict[str, tuple] = {}
+        for level, rows in group[group["failure"] != "none"].groupby("failure", sort=False):
+            pairs = [change(v, base[s]) for s, v in zip(rows["seed"], rows["_v"]) if s in base.index]
+            per_level[level] = mean_ci(pairs)
+        out[key if isinstance(key, tuple) else (key,)] = per_level
+    return out
+
+
+def _relative_change(value: float, base: float) -> float:
+    return value / base - 1 if base > 0 else float("nan")
+
+
+def _drop(value: float, base: float) -> float:
+    return 1 - value / base if base > 0 and math.isfinite(value) else float("nan")
 
 
 def _nan(v) -> float:
@@ -65,7 +144,7 @@ def _nan(v) -> float:
 
 
 def _settings(means: pd.DataFrame):
-    return means.groupby(list(SETTING), dropna=False, sort=False)
+    return means.groupby(list(GROUPING), dropna=False, sort=False)
 
 
 def _order_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -77,76 +156,62 @@ def _order_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------ (a) Table 2
-def throughput_table(runs: pd.DataFrame) -> pd.DataFrame:
-    means = seed_means(runs, ["throughput_tok_s"])
+def _level_rows(runs: pd.DataFrame, value: str, prefix: str, change_prefix: str,
+                change: Callable[[float, float], float]) -> List[dict]:
+    """One row per (setting, method): `<prefix><level>` mean and ci95 over seeds, and the
+    paired `<change_prefix><level>` against failure-free with its ci95 and pair count."""
+    runs = with_grouping(runs)
+    means = seed_means(runs, [value])
     levels = failure_levels(means["failure"])
-    faulty = [f for f in levels if f != "none"]
+    paired = paired_changes(runs, value, [*GROUPING, "method"], change)
     rows = []
     for setting, group in _settings(means):
-        thr = group.pivot_table(index="method", columns="failure", values="throughput_tok_s", aggfunc="mean",
-                                dropna=False)
-        seeds = group.groupby("method")["n_seeds"].min()
-        mecefo_drop = {}
-        if "mecefo" in thr.index:
-            for f in faulty:
-                mecefo_drop[f] = _drop(thr, "mecefo", f)
         for method in methods_present(group["method"]):
-            row = dict(zip(SETTING, setting))
+            mine = group[group["method"] == method].set_index("failure")
+            row = dict(zip(GROUPING, setting))
             row["method"] = method
-            row["n_seeds"] = int(seeds.get(method, 0))
+            row["n_seeds"] = int(mine["n_seeds"].min())
             for f in levels:
-                row[f"thr_{f}"] = thr.loc[method, f] if f in thr.columns else float("nan")
-            for f in faulty:
-                row[f"drop_{f}"] = _drop(thr, method, f)
-            for f in faulty:
-                md = mecefo_drop.get(f, float("nan"))
-                d = row[f"drop_{f}"]
-                row[f"resilience_{f}"] = d / md if (md > 0 and math.isfinite(md) and math.isfinite(d)) else float("nan")
-            ref = paper.throughput(row["model"], method)
-            row["paper_ref"] = paper.ref_label(row["model"])
-            row["paper_thr_none"] = _nan(ref["none"])
-            row["paper_thr_high"] = _nan(ref["high"])
-            row["paper_drop_high"] = _nan(ref["drop_high"])
-            row["paper_resilience_high"] = _nan(ref["resilience_high"])
+                row[f"{prefix}{f}"] = mine[value].get(f, float("nan"))
+                row[f"{prefix}{f}_ci95"] = mine[f"{value}_ci95"].get(f, float("nan"))
+            changes = paired.get((*setting, method), {})
+            for f in levels:
+                if f != "none":
+                    mean, half, n = changes.get(f, (float("nan"), float("nan"), 0))
+                    row[f"{change_prefix}{f}"], row[f"{change_prefix}{f}_ci95"] = mean, half
+                    row[f"{change_prefix}{f}_pairs"] = n
             rows.append(row)
+    return rows
+
+
+def throughput_table(runs: pd.DataFrame) -> pd.DataFrame:
+    rows = _level_rows(runs, "throughput_tok_s", "thr_", "drop_", _drop)
+    faulty = [f for f in failure_levels(ok_runs(runs)["failure"]) if f != "none"] if not runs.empty else []
+    mecefo = {tuple(r[c] for c in GROUPING): r for r in rows if r["method"] == "mecefo"}
+    for row in rows:
+        ref_row = mecefo.get(tuple(row[c] for c in GROUPING), {})
+        for f in faulty:
+            md, d = ref_row.get(f"drop_{f}", float("nan")), row.get(f"drop_{f}", float("nan"))
+            row[f"resilience_{f}"] = d / md if (md > 0 and math.isfinite(md) and math.isfinite(d)) else float("nan")
+        ref = paper.throughput(row["model"], row["method"])
+        row["paper_ref"] = paper.ref_label(row["model"])
+        row["paper_thr_none"] = _nan(ref["none"])
+        row["paper_thr_high"] = _nan(ref["high"])
+        row["paper_drop_high"] = _nan(ref["drop_high"])
+        row["paper_resilience_high"] = _nan(ref["resilience_high"])
     return _order_rows(pd.DataFrame(rows))
-
-
-def _drop(thr: pd.DataFrame, method: str, level: str) -> float:
-    if "none" not in thr.columns or level not in thr.columns:
-        return float("nan")
-    base, under = thr.loc[method, "none"], thr.loc[method, level]
-    if not (base > 0) or not math.isfinite(under):
-        return float("nan")
-    return 1.0 - under / base
 
 
 # ------------------------------------------------------------------------ (b) Table 3
 def perplexity_table(runs: pd.DataFrame) -> pd.DataFrame:
-    means = seed_means(runs, ["final_val_ppl", "final_val_loss"])
-    levels = failure_levels(means["failure"])
-    faulty = [f for f in levels if f != "none"]
-    rows = []
-    for setting, group in _settings(means):
-        ppl = group.pivot_table(index="method", columns="failure", values="final_val_ppl", aggfunc="mean",
-                                dropna=False)
-        seeds = group.groupby("method")["n_seeds"].min()
-        for method in methods_present(group["method"]):
-            row = dict(zip(SETTING, setting))
-            row["method"] = method
-            row["n_seeds"] = int(seeds.get(method, 0))
-            for f in levels:
-                row[f"ppl_{f}"] = ppl.loc[method, f] if f in ppl.columns else float("nan")
-            base = row.get("ppl_none", float("nan"))
-            for f in faulty:
-                row[f"change_{f}"] = row[f"ppl_{f}"] / base - 1 if base > 0 else float("nan")
-            row["paper_ref"] = paper.ref_label(row["model"])
-            for f in FAILURE_ORDER:
-                ref = paper.perplexity(row["model"], method, f)
-                row[f"paper_ppl_{f}"] = _nan(ref["ppl"])
-                if f != "none":
-                    row[f"paper_change_{f}"] = _nan(ref["change"])
-            rows.append(row)
+    rows = _level_rows(runs, "final_val_ppl", "ppl_", "change_", _relative_change)
+    for row in rows:
+        row["paper_ref"] = paper.ref_label(row["model"])
+        for f in FAILURE_ORDER:
+            ref = paper.perplexity(row["model"], row["method"], f)
+            row[f"paper_ppl_{f}"] = _nan(ref["ppl"])
+            if f != "none":
+                row[f"paper_change_{f}"] = _nan(ref["change"])
     return _order_rows(pd.DataFrame(rows))
 
 
@@ -192,6 +257,10 @@ def _fmt_num(digits: int) -> Callable:
     return f
 
 
+def _fmt_g3(v) -> str:
+    return "" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.3g}"
+
+
 def _fmt_ratio(v) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return ""
@@ -222,18 +291,40 @@ def to_markdown(df: pd.DataFrame, columns: Dict[str, tuple], drop_empty: bool = 
 
 
 def _setting_columns(df: pd.DataFrame) -> Dict[str, tuple]:
-    """model always; the other setting columns only where they vary."""
-    cols = {"model": ("model", None)}
+    """model always; the other setting columns only where they vary; label, variant and
+    failure_variant wherever one is set."""
+    cols = {"label": ("label", None)} if "label" in df and _has_values(df["label"]) else {}
+    cols["model"] = ("model", None)
     for c in SETTING[1:]:
         if c in df and df[c].nunique(dropna=False) > 1:
             cols[c] = (c, None)
+    for c, head in (("variant", "variant"), ("failure_variant", "failure reading")):
+        if c in df and _has_values(df[c]):
+            cols[c] = (head, None)
     return cols
+
+
+def with_ci_cells(t: pd.DataFrame, columns: Sequence[str], fmt: Callable) -> pd.DataFrame:
+    """Copies of `columns` as text "mean ± half-width" (the half-width of `<col>_ci95`, left
+    out for one seed), in columns named `cell_<col>`."""
+    t = t.copy()
+    for c in columns:
+        half = t[f"{c}_ci95"] if f"{c}_ci95" in t else pd.Series(float("nan"), index=t.index)
+        t[f"cell_{c}"] = [_ci_text(v, h, fmt) for v, h in zip(t[c], half)]
+    return t
+
+
+def _ci_text(value, half, fmt: Callable) -> str:
+    text = fmt(value)
+    if text and half is not None and isinstance(half, float) and math.isfinite(half):
+        return f"{text} ± {fmt(half).lstrip('+')}"
+    return text
 
 
 def _per_level_columns(t: pd.DataFrame, prefix: str):
     """The failure levels present (columns `<prefix><level>`), those with failures, and the
     leading setting/method/seeds columns every per-level table starts with."""
-    levels = [c[len(prefix):] for c in t.columns if c.startswith(prefix)]
+    levels = [c[len(prefix):] for c in t.columns if c.startswith(prefix) and not c.endswith("_ci95")]
     faulty = [f for f in levels if f != "none"]
     cols = _setting_columns(t)
     cols.update({"method": ("method", None), "n_seeds": ("seeds", None)})
@@ -244,14 +335,17 @@ def throughput_markdown(t: pd.DataFrame) -> str:
     if t.empty:
         return "_no finished runs_"
     levels, faulty, cols = _per_level_columns(t, "thr_")
-    cols.update({f"thr_{f}": (f"tok/s {f}", _fmt_tok) for f in levels})
-    cols.update({f"drop_{f}": (f"drop {f}", _fmt_pct) for f in faulty})
+    t = with_ci_cells(t, [f"thr_{f}" for f in levels], _fmt_tok)
+    t = with_ci_cells(t, [f"drop_{f}" for f in faulty], _fmt_pct)
+    cols.update({f"cell_thr_{f}": (f"tok/s {f}", None) for f in levels})
+    cols.update({f"cell_drop_{f}": (f"drop {f}", None) for f in faulty})
     cols.update({f"resilience_{f}": (f"drop/MeCeFO {f}", _fmt_ratio) for f in faulty})
     cols.update({"paper_thr_none": ("paper tok/s none", _fmt_tok), "paper_thr_high": ("paper tok/s high", _fmt_tok),
                  "paper_drop_high": ("paper drop high", _fmt_pct),
                  "paper_resilience_high": ("paper drop/MeCeFO high", _fmt_ratio)})
     refs = ", ".join(sorted(set(t["paper_ref"].astype(str))))
-    note = (f"\n\nThroughput = committed tokens per simulated second (mean over seeds). "
+    note = (f"\n\nThroughput = committed tokens per simulated second, mean ± 95% CI half-width over seeds "
+            f"(Student t; no ± for one seed); drop paired per seed with the failure-free run. "
             f"drop = 1 - thr(level)/thr(none); drop/MeCeFO = the method's drop over MeCeFO's at the same level "
             f"(the paper's 'resilience'). paper columns: MeCeFO paper Table 2, row {refs}; absolute tokens/s only "
             f"where the model is the paper's.")
@@ -262,13 +356,17 @@ def perplexity_markdown(t: pd.DataFrame) -> str:
     if t.empty:
         return "_no finished runs_"
     levels, faulty, cols = _per_level_columns(t, "ppl_")
-    cols.update({f"ppl_{f}": (f"ppl {f}", _fmt_num(2)) for f in levels})
-    cols.update({f"change_{f}": (f"change {f}", lambda v: _fmt_pct(v, signed=True)) for f in faulty})
+    t = with_ci_cells(t, [f"ppl_{f}" for f in levels], _fmt_num(2))
+    t = with_ci_cells(t, [f"change_{f}" for f in faulty], lambda v: _fmt_pct(v, signed=True))
+    cols.update({f"cell_ppl_{f}": (f"ppl {f}", None) for f in levels})
+    cols.update({f"cell_change_{f}": (f"change {f}", None) for f in faulty})
     cols.update({f"paper_ppl_{f}": (f"paper ppl {f}", _fmt_num(2)) for f in FAILURE_ORDER})
     cols.update({f"paper_change_{f}": (f"paper change {f}", lambda v: _fmt_pct(v, signed=True))
                  for f in FAILURE_ORDER if f != "none"})
     refs = ", ".join(sorted(set(t["paper_ref"].astype(str))))
-    note = (f"\n\nFinal validation perplexity (mean over seeds); change = ppl(level)/ppl(none) - 1. "
+    note = (f"\n\nFinal validation perplexity, mean ± 95% CI half-width over seeds (Student t; no ± for one "
+            f"seed); change = ppl(level)/ppl(none) - 1 per seed against the failure-free run of the same seed, "
+            f"then averaged (paired). "
             f"paper columns: MeCeFO paper Table 3 (MeCeFO only), row {refs}; the paper prints the change for high, "
             f"the low/medium changes are derived from its perplexities.")
     return to_markdown(t, cols) + note
@@ -280,13 +378,15 @@ def time_markdown(t: pd.DataFrame) -> str:
     cats = [c[len("share_"):] for c in t.columns if c.startswith("share_")]
     t = t.copy()
     for c in cats:
-        t[f"cell_{c}"] = [f"{s:.3g} ({p * 100:.1f}%)" if math.isfinite(s) and math.isfinite(p) else ""
-                          for s, p in zip(t[f"time_{c}"], t[f"share_{c}"])]
+        half = t[f"time_{c}_ci95"] if f"time_{c}_ci95" in t else [float("nan")] * len(t)
+        t[f"cell_{c}"] = [f"{_ci_text(s, h, _fmt_g3)} ({p * 100:.1f}%)" if math.isfinite(s) and math.isfinite(p) else ""
+                          for s, h, p in zip(t[f"time_{c}"], half, t[f"share_{c}"])]
     cols = _setting_columns(t)
     cols.update({"method": ("method", None), "failure": ("failure", None), "n_seeds": ("seeds", None)})
     cols.update({f"cell_{c}": (c, None) for c in cats})
     cols["time_total"] = ("total s", _fmt_num(3))
-    note = "\n\nSimulated seconds per category of summary.json's time_breakdown (share of the total), mean over seeds."
+    note = ("\n\nSimulated seconds per category of summary.json's time_breakdown (share of the total), "
+            "mean ± 95% CI half-width over seeds.")
     return to_markdown(t, cols) + note
 
 

@@ -49,7 +49,8 @@ class DataConfig:
     val_fraction: float = 0.05  # share of documents held out, chosen by a hash of the text
     eval_blocks: int = 64  # validation blocks scored at each evaluation (0: all)
     # local corpus: texts that the Python install and `make setup` bring, no hub
-    sources: List[str] = field(default_factory=lambda: ["pydoc_topics", "stdlib_docstrings", "lee_background"])
+    sources: List[str] = field(default_factory=lambda: ["pydoc_topics", "stdlib_docstrings", "lee_background",
+                                                        "package_docstrings"])
     vocab_size: int = 4096  # BPE vocabulary trained on the local corpus
     # c4 (or any local json/parquet text files) through the datasets library
     path: Optional[str] = None  # glob of local .json/.jsonl/.parquet files; None: the hub id

@@ -221,9 +221,15 @@ def test_throughput_table_drop_and_resilience(table):
     assert ck["n_seeds"] == 2
     assert ck["thr_none"] == pytest.approx(1100)  # mean of 1000 and 1200
     assert ck["thr_high"] == pytest.approx(825)
-    assert ck["drop_high"] == pytest.approx(0.25)  # 1 - 825/1100
+    # paired per seed: seed 0 1 - 800/1000 = 0.2, seed 1 1 - 850/1200; mean and Student-t interval
+    pairs = [0.2, 1 - 850 / 1200]
+    assert ck["drop_high"] == pytest.approx(sum(pairs) / 2)
+    assert ck["drop_high_pairs"] == 2
+    assert ck["drop_high_ci95"] == pytest.approx(12.7062 * abs(pairs[0] - pairs[1]) / 2, rel=1e-4)  # t(0.975, 1)
+    assert ck["thr_none_ci95"] == pytest.approx(12.7062 * 100, rel=1e-4)  # sd of 1000, 1200 = 141.4 / sqrt(2)
     assert me["drop_high"] == pytest.approx(0.05)  # 1 - 950/1000 (the kept run, not the 500 duplicate)
-    assert ck["resilience_high"] == pytest.approx(5.0)  # 0.25 / 0.05
+    assert math.isnan(me["drop_high_ci95"])  # one seed: no interval
+    assert ck["resilience_high"] == pytest.approx(ck["drop_high"] / 0.05)
     assert me["resilience_high"] == pytest.approx(1.0)
     # llama_tiny is not a paper model: the 1B row's relative numbers only
     assert "reference" in ck["paper_ref"]
@@ -278,7 +284,7 @@ def test_write_tables(table, tmp_path):
     assert {"throughput.csv", "throughput.md", "perplexity.csv", "perplexity.md", "time_breakdown.csv",
             "time_breakdown.md", "runs.md"} <= names
     md = (tmp_path / "tables" / "throughput.md").read_text()
-    assert "25.00%" in md and "5.00x" in md
+    assert "24.58% ± 58.24%" in md and "4.92x" in md  # paired drop 0.2458 with its t interval; / 0.05
     runs_md = (tmp_path / "tables" / "runs.md").read_text()
     assert "failed" in runs_md and "incomplete" in runs_md and "RuntimeError: boom" in runs_md
 
