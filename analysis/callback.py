@@ -32,13 +32,15 @@ log = logging.getLogger(__name__)
 
 
 #: studies with their own analysis (a sweep whose design the default tables do not read)
-STUDIES = ("paper_scale",)
+#: study name -> the module whose analyze(roots, out, figures=...) replaces the default analysis
+STUDIES = {"paper_scale": "analysis.paper_scale", "convergence": "analysis.convergence"}
 
 
 class CollectCallback(Callback):
     """`study`: None for the default analysis (analysis.figures); "paper_scale" for the
-    paper-scale Table 2 sweep (conf/experiment/paper_table2.yaml), whose failure readings and
-    bandwidths the default tables would average together."""
+    paper-scale Table 2 sweep (conf/experiment/paper_table2.yaml, analysis.paper_scale);
+    "convergence" for the Table 3 study (conf/experiment/paper_table3.yaml,
+    analysis.convergence: the default analysis plus the change against run length)."""
 
     def __init__(self, out: Optional[str] = None, figures: bool = True, study: Optional[str] = None) -> None:
         if study is not None and study not in STUDIES:
@@ -59,16 +61,12 @@ class CollectCallback(Callback):
             log.warning("CollectCallback: sweep folder %s not found, nothing collected", sweep)
             return
         out = Path(self.out) if self.out else sweep / "analysis"
-        module = "analysis.paper_scale" if self.study == "paper_scale" else "analysis"
+        module = STUDIES.get(self.study, "analysis")
         try:
-            if self.study == "paper_scale":
-                from .paper_scale import analyze
+            import importlib
 
-                analyze([sweep], out, figures=self.figures)
-            else:
-                from .figures import analyze
-
-                analyze([sweep], out, figures=self.figures, verbose=False)
+            analyze = importlib.import_module(STUDIES.get(self.study, "analysis.figures")).analyze
+            analyze([sweep], out, figures=self.figures, verbose=self.study is not None)
             log.info("CollectCallback: tables and figures of %s in %s", sweep, out)
         except Exception:  # the sweep's runs are safe on disk; analysis can be redone by hand
             log.exception("CollectCallback: analysis of %s failed; redo it with: python -m %s %s --out %s",

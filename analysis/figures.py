@@ -2,6 +2,8 @@
 
     python -m analysis.figures runs/ [more dirs] --out analysis/out
     python -m analysis runs/ --out analysis/out            (the same)
+    python -m analysis --label before=runs/sweeps/A --label after=runs/sweeps/B --out cmp
+                                                           (two sweeps side by side)
 
 Writes <out>/runs.{parquet,csv}, <out>/runs_all.{parquet,csv}, <out>/tables/*.{csv,md}
 and <out>/figures/*.{png,pdf}; prints what it found, failed and unfinished runs included.
@@ -15,18 +17,20 @@ import sys
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
-from .collect import collect, describe, write_table
+from .collect import add_label_argument, collect, describe, parse_labels, write_table
 
 log = logging.getLogger(__name__)
 
 
-def analyze(roots: Iterable, out, figures: bool = True, verbose: bool = True) -> Dict[str, List[Path]]:
-    """Collect every run under `roots` into `out`, then write the tables and the figures."""
+def analyze(roots: Iterable, out, figures: bool = True, verbose: bool = True,
+            labels: Optional[Dict[str, Sequence]] = None) -> Dict[str, List[Path]]:
+    """Collect every run under `roots` (and under each labelled folder) into `out`, then
+    write the tables and the figures."""
     from .tables import write_tables
 
     out = Path(out)
     roots = [Path(r) for r in roots]
-    df = collect(roots)
+    df = collect(roots, labels=labels)
     written = {"table": list(write_table(df, out).values()), "tables": list(write_tables(df, out).values()),
                "figures": []}
     if figures:
@@ -42,12 +46,15 @@ def analyze(roots: Iterable, out, figures: bool = True, verbose: bool = True) ->
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m analysis.figures", description=__doc__.split("\n\n")[0])
-    p.add_argument("roots", nargs="*", default=["runs"], help="folders holding run folders (default: runs)")
+    p.add_argument("roots", nargs="*", help="folders holding run folders (default: runs, unless --label is given)")
+    add_label_argument(p)
     p.add_argument("--out", default="analysis/out", help="output folder (default: analysis/out)")
     p.add_argument("--no-figures", action="store_true", help="only the table and the tables")
     args = p.parse_args(argv)
+    labels = parse_labels(p, args.label)
+    roots = args.roots or ([] if labels else ["runs"])
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    analyze(args.roots, args.out, figures=not args.no_figures)
+    analyze(roots, args.out, figures=not args.no_figures, labels=labels)
     return 0
 
 

@@ -84,3 +84,41 @@ def test_experiment_preset_overrides_the_defaults():
     cfg = compose_cfg(["experiment=paper_mini"])
     assert (cfg.trainer.max_steps, cfg.data.micro_batch, cfg.data.seq_len, cfg.trainer.threads) == (200, 2, 64, 1)
     validate(cfg)
+
+
+STUDY_PRESETS = {"paper_table3": 63, "mecefo_ablation": 18, "mecefo_asymmetric": 9, "mecefo_frequency": 12}
+
+
+@pytest.mark.parametrize("preset,n_jobs", sorted(STUDY_PRESETS.items()))
+def test_study_presets_expand_to_valid_jobs(preset, n_jobs):
+    """Every job of the convergence presets composes and validates (before any compute), and
+    each preset has the number of jobs its header promises."""
+    import itertools
+
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    cfg = compose_cfg([f"experiment={preset}"])
+    assert cfg.experiment == preset and cfg.method.name == "mecefo"
+    hydra_cfg = _hydra_cfg([f"experiment={preset}"])
+    parser = OverridesParser.create()
+
+    def expand(overrides):
+        return [list(j) for b in BasicSweeper.split_arguments(parser.parse_overrides(list(overrides)), None) for j in b]
+
+    params = [f"{k}={v}" for k, v in hydra_cfg.sweeper.params.items()]
+    groups = [[job for cell in group for job in expand(cell)] for group in hydra_cfg.sweeper.groups]
+    jobs = [p + [o for part in combo for o in part] for p in expand(params) for combo in itertools.product(*groups)]
+    assert len(jobs) == n_jobs
+    cells = {tuple(o for o in job if not o.startswith(("seed=", "trainer.max_steps="))) for job in jobs}
+    for cell in sorted(cells):  # composing takes ~1 s: each distinct cell once
+        validate(compose_cfg([f"experiment={preset}", *cell]))
+
+
+def _hydra_cfg(overrides):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides), return_hydra_config=True).hydra

@@ -120,3 +120,30 @@ def test_failure_free_runs_ignore_the_reading(tmp_path):
     _write_run(tmp_path / "b", _cfg(failure="none", repair="replace"), {"status": "ok", "final_val_ppl": 1.0})
     df = collect([tmp_path])
     assert df["selected"].sum() == 1  # the same computation: one supersedes the other
+
+
+def test_convergence_study_table_and_figure(tmp_path):
+    """paper_table3's analysis: a row per (reading, level), a column per run length, paired."""
+    from analysis.convergence import analyze, convergence_table
+
+    ppl = {}
+    for steps in (300, 1000):
+        for seed in (0, 1):
+            base = 200.0 / (steps / 300) + 10 * seed
+            ppl[("none", "fixed", steps, seed)] = base
+            ppl[("high", "fixed", steps, seed)] = base * (1.10 if steps == 300 else 1.04)
+            ppl[("high", "replace", steps, seed)] = base * 1.001
+    for i, ((level, repair, steps, seed), value) in enumerate(ppl.items()):
+        cfg = _cfg(seed=seed, failure=level, repair=repair)
+        cfg["trainer"]["max_steps"] = steps
+        _write_run(tmp_path / f"r{i}", cfg, {"status": "ok", "final_val_ppl": value, "throughput_tok_s": 1.0})
+    long = convergence_table(collect([tmp_path])).set_index(["reading", "level", "max_steps"])
+    assert len(long) == 4
+    assert long.loc[("repair=fixed", "high", 300), "change"] == pytest.approx(0.10)
+    assert long.loc[("repair=fixed", "high", 1000), "change"] == pytest.approx(0.04)
+    assert long.loc[("repair=replace", "high", 1000), "change"] == pytest.approx(0.001)
+    assert long.loc[("repair=replace", "high", 1000), "pairs"] == 2
+    written = analyze([tmp_path], tmp_path / "out", verbose=False)
+    md = (tmp_path / "out" / "tables" / "convergence.md").read_text()
+    assert "+10.00%" in md and "+2.19%" in md  # ours at 300 steps, the paper's 1B at high
+    assert any(p.name == "convergence.png" for p in written["figures"])
