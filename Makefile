@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: setup run test test-slow bench figures paper-mini paper-table2 clean
+.PHONY: setup run test test-slow bench figures paper-mini paper-table2 paper-table3 clean
 
 setup: $(VENV)/.installed .cache/corpus/lee_background.cor
 
@@ -56,6 +56,13 @@ paper-table2: setup
 	@start=$$(date +%s); \
 	$(PY) run.py -m experiment=paper_table2 hydra.sweep.dir=runs/sweeps/paper_table2 && \
 	echo "paper-table2 took $$(( $$(date +%s) - start )) s"
+
+# the paper's Table 3 as a convergence study: MeCeFO at every level, 3 seeds, 300/1,000/3,000
+# steps, two failure readings (63 jobs, ~2 h on 2 cores); runs/sweeps/paper_table3/analysis
+paper-table3: setup
+	@start=$$(date +%s); \
+	$(PY) run.py -m experiment=paper_table3 hydra.sweep.dir=runs/sweeps/paper_table3 && \
+	echo "paper-table3 took $$(( $$(date +%s) - start )) s"
 
 clean:
 	rm -rf .cache runs/2* runs/sweeps
