@@ -488,17 +488,25 @@ def parse_labels(parser: argparse.ArgumentParser, items: Sequence[str]) -> Dict[
     return labels
 
 
+def roots_and_labels(parser: argparse.ArgumentParser, args, default: Sequence[str] = ()):
+    """(roots, {label: [dirs]}) from the `roots` positional and --label options; `default`
+    roots when neither is given, else an error naming what to give."""
+    labels = parse_labels(parser, args.label)
+    roots = list(args.roots) or ([] if labels else list(default))
+    if not roots and not labels:
+        parser.error("give folders to search, or --label NAME=DIR")
+    return roots, labels
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m analysis.collect", description=__doc__.split("\n\n")[0])
     p.add_argument("roots", nargs="*", help="folders to search for run folders (runs/, a sweep folder, ...)")
     add_label_argument(p)
     p.add_argument("--out", default="analysis/out", help="where runs.parquet / runs.csv go (default: analysis/out)")
     args = p.parse_args(argv)
-    labels = parse_labels(p, args.label)
-    if not args.roots and not labels:
-        p.error("give folders to search, or --label NAME=DIR")
+    roots, labels = roots_and_labels(p, args)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    df = collect(args.roots, labels=labels)
+    df = collect(roots, labels=labels)
     paths = write_table(df, Path(args.out))
     print(describe(df))
     print("wrote " + ", ".join(str(p) for p in paths.values()))

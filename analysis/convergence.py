@@ -164,7 +164,7 @@ def analyze(roots: Iterable, out, figures: bool = True, verbose: bool = True,
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from .collect import add_label_argument, parse_labels
+    from .collect import add_label_argument, roots_and_labels
 
     p = argparse.ArgumentParser(prog="python -m analysis.convergence", description=__doc__.split("\n\n")[0])
     p.add_argument("roots", nargs="*", help="sweep folders (e.g. runs/sweeps/paper_table3)")
@@ -172,11 +172,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--out", default="analysis/out", help="output folder (default: analysis/out)")
     p.add_argument("--no-figures", action="store_true")
     args = p.parse_args(argv)
-    labels = parse_labels(p, args.label)
-    if not args.roots and not labels:
-        p.error("give sweep folders, or --label NAME=DIR")
+    roots, labels = roots_and_labels(p, args)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    analyze(args.roots, args.out, figures=not args.no_figures, labels=labels)
+    analyze(roots, args.out, figures=not args.no_figures, labels=labels)
     return 0
 
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
-from .collect import add_label_argument, collect, describe, parse_labels, write_table
+from .collect import add_label_argument, collect, describe, roots_and_labels, write_table
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--out", default="analysis/out", help="output folder (default: analysis/out)")
     p.add_argument("--no-figures", action="store_true", help="only the table and the tables")
     args = p.parse_args(argv)
-    labels = parse_labels(p, args.label)
-    roots = args.roots or ([] if labels else ["runs"])
+    roots, labels = roots_and_labels(p, args, default=["runs"])
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     analyze(roots, args.out, figures=not args.no_figures, labels=labels)
     return 0
