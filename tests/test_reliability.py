@@ -134,7 +134,7 @@ def test_a_crashed_run_resumes_to_the_uninterrupted_run(method, run_exp, fixed_p
     trace = tmp_path / "t.csv"
     trace.write_text(TRACE)
     common = [f"method={method}", *RESUMABLE[method], "failure=trace", "failure.unit=steps",
-              f"failure.path={trace}", "trainer.max_steps=20", "trainer.eval_every=5",
+              f"failure.path={trace}", "trainer.max_steps=14", "trainer.eval_every=5",
               f"cluster.profile={fixed_profile(MECEFO_KERNELS)}"]
     whole, whole_dir = run_exp(*common)
 
