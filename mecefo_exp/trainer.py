@@ -473,9 +473,9 @@ class Experiment:
             self.step += 1
             self.method.after_step(self.step - 1)  # the state is now that before step self.step
             progress.update(self.step, row.get("loss"), self.clock.now, self.tokens_per_step, self.alive)
-            evaluated = bool(tcfg.eval_every and self.step % tcfg.eval_every == 0 and self.step < self.max_steps)
-            if evaluated:
-                self.run_eval()
+            evaluated = False
+            if tcfg.eval_every and self.step % tcfg.eval_every == 0 and self.step < self.max_steps:
+                evaluated = self.run_eval()
             self.end_of_boundary(evaluated)
         progress.close()
         self.run_eval()
@@ -507,14 +507,15 @@ class Experiment:
             self._lr_factor = lr_factor(self.tcfg)
         return {"tokens": self.tokens_per_step, "lr": self.tcfg.lr * self._lr_factor(self.step)}
 
-    def run_eval(self) -> None:
+    def run_eval(self) -> bool:
         if not self.numerics:
-            return
+            return False
         loss = evaluate(self.model, self.val_blocks, self.device)
         self.final_val_loss = loss
         self.records.eval({"step": self.step, "sim_time_s": self.clock.now,
                            "tokens": self.step * self.tokens_per_step, "val_loss": loss, "val_ppl": math.exp(loss)})
         log.info("step %d  val_loss %.4f  val_ppl %.2f  sim_time %.1fs", self.step, loss, math.exp(loss), self.clock.now)
+        return True
 
     def summary(self, status: str, error: Optional[str] = None) -> Dict:
         cfg = self.cfg
