@@ -13,6 +13,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from mecefo_exp import runlock
 from mecefo_exp.config import ConfigError, register_configs, run_name, validate
 from mecefo_exp.metrics import write_json_atomic
 
@@ -24,9 +25,23 @@ log = logging.getLogger("run")
 def main(cfg: DictConfig):
     from pathlib import Path
 
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if not _writes_record():
+        return _job(cfg, run_dir)
+    try:
+        runlock.acquire(run_dir)  # before anything is written; released when the job ends (a sweep runs many)
+    except runlock.RunFolderBusy as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    try:
+        return _job(cfg, run_dir)
+    finally:
+        runlock.release(run_dir)
+
+
+def _job(cfg: DictConfig, run_dir):
     from omegaconf import OmegaConf
 
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
     if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
         cfg.resume = True  # torchrun restarted the group after a failure: continue, don't start over
     if cfg.resume and (run_dir / "config.yaml").exists():
@@ -42,10 +57,34 @@ def main(cfg: DictConfig):
     if cfg.data.name == "local" or cfg.data.path:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    from mecefo_exp.trainer import Experiment  # torch and transformers load only for a valid config
+    from mecefo_exp.trainer import Experiment, Terminated  # torch and transformers load only for a valid config
 
-    summary = Experiment(cfg, run_dir).run()
+    try:
+        summary = Experiment(cfg, run_dir).run()
+    except Terminated as e:  # summary.json already says failed, and why
+        print(f"stopped: {e} ({run_dir})", file=sys.stderr)
+        sys.exit(128 + e.signum)
     return summary["final_val_ppl"]
+
+
+def _writes_record() -> bool:
+    """Under torchrun only rank 0 writes (and locks) the run folder."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def _lock_the_given_run_dir() -> None:
+    """A run with hydra.run.dir=D takes D's lock before Hydra writes D/.hydra: a second run
+    on a busy folder refuses without touching it. The lock lives as long as this process."""
+    if not _writes_record() or any(a in ("-m", "--multirun") or a.startswith("hydra.mode=") for a in sys.argv[1:]):
+        return
+    given = [a.split("=", 1)[1].strip("'\"") for a in sys.argv[1:] if a.startswith("hydra.run.dir=")]
+    if not given or "${" in given[-1]:
+        return
+    try:
+        runlock.acquire(given[-1])
+    except runlock.RunFolderBusy as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
 
 
 def _torchrun_prelude() -> None:
@@ -77,4 +116,5 @@ def _torchrun_prelude() -> None:
 
 if __name__ == "__main__":
     _torchrun_prelude()
+    _lock_the_given_run_dir()
     main()

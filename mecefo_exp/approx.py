@@ -94,6 +94,16 @@ class LowRankProjections:
             for name in self.modules:
                 yield getattr(layer.mlp, name)
 
+    def state_dict(self) -> Dict[str, object]:
+        """V of each linear in model order (ids do not survive a process) and the refresh step."""
+        return {"v": [self.v[id(lin)] for lin in self.linears()] if self.v else None,
+                "refreshed_at": self.refreshed_at}
+
+    def load_state_dict(self, state: Dict[str, object]) -> None:
+        v = state["v"]
+        self.v = {} if v is None else {id(lin): t for lin, t in zip(self.linears(), v)}
+        self.refreshed_at = state["refreshed_at"]
+
     def due(self, step: int) -> bool:
         last = self.refreshed_at
         return last is None or step - last >= self.every or step < last  # step < last: rolled back

@@ -299,12 +299,33 @@ def run_name(overrides: str, limit: int = 120) -> str:
     return name[: limit - 9] + "_" + hashlib.sha1(name.encode()).hexdigest()[:8]
 
 
+def hydra_output_subdir(resume: Any, output_dir: str) -> str:
+    """Where Hydra writes its record of a job (hydra.output_subdir, relative to the run folder).
+
+    A start writes .hydra/ (config, overrides: how the run was started). A resume, or a
+    torchrun restart, of a folder that has one writes .hydra/resume-<n>/ instead, so the
+    record of the start survives every resume. (The run's resolved config, what a resume
+    reuses, is <run>/config.yaml, written once by the trainer.)
+    """
+    import os
+    from pathlib import Path
+
+    resuming = str(resume).lower() == "true" or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"
+    hydra_dir = Path(output_dir) / ".hydra"
+    if not resuming or not (hydra_dir / "config.yaml").exists():
+        return ".hydra"
+    n = 1 + sum(1 for p in hydra_dir.glob("resume-*") if p.is_dir())
+    return f".hydra/resume-{n}"
+
+
 def register_configs() -> None:
     """Register the schemas with Hydra's ConfigStore (conf/ files extend them)."""
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver("run_name"):
         OmegaConf.register_new_resolver("run_name", run_name)
+    if not OmegaConf.has_resolver("hydra_output_subdir"):
+        OmegaConf.register_new_resolver("hydra_output_subdir", hydra_output_subdir)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     cs.store(group="schema/model", name="base", node=ModelConfig)
@@ -435,6 +456,15 @@ def _validate_failure(f: Any, n_workers: int) -> None:
         _check(f.repair != "tick" or f.mttr > 0, "failure.repair=tick needs failure.mttr > 0 (the tick period)")
     if f.kind == "trace":
         _check(bool(f.path), "failure.path is required for failure=trace (a CSV of time,worker,event)")
+        # read it now, before any compute: a NaN, infinite or negative time, an unknown event
+        # or worker is one line naming the file and the line (times in any unit: the check
+        # is on the numbers as written)
+        from .faults import TraceError, read_trace_csv
+
+        try:
+            read_trace_csv(f.path, n_workers, 1.0)
+        except TraceError as e:
+            raise ConfigError(str(e)) from None
     if f.workers is not None:
         bad = [w for w in f.workers if not 0 <= w < n_workers]
         _check(not bad, f"failure.workers={list(f.workers)}: workers {bad} do not exist (0..{n_workers - 1})")

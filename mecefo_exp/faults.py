@@ -265,8 +265,11 @@ def read_trace_csv(path: str, n_workers: int, unit_s: float) -> List[FailureEven
     if not p.exists():
         raise TraceError(f"failure.path={path}: no such file")
     events, alive, last_t = [], [True] * n_workers, 0.0
-    with open(p, newline="") as f:
-        rows = list(csv.reader(f))
+    try:
+        with open(p, newline="", encoding="utf-8-sig") as f:  # -sig: a BOM some editors write is not data
+            rows = list(csv.reader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise TraceError(f"failure.path={path}: cannot be read as a CSV text file of time,worker,event ({e})") from None
     if not rows:
         raise TraceError(f"{path}: empty file, expected a header time,worker,event")
     header = [c.strip().lower() for c in rows[0]]

@@ -30,12 +30,35 @@ def _clean(value: Any) -> Any:
 
 
 def write_json_atomic(path: Path, data: Dict[str, Any]) -> None:
+    """Temp file + fsync + rename: the file is the old one or the new one, never half of one.
+
+    A failed write (a full disk: ENOSPC at write or at fsync) removes the temp file and raises.
+    """
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(_clean(data), f, indent=2)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(_clean(data), f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_json_last_resort(path: Path, data: Dict[str, Any]) -> None:
+    """Overwrite in place, compactly, fsync best-effort: for a failure record on a full disk.
+
+    The atomic write needs room for a second copy; truncating the old file first frees its
+    blocks, so the (shorter) failure record usually still fits where the atomic one did not.
+    """
+    with open(path, "w") as f:
+        f.write(json.dumps(_clean(data)) + "\n")
         f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+        try:
+            os.fsync(f.fileno())
+        except OSError:
+            pass
 
 
 def git_sha() -> Optional[str]:
@@ -65,7 +88,15 @@ def drop_torn_line(path: Path) -> None:
 
 
 class RunRecords:
-    """Writers for one run folder; only one process (rank 0) owns it."""
+    """Writers for one run folder; only one process (rank 0) owns it.
+
+    Streams are `<name>.jsonl` files appended a line at a time and flushed, so the bytes
+    of every row written are in the file (the page cache) whatever kills the process.
+    `sizes()` are the streams' lengths at a checkpoint; a resume cuts each stream back to
+    them (`supersede`), so rows of the discarded segment are never counted twice.
+    """
+
+    STREAMS = ("metrics", "eval", "events")  # opened at once; others (grad_error) when first written
 
     def __init__(self, run_dir: Path, logger_cfg=None, config: Optional[dict] = None, enabled: bool = True):
         self.dir = Path(run_dir)
@@ -75,32 +106,75 @@ class RunRecords:
         if not enabled:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
-        for name in ("metrics", "eval", "events"):
-            path = self.dir / f"{name}.jsonl"
+        for path in sorted(self.dir.glob("*.jsonl")):
             drop_torn_line(path)  # a run killed mid-write and resumed must not glue two rows together
-            self._files[name] = open(path, "a", buffering=1)
+        for name in self.STREAMS:
+            self._open(name)
         if logger_cfg is not None and logger_cfg.name == "wandb":
             self._wandb = _start_wandb(logger_cfg, config, self.dir)
 
-    def _append(self, name: str, row: Dict[str, Any]) -> None:
+    def _open(self, name: str):
+        f = self._files[name] = open(self.dir / f"{name}.jsonl", "a", buffering=1)
+        return f
+
+    def append(self, name: str, row: Dict[str, Any]) -> None:
         if not self.enabled:
             return
-        f = self._files[name]
+        f = self._files.get(name) or self._open(name)
         f.write(json.dumps(_clean(row)) + "\n")
         f.flush()
 
+    def sizes(self) -> Dict[str, int]:
+        """Bytes in each stream now (after an fsync, so that a machine crash keeps them too)."""
+        if not self.enabled:
+            return {}
+        for f in self._files.values():
+            f.flush()
+            os.fsync(f.fileno())
+        return {p.name: p.stat().st_size for p in sorted(self.dir.glob("*.jsonl"))}
+
+    def supersede(self, sizes: Dict[str, int], label: str) -> Dict[str, int]:
+        """Cut every stream back to `sizes` (a stream absent there: to nothing).
+
+        The cut rows are the discarded segment of a killed run: they are kept, out of the
+        way of analysis, in superseded/<label>/<name>.jsonl. Returns rows moved per stream.
+        """
+        moved = {}
+        if not self.enabled:
+            return moved
+        for f in self._files.values():
+            f.flush()
+        for path in sorted(self.dir.glob("*.jsonl")):
+            keep = sizes.get(path.name, 0)
+            size = path.stat().st_size
+            if size < keep:
+                log.warning("%s is shorter (%d bytes) than when the checkpoint was written (%d): rows were lost",
+                            path, size, keep)
+                continue
+            if size == keep:
+                continue
+            with open(path, "r+b") as f:
+                f.seek(keep)
+                tail = f.read()
+                side = self.dir / "superseded" / label / path.name
+                side.parent.mkdir(parents=True, exist_ok=True)
+                side.write_bytes(tail)
+                f.truncate(keep)
+            moved[path.name] = tail.count(b"\n")
+        return moved
+
     def metric(self, row: Dict[str, Any]) -> None:
-        self._append("metrics", row)
+        self.append("metrics", row)
         if self._wandb is not None:
             self._wandb.log({f"train/{k}": v for k, v in row.items() if isinstance(v, (int, float))}, step=row["step"])
 
     def eval(self, row: Dict[str, Any]) -> None:
-        self._append("eval", row)
+        self.append("eval", row)
         if self._wandb is not None:
             self._wandb.log({f"eval/{k}": v for k, v in row.items() if isinstance(v, (int, float))}, step=row["step"])
 
     def event(self, row: Dict[str, Any]) -> None:
-        self._append("events", row)
+        self.append("events", row)
 
     def write_json(self, name: str, data: Dict[str, Any]) -> None:
         if self.enabled:

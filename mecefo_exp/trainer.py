@@ -10,13 +10,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import datetime
 import io
+import json
 import logging
 import math
 import os
+import signal
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Dict, Optional
@@ -28,12 +33,55 @@ from .config import ConfigError, plain
 from .data import SampleStream, load_corpus, validation_blocks
 from .faults import FAIL, make_trace
 from .methods import build_method
-from .metrics import RunRecords, git_sha
+from . import runlock
+from .metrics import RunRecords, git_sha, write_json_last_resort
 from .model import build_model, count_parameters
 from .optim import lr_factor, make_optimizer, make_scheduler
 from .timing import CATEGORIES, CostModel, SimClock, build_timing, state_bytes
 
 log = logging.getLogger(__name__)
+
+#: attempts at one step that change nothing (same step, clock and trace position) before the
+#: loop gives up: each attempt must at least hand the method the event that interrupted it
+MAX_IDLE_ATTEMPTS = 3
+#: a long run's summary.json is refreshed at least this often (wall seconds), besides every
+#: evaluation and disk checkpoint, so that a dead run's record shows how far it got
+SUMMARY_EVERY_S = 30.0
+
+
+class NoProgress(RuntimeError):
+    """The loop would spin: a step was attempted again with nothing changed."""
+
+
+class Terminated(BaseException):
+    """SIGTERM/SIGHUP (timeout, SLURM, torchrun): end the run as failed, with the record saying why.
+
+    A BaseException, like KeyboardInterrupt, so that no `except Exception` on the way swallows it.
+    """
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"{signal.Signals(signum).name} received: the run was stopped from outside")
+
+
+@contextlib.contextmanager
+def _signals_end_the_run():
+    """Turn SIGTERM/SIGHUP into `Terminated` while the run is on (main thread only: Python's rule)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        for s in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, signal.SIG_IGN)  # a second signal must not interrupt writing the record
+        raise Terminated(signum)
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def pick_device(name: str) -> torch.device:
@@ -79,6 +127,10 @@ class Experiment:
         self.numerics = cfg.trainer.numerics  # false: the loop walks trace, methods and clock only
         self._tokens_per_worker = cfg.data.micro_batch * cfg.data.seq_len
         self._kill = cfg.failure.kill
+        self.resumes: list = []  # one record per resume of this folder, oldest first (summary.json)
+        self._locked = False
+        self._git_sha = git_sha()  # once: summary.json is rewritten during the run
+        self._summary_at = time.perf_counter()
 
     # ------------------------------------------------------------------ building
     def setup(self) -> None:
@@ -89,6 +141,17 @@ class Experiment:
         self.device = pick_device(cfg.cluster.device)
         if self.distributed:
             self.start_distributed()
+        if self.is_main:
+            runlock.acquire(self.run_dir)  # before anything is written: a second run refuses here
+            self._locked = True
+            for tmp in self.run_dir.glob("*.tmp"):  # a killed run's half-written summary/profile
+                tmp.unlink(missing_ok=True)
+            if cfg.resume:
+                self.resumes = self._previous_resumes()
+            else:
+                from omegaconf import OmegaConf
+                # the run's identity, written first and never again: what resume=true reuses
+                OmegaConf.save(cfg, self.run_dir / "config.yaml", resolve=True)
         self.records = RunRecords(self.run_dir, cfg.logger, _plain(cfg), enabled=self.is_main)
         self.records.summary(self.summary("running"))
 
@@ -103,11 +166,11 @@ class Experiment:
             self.cluster = cluster_cls(self.model, self.stream, self.modes, self.device, cfg.cluster.chunk_microbatches)
         self.build_clock()
         self.method.setup()
+        store = getattr(self.method, "store", None)
+        if store is not None and store.clean_incomplete():
+            log.warning("%s: removed half-written checkpoints a killed run left", store.root)
         if cfg.resume:
             self.resume()
-        elif self.is_main:
-            from omegaconf import OmegaConf
-            OmegaConf.save(cfg, self.run_dir / "config.yaml", resolve=True)  # what resume=true reuses
         if cfg.failure.kill:
             kills = self.run_dir / "kills.txt"
             self.kills_done = set(kills.read_text().split()) if kills.exists() else set()
@@ -238,7 +301,9 @@ class Experiment:
         if harness:
             state["harness"] = {"clock": self.clock.state_dict(), "counters": dict(self.counters),
                                 "tokens_processed": self.tokens_processed, "trace_next": self.trace._next,
-                                "method": self.method.state_dict(), "final_val_loss": self.final_val_loss}
+                                "method": self.method.state_dict(), "final_val_loss": self.final_val_loss,
+                                # how long each jsonl stream was: a resume cuts back to this
+                                "records": self.records.sizes()}
         return state
 
     def resume(self) -> None:
@@ -261,8 +326,28 @@ class Experiment:
         self.method.load_state_dict(h["method"])
         store.saved = steps[-store.keep:]
         self.resumed = True
-        self.event("resume", detail={"step": self.step, "checkpoint": str(store.path(self.step))})
-        log.info("resumed %s at step %d (simulated time %.2f s)", self.run_dir, self.step, self.clock.now)
+        n = len(self.resumes) + 1
+        superseded = {}
+        if "records" in h:  # rows written after the checkpoint belong to the discarded segment
+            superseded = self.records.supersede(h["records"], label=f"resume-{n}")
+        else:
+            log.warning("%s predates record lengths in checkpoints: rows after it are not cut", store.path(self.step))
+        record = {"n": n, "at": datetime.datetime.now().isoformat(timespec="seconds"), "from_step": self.step,
+                  "checkpoint": store.path(self.step).name, "sim_time_s": self.clock.now,
+                  "superseded_rows": superseded}
+        self.resumes.append(record)
+        self.event("resume", detail={"step": self.step, "checkpoint": str(store.path(self.step)), "n": n,
+                                     "superseded_rows": superseded})
+        log.info("resumed %s at step %d (simulated time %.2f s); superseded rows %s (kept in superseded/resume-%d/)",
+                 self.run_dir, self.step, self.clock.now, superseded or "none", n)
+        self.records.summary(self.summary("running"))  # the record says at once that it was resumed
+
+    def _previous_resumes(self) -> list:
+        """The resumes the folder's summary.json already records (before it is rewritten)."""
+        try:
+            return list(json.loads((self.run_dir / "summary.json").read_text()).get("resumes") or [])
+        except (OSError, ValueError, AttributeError):
+            return []
 
     def _load_training_state(self, state: Dict) -> None:
         self.model.load_state_dict(state["model"])
@@ -353,7 +438,16 @@ class Experiment:
         progress = Progress(tcfg, self.max_steps)
         if not self.resumed:
             self.method.start()
+            self.end_of_boundary(evaluated=False)
+        last, idle = None, 0
         while self.step < self.max_steps:
+            here = (self.step, self.trace._next, self.clock.now)
+            idle = idle + 1 if here == last else 0
+            if idle >= MAX_IDLE_ATTEMPTS:
+                raise NoProgress(f"step {self.step} cannot make progress: {idle + 1} attempts in a row left the "
+                                 f"simulated clock at {self.clock.now!r} s and the trace at event {self.trace._next} "
+                                 f"(next failure at {self.trace.next_failure_time()!r} s)")
+            last = here
             self.apply_due_events()
             plan = self.method.plan(self.step)
             if not plan.computing_workers:  # nobody can compute: wait for the next event
@@ -379,10 +473,21 @@ class Experiment:
             self.step += 1
             self.method.after_step(self.step - 1)  # the state is now that before step self.step
             progress.update(self.step, row.get("loss"), self.clock.now, self.tokens_per_step, self.alive)
+            evaluated = False
             if tcfg.eval_every and self.step % tcfg.eval_every == 0 and self.step < self.max_steps:
-                self.run_eval()
+                evaluated = self.run_eval()
+            self.end_of_boundary(evaluated)
         progress.close()
         self.run_eval()
+
+    def end_of_boundary(self, evaluated: bool) -> None:
+        """Between two steps, after all end-of-step work: write the checkpoint saved at this
+        boundary (its books are now complete) and refresh summary.json's progress fields."""
+        store = getattr(self.method, "store", None)
+        wrote = store.flush() if store is not None else False
+        if wrote or evaluated or time.perf_counter() - self._summary_at > SUMMARY_EVERY_S:
+            self.records.summary(self.summary("running"))
+            self._summary_at = time.perf_counter()
 
     def compute_step(self, plan) -> Dict:
         """Forward/backward of the plan, the method's look at the gradients, clipping, AdamW."""
@@ -402,14 +507,15 @@ class Experiment:
             self._lr_factor = lr_factor(self.tcfg)
         return {"tokens": self.tokens_per_step, "lr": self.tcfg.lr * self._lr_factor(self.step)}
 
-    def run_eval(self) -> None:
+    def run_eval(self) -> bool:
         if not self.numerics:
-            return
+            return False
         loss = evaluate(self.model, self.val_blocks, self.device)
         self.final_val_loss = loss
         self.records.eval({"step": self.step, "sim_time_s": self.clock.now,
                            "tokens": self.step * self.tokens_per_step, "val_loss": loss, "val_ppl": math.exp(loss)})
         log.info("step %d  val_loss %.4f  val_ppl %.2f  sim_time %.1fs", self.step, loss, math.exp(loss), self.clock.now)
+        return True
 
     def summary(self, status: str, error: Optional[str] = None) -> Dict:
         cfg = self.cfg
@@ -429,7 +535,8 @@ class Experiment:
             "failures": self.counters["failures"], "rollbacks": self.counters["rollbacks"],
             "lost_steps": self.counters["lost_steps"], "interrupted_steps": self.counters["interrupted_steps"],
             "time_breakdown": dict(clock.breakdown) if clock else {c: 0.0 for c in CATEGORIES},
-            "git_sha": git_sha(), "run_dir": str(self.run_dir),
+            "git_sha": self._git_sha, "run_dir": str(self.run_dir),
+            "updated_at": datetime.datetime.now().isoformat(timespec="seconds"), "resumes": self.resumes,
         }
         trace = getattr(self, "trace", None)
         if trace is not None:
@@ -451,24 +558,51 @@ class Experiment:
         return data
 
     def run(self) -> Dict:
-        """Train and write the record; summary.json says `failed` if anything goes wrong."""
+        """Train and write the record; summary.json says `failed` if anything goes wrong
+        (an exception, a full disk, SIGTERM/SIGHUP/Ctrl-C), with the reason."""
         try:
-            self.setup()
-            self.train()
-        except BaseException as e:
-            if self.records is not None and self.records.enabled:
-                self.records.summary(self.summary("failed", error=f"{type(e).__name__}: {e}"))
-                self.records.close()
-            raise
-        summary = self.summary("ok")
-        self.records.summary(summary)
-        self.records.close()
+            with _signals_end_the_run():
+                try:
+                    self.setup()
+                    self.train()
+                    summary = self.summary("ok")
+                    self.records.summary(summary)
+                    self.records.close()
+                except BaseException as e:
+                    self._record_failure(e)
+                    raise
+        finally:
+            if self._locked:
+                runlock.release(self.run_dir)
+                self._locked = False
         ppl = summary["final_val_ppl"]
         log.info("done: %d steps, final val ppl %s, throughput %.0f tokens/s simulated (%.1f s), wall %.1f s -> %s",
                  summary["steps"], f"{ppl:.2f}" if ppl is not None else "n/a (numerics off)",
                  summary["throughput_tok_s"] or 0, summary["sim_time_s"],
                  summary["wall_time_s"], self.run_dir)
         return summary
+
+    def _record_failure(self, e: BaseException) -> None:
+        """Leave summary.json `failed` with the reason, even on a full disk."""
+        if self.records is None or not self.records.enabled:
+            return
+        error = f"{type(e).__name__}: {e}"
+        try:
+            data = self.summary("failed", error=error)
+        except Exception as inner:  # the books may be half-built: say at least what happened
+            data = {"status": "failed", "error": error, "summary_error": repr(inner), "run_dir": str(self.run_dir)}
+        path = self.run_dir / "summary.json"
+        try:
+            self.records.summary(data)
+        except OSError:  # no room for the atomic copy: overwrite in place, which frees the old blocks first
+            try:
+                write_json_last_resort(path, data)
+            except OSError as last:
+                log.error("cannot record the failure in %s: %s", path, last)
+        try:
+            self.records.close()
+        except OSError:
+            pass
 
 
 class Progress:

@@ -48,13 +48,22 @@ def test_same_seed_same_losses_other_seed_other_losses(run_exp, fixed_profile):
     assert losses_by_step(a) != losses_by_step(c)
 
 
-def test_a_failing_run_is_marked_failed(run_exp, tmp_path):
-    from mecefo_exp.faults import TraceError
+def test_a_failing_run_is_marked_failed(run_exp, fixed_profile, tmp_path, monkeypatch):
+    from mecefo_exp.cluster.local import LocalCluster
 
-    with pytest.raises(TraceError):
-        run_exp("method=checkpoint", "failure=trace", f"failure.path={tmp_path}/missing.csv")
+    execute = LocalCluster.execute
+
+    def broken_at_step_5(self, plan):
+        if plan.step == 5:
+            raise RuntimeError("simulated crash in step 5")
+        return execute(self, plan)
+
+    monkeypatch.setattr(LocalCluster, "execute", broken_at_step_5)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_exp("method=checkpoint", "failure=none", f"cluster.profile={fixed_profile()}")
     summary = json.loads((tmp_path / "run1" / "summary.json").read_text())
-    assert summary["status"] == "failed" and "missing.csv" in summary["error"]
+    assert summary["status"] == "failed" and "simulated crash in step 5" in summary["error"]
+    assert summary["steps"] == 5  # how far it got
 
 
 def test_a_torn_last_line_from_a_killed_run_is_dropped(tmp_path):

@@ -80,7 +80,9 @@ class Method:
 
     # ---- resuming a killed run: the method's own books travel in the checkpoint
     def state_dict(self) -> Dict[str, object]:
-        """Plain attributes (sets, counters, assignments); tensors and helpers are not books."""
+        """Plain attributes (sets, counters, assignments). State that is not plain (MeCeFO's
+        projections, REFT's in-memory snapshot) is added by the method's own override: a
+        resumed run must be the uninterrupted one, so everything a later step reads is here."""
         return {k: copy.deepcopy(v) for k, v in vars(self).items()
                 if k not in ("cfg", "run", "n") and _is_plain(v)}
 

@@ -8,13 +8,23 @@ writes one shard per rank under torchrun).
 
 Without numerics (trainer.numerics=false) a checkpoint holds only the step and lives in
 memory: the clock still charges the write, nothing is written.
+
+A method decides *when* to checkpoint (`save`, inside its after_step); the bytes are
+written when the trainer calls `flush()` at the end of that step boundary, after every
+other piece of end-of-step work (the method's own, an evaluation), so that the harness's
+books in the checkpoint are those of the top of the next step: a run resumed from it
+replays nothing and misses nothing. The training state does not change in between, so
+a rollback to it loads what the method saved. Old checkpoints are deleted only after the
+new one is whole on disk (written to a temp file, fsynced, renamed); a failed write
+removes its temp file.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 
@@ -30,20 +40,34 @@ class CheckpointStore:
         self.saved: List[int] = []
         self.in_memory = not run.numerics
         self._memory: Dict[int, Dict] = {}
+        self.pending: Optional[int] = None  # saved, to be written by flush()
 
     def path(self, step: int) -> Path:
         return self.root / (f"step_{step:07d}" + (".pt" if self.backend == "torch" else ""))
 
     def save(self, step: int) -> None:
-        if self.in_memory:
-            self._memory[step] = self.run.state_dict()
-        else:
-            self._write(step)
         if step in self.saved:
             self.saved.remove(step)
         self.saved.append(step)
-        while len(self.saved) > self.keep:
-            self._forget(self.saved.pop(0))
+        if self.in_memory:
+            self._memory[step] = self.run.state_dict()
+            while len(self.saved) > self.keep:
+                self._memory.pop(self.saved.pop(0), None)
+            return
+        self.pending = step
+        del self.saved[:-self.keep]
+
+    def flush(self) -> bool:
+        """Write the checkpoint saved at this step boundary, then drop the ones beyond `keep`."""
+        if self.pending is None:
+            return False
+        step, self.pending = self.pending, None
+        self._write(step)
+        if self.run.is_main:
+            for old in self.on_disk():
+                if old not in self.saved:
+                    self._delete(old)
+        return True
 
     def _write(self, step: int) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -52,23 +76,41 @@ class CheckpointStore:
         if self.backend == "torch":
             if self.run.is_main:  # ranks hold identical replicas: rank 0 writes, all read
                 tmp = target.with_suffix(".tmp")
-                torch.save(state, tmp)
-                tmp.replace(target)  # a checkpoint is either whole or absent
+                try:
+                    with open(tmp, "wb") as f:
+                        torch.save(state, f)
+                        f.flush()
+                        os.fsync(f.fileno())  # a full disk says so here, not after the rename
+                    tmp.replace(target)  # a checkpoint is either whole or absent
+                except BaseException:
+                    tmp.unlink(missing_ok=True)
+                    raise
             self.run.barrier()
         else:
             import torch.distributed.checkpoint as dcp
 
             if target.exists():
                 shutil.rmtree(target)
-            dcp.save(state, checkpoint_id=str(target))
+            try:
+                dcp.save(state, checkpoint_id=str(target))
+            except BaseException:
+                shutil.rmtree(target, ignore_errors=True)  # no .metadata: never counted as complete
+                raise
 
-    def _forget(self, step: int) -> None:
-        if self.in_memory:
-            self._memory.pop(step, None)
-            return
+    def _delete(self, step: int) -> None:
         old = self.path(step)
-        if self.run.is_main:
-            shutil.rmtree(old) if old.is_dir() else old.unlink(missing_ok=True)
+        shutil.rmtree(old) if old.is_dir() else old.unlink(missing_ok=True)
+
+    def clean_incomplete(self) -> List[str]:
+        """Remove what a killed run left half-written (temp files, dcp folders without metadata)."""
+        removed = []
+        if not self.root.exists() or not self.run.is_main:
+            return removed
+        for p in sorted(self.root.glob("step_*")):
+            if p.suffix == ".tmp" or (p.is_dir() and not (p / ".metadata").exists()):
+                shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+                removed.append(p.name)
+        return removed
 
     def on_disk(self) -> List[int]:
         """Steps of the complete checkpoints in the folder (a torch.save is renamed when whole)."""
@@ -89,6 +131,7 @@ class CheckpointStore:
         return self.saved[-1]
 
     def load(self, step: int) -> Dict:
+        self.flush()  # a rollback to the checkpoint of this very boundary: write it first
         if self.in_memory:
             return self._memory[step]
         target = self.path(step)

@@ -33,7 +33,6 @@ grad_error.jsonl in the run folder; the measurement is not charged on the clock.
 
 from __future__ import annotations
 
-import json
 from typing import Dict, Optional
 
 import torch
@@ -56,7 +55,6 @@ class Mecefo(InPlaceMethod):
         self.projections: Optional[LowRankProjections] = None
         self.degraded_steps = 0
         self.counts.update(neighbor_assignments=0, svd_refreshes=0, grad_error_checks=0)
-        self._error_file = None
         self._svd_step: Optional[int] = None  # the step whose plan refreshed the projections
         self._bench_projections: Dict[int, LowRankProjections] = {}
 
@@ -199,11 +197,23 @@ class Mecefo(InPlaceMethod):
         row.update({f"rel_error{'' if k == 'all' else '_' + k}": (d ** 0.5) / (r ** 0.5) if r > 0 else None
                     for k, (d, r) in groups.items()})
         self.counts["grad_error_checks"] += 1
-        if not self.run.is_main:
-            return
-        if self._error_file is None:
-            self._error_file = open(self.run.run_dir / "grad_error.jsonl", "a", buffering=1)
-        self._error_file.write(json.dumps(row) + "\n")
+        self.run.records.append("grad_error", row)  # a run-record stream: cut back on resume like the others
+
+    def state_dict(self) -> Dict[str, object]:
+        # the projections and when they were refreshed decide every later degraded step
+        # (and the svd_refreshes count): without them a resumed run refreshes at a different
+        # step from other weights and is not the uninterrupted run
+        state = super().state_dict()
+        if self.projections is not None:
+            state["projections"] = self.projections.state_dict()
+        return state
+
+    def load_state_dict(self, state: Dict[str, object]) -> None:
+        state = dict(state)
+        projections = state.pop("projections", None)
+        if projections is not None and self.projections is not None:
+            self.projections.load_state_dict(projections)
+        super().load_state_dict(state)
 
     def summary(self) -> Dict[str, object]:
         out = super().summary()

@@ -249,6 +249,17 @@ class Reft(RollbackMethod):
         self.heal_pending = False
         return super().plan(step)
 
+    def state_dict(self) -> Dict[str, object]:
+        # the snapshot lives in the workers' memory, not on disk; a resumed run must still
+        # hold it (a later failure restores from it), so the checkpoint carries it as it is
+        # (lost shards included), at the cost of a second copy of the state on disk
+        return {**super().state_dict(), "snapshot": self.snapshot}
+
+    def load_state_dict(self, state: Dict[str, object]) -> None:
+        state = dict(state)
+        self.snapshot = state.pop("snapshot", None)
+        super().load_state_dict(state)
+
     def rollback_share(self, p_down: float) -> float:
         """Recovery heals the code at once, so a disk rollback needs two losses in one
         group within one restart stall: negligible; the disk keeps only step 0."""

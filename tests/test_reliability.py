@@ -1,0 +1,287 @@
+"""Issue 12: every run is resumable and exact, every record tells the truth, no input can
+hang or corrupt a run. One test (or a few) per defect; the crash-safety sweep over all six
+methods with a real SIGKILL is in test_crash_safety.py (slow)."""
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import MICRO, ROOT, compose_cfg, losses_by_step, read_jsonl
+
+TAG = "[sa=1,rc=1,lr=1,r=4]"  # MeCeFO's kernels for method.rank=4
+MECEFO_KERNELS = {f"mb:mecefo{TAG}": 0.012, f"neighbor_pair{TAG}": 0.016, f"mecefo_svd{TAG}": 0.004}
+
+
+def _run_py(*args, timeout=180):
+    return subprocess.run([sys.executable, "run.py", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture
+def no_hang():
+    """Fail (instead of hanging the suite) if the code under test spins."""
+    def alarm(signum, frame):
+        raise TimeoutError("the run did not end within 60 s: the loop spins")
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+# ---------------------------------------------------------------- 1. a resume keeps the start's record
+def test_a_resume_keeps_how_the_run_was_started_and_records_the_resume(fixed_profile, tmp_path):
+    run_dir = tmp_path / "run"
+    start = [*MICRO, "method=bamboo", "failure=none", "trainer.max_steps=4", "trainer.eval_every=0",
+             "method.checkpoint_interval=2", f"cluster.profile={fixed_profile()}", f"hydra.run.dir={run_dir}"]
+    out = _run_py(*start)
+    assert out.returncode == 0, out.stderr[-2000:]
+    config = (run_dir / "config.yaml").read_bytes()
+    hydra_before = {p.name: p.read_bytes() for p in (run_dir / ".hydra").iterdir() if p.is_file()}
+
+    for n in (1, 2):
+        out = _run_py("resume=true", f"hydra.run.dir={run_dir}")
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert "- resume=true" in (run_dir / ".hydra" / f"resume-{n}" / "overrides.yaml").read_text()
+    assert {p.name: p.read_bytes() for p in (run_dir / ".hydra").iterdir() if p.is_file()} == hydra_before
+    assert "method=bamboo" in (run_dir / ".hydra" / "overrides.yaml").read_text()
+    assert (run_dir / "config.yaml").read_bytes() == config  # the run's identity, never rewritten
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["method"] == "bamboo"
+    assert [(r["n"], r["from_step"]) for r in summary["resumes"]] == [(1, 4), (2, 4)]
+    resumes = [e for e in read_jsonl(run_dir / "events.jsonl") if e["kind"] == "resume"]
+    # the second resume starts from the same checkpoint: the first one's event is superseded
+    assert [e["detail"]["n"] for e in resumes] == [2]
+    assert [e["kind"] for e in read_jsonl(run_dir / "superseded" / "resume-2" / "events.jsonl")] == ["resume"]
+
+
+# ---------------------------------------------------------------- 2. no input can hang a run
+@pytest.mark.parametrize("rows, line", [
+    ("3,0,fail\nnan,0,recover\n5,1,fail\n", 3),
+    ("nan,0,fail\n", 2),
+    ("inf,0,fail\n", 2),
+    ("2,0,fail\n-1,0,recover\n", 3),
+])
+def test_a_non_finite_or_negative_trace_time_is_one_line_before_compute(rows, line, tmp_path):
+    from mecefo_exp.config import ConfigError, validate
+
+    trace = tmp_path / "bad.csv"
+    trace.write_text("time,worker,event\n" + rows)
+    cfg = compose_cfg(MICRO + ["failure=trace", f"failure.path={trace}", "failure.unit=steps"])
+    with pytest.raises(ConfigError) as e:
+        validate(cfg)
+    message = str(e.value)
+    assert str(trace) in message and f"line {line}" in message and "finite number >= 0" in message
+
+
+def test_a_bad_trace_stops_run_py_with_one_line_and_exit_2_before_compute(tmp_path):
+    trace = tmp_path / "bad.csv"
+    trace.write_text("time,worker,event\n3,0,fail\nnan,0,recover\n5,1,fail\n")
+    run_dir = tmp_path / "run"
+    t0 = time.perf_counter()
+    out = _run_py(*MICRO, "method=mecefo", "failure=trace", f"failure.path={trace}", f"hydra.run.dir={run_dir}",
+                  timeout=60)
+    assert out.returncode == 2
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "line 3" in lines[0] and str(trace) in lines[0], out.stderr
+    assert not (run_dir / "profile.json").exists() and not (run_dir / "metrics.jsonl").exists()  # no compute
+    assert time.perf_counter() - t0 < 30
+
+
+def test_a_step_that_cannot_make_progress_fails_the_run_instead_of_spinning(run_exp, fixed_profile, tmp_path,
+                                                                              monkeypatch, no_hang):
+    from mecefo_exp.methods.base import Method
+    from mecefo_exp.trainer import NoProgress
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("time,worker,event\n3.5,1,fail\n6,1,recover\n")
+    # a method whose interrupted step charges nothing: the clock never reaches the failure
+    monkeypatch.setattr(Method, "interrupted", lambda self, plan, elapsed: None)
+    with pytest.raises(NoProgress, match="step 3 cannot make progress"):
+        run_exp("method=oobleck", "failure=trace", "failure.unit=steps", f"failure.path={trace}",
+                f"cluster.profile={fixed_profile()}")
+    summary = json.loads((tmp_path / "run1" / "summary.json").read_text())
+    assert summary["status"] == "failed" and "cannot make progress" in summary["error"]
+    assert summary["steps"] == 3
+
+
+# ---------------------------------------------------------------- 3 + 6. resume is exact, rows not doubled
+# failures before and after the crash (at step 9, resumed from the checkpoint of step 8), so
+# that the method's own state is used on both sides of the resume: MeCeFO's projections from
+# step 2 serve again at step 10 (svd_every=100); REFT's snapshot of step 8 restores the
+# failure at step 10 (the next snapshot is at 12)
+TRACE = "time,worker,event\n2.5,1,fail\n5.5,1,recover\n13.5,2,fail\n16.5,2,recover\n"
+RESUMABLE = {
+    "mecefo": ["method.checkpoint_interval=4", "method.svd_every=100", "method.rank=4", "method.grad_error_every=1"],
+    "reft": ["method.snapshot_every=4", "method.checkpoint_interval=8"],
+    "bamboo": ["method.checkpoint_interval=4", "method.rebalance_after_s=1800"],
+}
+
+
+@pytest.mark.parametrize("method", [m if m != "bamboo" else pytest.param(m, marks=pytest.mark.slow)
+                                    for m in RESUMABLE])
+def test_a_crashed_run_resumes_to_the_uninterrupted_run(method, run_exp, fixed_profile, tmp_path, monkeypatch):
+    from mecefo_exp.cluster.local import LocalCluster
+
+    trace = tmp_path / "t.csv"
+    trace.write_text(TRACE)
+    common = [f"method={method}", *RESUMABLE[method], "failure=trace", "failure.unit=steps",
+              f"failure.path={trace}", "trainer.max_steps=14", "trainer.eval_every=5",
+              f"cluster.profile={fixed_profile(MECEFO_KERNELS)}"]
+    whole, whole_dir = run_exp(*common)
+
+    execute, seen = LocalCluster.execute, {}
+
+    def crash_at_step_9(self, plan):
+        if plan.step == 9:
+            seen["summary"] = json.loads((tmp_path / "run2" / "summary.json").read_text())
+            raise RuntimeError("crash")
+        return execute(self, plan)
+
+    monkeypatch.setattr(LocalCluster, "execute", crash_at_step_9)
+    with pytest.raises(RuntimeError, match="crash"):
+        run_exp(*common)
+    monkeypatch.setattr(LocalCluster, "execute", execute)
+    # summary.json showed the progress while the run was alive (refreshed at evals and checkpoints)
+    assert seen["summary"]["status"] == "running" and seen["summary"]["steps"] >= 8
+    (tmp_path / "run3").symlink_to(tmp_path / "run2")  # run_exp numbers its folders: resume in run2
+    resumed, _ = run_exp(*common, "resume=true")
+
+    assert resumed["final_val_loss"] == whole["final_val_loss"]
+    assert losses_by_step(tmp_path / "run2") == losses_by_step(whole_dir)
+    assert resumed["sim_time_s"] == whole["sim_time_s"]
+    volatile = {"wall_time_s", "run_dir", "resumes", "updated_at"}
+    on_disk = [json.loads((d / "summary.json").read_text()) for d in (tmp_path / "run2", whole_dir)]
+    # every counter (svd_refreshes, fatal, snapshots, ...) and the clock's breakdown
+    assert [{k: v for k, v in s.items() if k not in volatile} for s in on_disk][0] == \
+        [{k: v for k, v in s.items() if k not in volatile} for s in on_disk][1]
+    for name in ("metrics", "eval", "events", "grad_error"):
+        got, want = tmp_path / "run2" / f"{name}.jsonl", whole_dir / f"{name}.jsonl"
+        rows = [r for r in read_jsonl(got) if r.get("kind") != "resume"] if got.exists() else []
+        expected = read_jsonl(want) if want.exists() else []
+        strip = lambda rs: [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rs]  # noqa: E731
+        assert strip(rows) == strip(expected), name
+    assert (tmp_path / "run2" / "superseded" / "resume-1" / "metrics.jsonl").exists()  # the discarded rows, kept aside
+
+
+def test_a_torn_last_line_is_dropped_from_every_stream(tmp_path):
+    from mecefo_exp.metrics import RunRecords
+
+    (tmp_path / "grad_error.jsonl").write_text('{"step": 3, "rel_error": 0.1}\n{"step": 4, "rel_e')
+    records = RunRecords(tmp_path)
+    records.append("grad_error", {"step": 4, "rel_error": 0.2})
+    records.close()
+    assert read_jsonl(tmp_path / "grad_error.jsonl") == [{"step": 3, "rel_error": 0.1}, {"step": 4, "rel_error": 0.2}]
+
+
+# ---------------------------------------------------------------- 4. one live run per folder
+HOLD = textwrap.dedent("""
+    import sys, time
+    from mecefo_exp import runlock
+    runlock.acquire(sys.argv[1])
+    print("held", flush=True)
+    time.sleep(120)
+""")
+
+
+def _holder(run_dir):
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_run_on_a_live_folder_refuses_at_once_and_a_dead_owner_leaves_no_lock(tmp_path):
+    from mecefo_exp import runlock
+
+    run_dir = tmp_path / "run"
+    owner = _holder(run_dir)
+    try:
+        t0 = time.perf_counter()
+        out = _run_py(*MICRO, "failure=none", f"hydra.run.dir={run_dir}", timeout=60)
+        assert out.returncode == 2
+        lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and str(run_dir) in lines[0] and f"pid {owner.pid}" in lines[0], out.stderr
+        assert time.perf_counter() - t0 < 30
+        assert not (run_dir / ".hydra").exists() and not (run_dir / "summary.json").exists()  # untouched
+        with pytest.raises(runlock.RunFolderBusy, match=f"pid {owner.pid}"):
+            runlock.acquire(run_dir)
+    finally:
+        owner.send_signal(signal.SIGKILL)  # a crash: the kernel releases the lock
+        owner.wait()
+    runlock.acquire(run_dir)
+    runlock.release(run_dir)
+
+
+# ---------------------------------------------------------------- 5. summary.json tells the truth
+def test_sigterm_leaves_the_run_failed_with_the_reason_and_its_progress(fixed_profile, tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "run.py", *MICRO, "method=checkpoint", "failure=none",
+                             "method.interval=2", "trainer.max_steps=5000", f"cluster.profile={fixed_profile()}",
+                             f"hydra.run.dir={run_dir}"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    metrics, deadline = run_dir / "metrics.jsonl", time.time() + 120
+    while time.time() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 6):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and "SIGTERM" in summary["error"]
+    assert summary["steps"] >= 6
+    assert not list(run_dir.rglob("*.tmp"))
+
+
+def test_a_full_disk_leaves_the_run_failed_with_the_reason_and_no_temp_files(run_exp, fixed_profile, tmp_path,
+                                                                              monkeypatch):
+    from mecefo_exp.cluster.local import LocalCluster
+
+    execute, full = LocalCluster.execute, {"now": False}
+
+    def fill_the_disk_at_step_5(self, plan):
+        full["now"] = full["now"] or plan.step >= 5
+        return execute(self, plan)
+
+    real_fsync = os.fsync
+
+    def fsync(fd):  # ext4 and friends report a full disk at fsync (delayed allocation)
+        if full["now"]:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(LocalCluster, "execute", fill_the_disk_at_step_5)
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(OSError):
+        run_exp("method=checkpoint", "failure=none", "method.interval=3", "trainer.max_steps=12",
+                f"cluster.profile={fixed_profile()}")
+    run_dir = tmp_path / "run1"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and "No space left on device" in summary["error"]
+    assert summary["steps"] == 6  # the checkpoint after step 5 is where the disk said so
+    assert not list(run_dir.rglob("*.tmp"))
+    assert [p.name for p in sorted((run_dir / "checkpoints").iterdir())] == ["step_0000000.pt", "step_0000003.pt"]
+
+
+def test_the_summary_write_itself_failing_still_leaves_failed(tmp_path, monkeypatch):
+    import mecefo_exp.metrics as metrics
+    from mecefo_exp.trainer import Experiment
+
+    exp = Experiment(compose_cfg(MICRO), tmp_path)
+    exp.records = metrics.RunRecords(tmp_path)
+    metrics.write_json_atomic(tmp_path / "summary.json", {"status": "running", "steps": 7})
+
+    def no_room(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(metrics.json, "dump", no_room)  # the atomic copy finds no room
+    exp._record_failure(RuntimeError("boom"))
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "failed" and "boom" in summary["error"]
+    assert not list(Path(tmp_path).glob("*.tmp"))
