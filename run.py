@@ -3,78 +3,11 @@
     python run.py                                   # tiny LLaMA, 8 workers, mecefo, failure=high
     python run.py method=bamboo failure=medium model=llama_60m
     python run.py -m method=checkpoint,mecefo failure=none,high
+
+The same command is installed as `mecefo-exp` (mecefo_exp/cli.py).
 """
 
-import logging
-import os
-import sys
-
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
-
-from mecefo_exp.config import ConfigError, register_configs, run_name, validate
-from mecefo_exp.metrics import write_json_atomic
-
-register_configs()
-log = logging.getLogger("run")
-
-
-@hydra.main(config_path="conf", config_name="config", version_base="1.3")
-def main(cfg: DictConfig):
-    from pathlib import Path
-
-    from omegaconf import OmegaConf
-
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
-        cfg.resume = True  # torchrun restarted the group after a failure: continue, don't start over
-    if cfg.resume and (run_dir / "config.yaml").exists():
-        cfg = OmegaConf.load(run_dir / "config.yaml")  # the run's own config, whatever else was typed
-        cfg.resume = True
-    try:
-        validate(cfg)
-    except ConfigError as e:
-        # One line, before any compute; the folder says it did not run.
-        write_json_atomic(run_dir / "summary.json", {"status": "failed", "error": f"config: {e}"})
-        print(f"config error: {e}", file=sys.stderr)
-        sys.exit(2)
-    if cfg.data.name == "local" or cfg.data.path:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    from mecefo_exp.trainer import Experiment  # torch and transformers load only for a valid config
-
-    summary = Experiment(cfg, run_dir).run()
-    return summary["final_val_ppl"]
-
-
-def _torchrun_prelude() -> None:
-    """Under torchrun every rank runs @hydra.main: make them agree on rank 0's run folder.
-
-    Ranks other than 0 stay quiet and write no .hydra/ files; only rank 0 writes
-    the run record (see mecefo_exp/cluster/torchrun.py).
-    """
-    from mecefo_exp.cluster.torchrun import agree_run_dir, init_distributed, launched_by_torchrun
-
-    if not launched_by_torchrun():
-        return
-    import datetime
-    from pathlib import Path
-
-    import torch.distributed as dist
-
-    init_distributed()
-    given = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("hydra.run.dir=")]
-    if not given:
-        now = datetime.datetime.now()
-        overrides = ",".join(sorted(a for a in sys.argv[1:] if "=" in a and not a.startswith("hydra")))
-        proposed = f"runs/{now:%Y-%m-%d}/{now:%H-%M-%S.%f}_{run_name(overrides)}"
-        chosen = agree_run_dir(proposed, Path(__file__).resolve().parent / "runs")
-        sys.argv.append(f"hydra.run.dir='{chosen}'")  # quoted: the name holds = and ,
-    if dist.get_rank() != 0:
-        sys.argv += ["hydra/job_logging=disabled", "hydra.output_subdir=null"]
-
+from mecefo_exp.cli import entry
 
 if __name__ == "__main__":
-    _torchrun_prelude()
-    main()
+    entry()

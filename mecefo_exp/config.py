@@ -222,6 +222,7 @@ class TrainerConfig:
     threads: int = 0  # torch intra-op threads (0: leave torch's default)
     progress: str = "auto"  # auto (bar on a terminal, lines otherwise) | bar | lines | none
     log_every: int = 10  # plain progress lines every N steps
+    log_events: int = 100  # console lines for failures, rollbacks, restarts ... per run (0: none); all are in events.jsonl
     # false: walk the trace, the methods and the clock without tensor math (the model lives
     # on the meta device); the paper's 6,000-60,000 steps at 7B take seconds
     numerics: bool = True
@@ -233,6 +234,8 @@ class LoggerConfig:
     project: str = "mecefo-exp"
     mode: str = "offline"  # wandb: online | offline | disabled
     entity: Optional[str] = None
+    group: Optional[str] = None  # None: the sweep folder's name in a multirun, no group otherwise
+    tags: List[str] = field(default_factory=list)  # added to method=..., failure=..., model=...
 
 
 @dataclass
@@ -366,7 +369,10 @@ def validate(cfg: Any) -> None:
     _check(t.grad_clip >= 0, f"trainer.grad_clip={t.grad_clip}: must be >= 0 (0: no clipping)")
     _check(t.progress in ("auto", "bar", "lines", "none"),
            f"trainer.progress={t.progress!r}: allowed: auto, bar, lines, none")
+    _check(t.log_events >= 0, f"trainer.log_events={t.log_events}: must be >= 0 (0: no event lines)")
     _check(cfg.logger.name in ("none", "wandb"), f"logger.name={cfg.logger.name!r}: allowed: none, wandb")
+    _check(cfg.logger.mode in ("online", "offline", "disabled"),
+           f"logger.mode={cfg.logger.mode!r}: allowed: online, offline, disabled")
     _validate_hardware(cfg.hardware)
     h = cfg.hardware
     measures = c.profile == "fresh" or (c.profile == "auto" and h.compute == "profile")
@@ -390,9 +396,9 @@ def validate(cfg: Any) -> None:
 
 
 def model_presets() -> List[str]:
-    from pathlib import Path
+    from .paths import conf_dir
 
-    return sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "conf" / "model").glob("*.yaml"))
+    return sorted(p.stem for p in (conf_dir() / "model").glob("*.yaml"))
 
 
 def _validate_hardware(h: Any) -> None:

@@ -25,6 +25,7 @@ import torch
 
 from .cluster.local import LocalCluster, microbatch_losses
 from .config import ConfigError, plain
+from .console import EventPrinter, progress_redirect
 from .data import SampleStream, load_corpus, validation_blocks
 from .faults import FAIL, make_trace
 from .methods import build_method
@@ -79,6 +80,8 @@ class Experiment:
         self.numerics = cfg.trainer.numerics  # false: the loop walks trace, methods and clock only
         self._tokens_per_worker = cfg.data.micro_batch * cfg.data.seq_len
         self._kill = cfg.failure.kill
+        self.print_event = EventPrinter(log, cfg.trainer.log_events)  # failures, rollbacks ... on the console
+        self.progress: Optional[Progress] = None
 
     # ------------------------------------------------------------------ building
     def setup(self) -> None:
@@ -285,8 +288,10 @@ class Experiment:
         self.step = to_step
 
     def event(self, kind: str, worker: Optional[int] = None, detail: Optional[dict] = None) -> None:
-        self.records.event({"sim_time_s": self.clock.now, "step": self.step, "kind": kind,
-                            "worker": worker, "detail": detail or {}})
+        row = {"sim_time_s": self.clock.now, "step": self.step, "kind": kind, "worker": worker, "detail": detail or {}}
+        self.records.event(row)
+        if self.is_main:
+            self.print_event(row)
 
     @property
     def failure_units(self) -> int:
@@ -350,7 +355,7 @@ class Experiment:
 
     def train(self) -> None:
         tcfg = self.tcfg = plain(self.cfg.trainer)
-        progress = Progress(tcfg, self.max_steps)
+        progress = self.progress = Progress(tcfg, self.max_steps)
         if not self.resumed:
             self.method.start()
         while self.step < self.max_steps:
@@ -456,6 +461,8 @@ class Experiment:
             self.setup()
             self.train()
         except BaseException as e:
+            if self.progress is not None:
+                self.progress.close()  # give the console back (and its log handlers) before the traceback
             if self.records is not None and self.records.enabled:
                 self.records.summary(self.summary("failed", error=f"{type(e).__name__}: {e}"))
                 self.records.close()
@@ -485,6 +492,9 @@ class Progress:
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, unit="step", dynamic_ncols=True)
+            # log lines (events, evaluations) go through tqdm.write while the bar is drawn
+            self._redirect = progress_redirect()
+            self._redirect.__enter__()
 
     def update(self, step: int, loss: Optional[float], sim_s: float, tokens_per_step: int, alive: int) -> None:
         if self.mode == "none":
@@ -510,6 +520,8 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+            self._redirect.__exit__(None, None, None)
+            self.bar = None
 
 
 def _plain(cfg) -> dict:
