@@ -48,8 +48,6 @@ def main(cfg: DictConfig):
         print(f"config error: {e}", file=sys.stderr)
         sys.exit(2)
     install_console(hc)  # sweep jobs' lines start with [job N]
-    log.info("run folder %s; after a crash or kill -9 continue it with:  %s", run_dir,
-             resume_command(run_dir, program=_program()))
     if cfg.data.name == "local" or cfg.data.path:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -62,6 +60,8 @@ def main(cfg: DictConfig):
             write_json_atomic(run_dir / "summary.json", {"status": "failed", "error": f"config: {e}"})
             print(f"config error: {e}", file=sys.stderr)
             sys.exit(2)
+    log.info("run folder %s; after a crash or kill -9 continue it with:  %s", run_dir,
+             resume_command(run_dir, program=_program()))
     from .trainer import Experiment  # torch and transformers load only for a valid config
 
     summary = Experiment(cfg, run_dir).run()

@@ -52,11 +52,12 @@ class DataConfig:
     sources: List[str] = field(default_factory=lambda: ["pydoc_topics", "stdlib_docstrings", "lee_background"])
     vocab_size: int = 4096  # BPE vocabulary trained on the local corpus
     # c4 (or any local json/parquet text files) through the datasets library
-    path: Optional[str] = None  # glob of local .json/.jsonl/.parquet files; None: the hub id
+    path: Optional[str] = None  # glob of local .json/.jsonl(.gz)/.parquet files, streamed; None: the hub id
+    val_path: Optional[str] = None  # glob of validation files (C4's validation shards); None: hub split, or a hash split of data.path
     hub_id: str = "allenai/c4"
     hub_config: str = "en"
     text_field: str = "text"
-    tokenizer: str = "t5-base"  # a hub id or a local tokenizer folder
+    tokenizer: str = "t5-base"  # a hub id (needs the hub or its cache) or a local folder with tokenizer.json
     max_train_tokens: int = 20_000_000
     max_val_tokens: int = 500_000
     cache_dir: Optional[str] = None  # None: <project>/.cache
@@ -347,6 +348,10 @@ def validate(cfg: Any) -> None:
            f"of model={m.name}")
     _check(0.0 < d.val_fraction < 1.0, f"data.val_fraction={d.val_fraction}: must be in (0, 1)")
     _check(d.eval_blocks >= 0, f"data.eval_blocks={d.eval_blocks}: must be >= 0 (0 scores all)")
+    _check(d.val_path is None or bool(d.path),
+           "data.val_path needs data.path (local training files); the hub's C4 brings its own validation split")
+    _check(d.max_train_tokens >= 1 and d.max_val_tokens >= 1,
+           f"data.max_train_tokens={d.max_train_tokens}, data.max_val_tokens={d.max_val_tokens}: must be >= 1")
     _check(d.vocab_size >= 256, f"data.vocab_size={d.vocab_size}: must be >= 256 (byte-level BPE)")
     _check(c.name in ("local", "torchrun"), f"cluster.name={c.name!r}: allowed: local, torchrun")
     _check(c.n_workers >= 1, f"cluster.n_workers={c.n_workers}: must be >= 1")
