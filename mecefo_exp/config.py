@@ -302,12 +302,27 @@ def run_name(overrides: str, limit: int = 120) -> str:
     return name[: limit - 9] + "_" + hashlib.sha1(name.encode()).hexdigest()[:8]
 
 
+def user_groups() -> str:
+    """The config groups a user picks from, one line each (for --help): the folders of conf/,
+    without hydra/ (Hydra's own), local/ (personal) and the schema/ groups registered below."""
+    from .paths import conf_dir
+
+    lines = []
+    for folder in sorted(p for p in conf_dir().iterdir() if p.is_dir() and p.name not in ("hydra", "local")):
+        options = sorted(f.stem for f in folder.glob("*.yaml"))
+        if options:
+            lines.append(f"{folder.name}: {', '.join(options)}")
+    return "\n".join(lines) + "\n"
+
+
 def register_configs() -> None:
     """Register the schemas with Hydra's ConfigStore (conf/ files extend them)."""
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver("run_name"):
         OmegaConf.register_new_resolver("run_name", run_name)
+    if not OmegaConf.has_resolver("mecefo_groups"):
+        OmegaConf.register_new_resolver("mecefo_groups", user_groups)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     cs.store(group="schema/model", name="base", node=ModelConfig)
