@@ -12,6 +12,23 @@ PROGRAMS = ("run.py", "mecefo-exp")
 FLAGS = {"-m", "--multirun"}
 
 
+def _drop_hydra_flags(args):
+    """Overrides only: Hydra's flags (--help, --cfg job, --info, -sc ...) with their values go."""
+    out, multirun, skip = [], False, False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in FLAGS:
+            multirun = True
+        elif a in ("--cfg", "-c", "--info", "-i", "--shell-completion", "-sc", "--package", "-p"):
+            skip = a not in ("--info", "-i")  # --info takes an optional value; none in the README
+        elif a.startswith("-"):
+            continue  # --help, --hydra-help, --resolve
+        else:
+            out.append(a)
+    return out, multirun
+
+
 def readme_commands():
     """(line, arguments after the program, multirun?) for each command in the README's ```bash blocks."""
     text = (ROOT / "README.md").read_text()
@@ -22,8 +39,8 @@ def readme_commands():
             at = next((i for i, w in enumerate(words) if w.endswith(PROGRAMS)), None)
             if at is None:
                 continue
-            args = words[at + 1:]
-            found.append((line.strip(), [a for a in args if a not in FLAGS], any(a in FLAGS for a in args)))
+            args, multirun = _drop_hydra_flags(words[at + 1:])
+            found.append((line.strip(), args, multirun))
     return found
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Optional
@@ -140,7 +141,11 @@ def cached_counts(key: Dict, count) -> Dict[str, Dict[str, float]]:
     with FileLock(str(path) + ".lock"):
         if path.exists():
             return json.loads(path.read_text())["counts"]
+        log.info("counting the FLOPs of %s on the meta device (once per shape, ~1-2 s for the tiny model on 2 "
+                 "cores, longer for larger shapes); cached in %s", key.get("model", {}).get("name", "the model"), folder)
+        t0 = time.perf_counter()
         counts = count()
+        log.info("FLOPs counted in %.1f s", time.perf_counter() - t0)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"key": key, "counts": counts}, indent=1, default=str))
         tmp.replace(path)
@@ -170,7 +175,6 @@ def measure(cfg, method, modes, real_model, stream, device, vocab_size: int, fre
     m = cfg.model
     meta = {"model": {k: m[k] for k in m}, "vocab": vocab_size, "micro_batch": cfg.data.micro_batch,
             "seq_len": cfg.data.seq_len, **machine_meta(device)}
-    log.info("timing %d kernels on this machine (hardware=measured; cached in .cache/profiles)", len(kernels))
     with torch.random.fork_rng(devices=[]):
         return load_or_measure(kernels, meta, default_cache_dir() / "profiles", cfg.cluster.profile_warmup,
                                cfg.cluster.profile_repeats, device, use_cache=not fresh)
