@@ -12,11 +12,11 @@ export HF_DATASETS_OFFLINE ?= 1
 
 setup: $(VENV)/.installed .cache/corpus/lee_background.cor
 
-$(VENV)/.installed: requirements.txt requirements-optional.txt constraints.txt
+$(VENV)/.installed: requirements.txt requirements-optional.txt requirements-test.txt constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_SPEC)
-	$(PY) -m pip install -q -c constraints.txt -r requirements.txt -r requirements-optional.txt
+	$(PY) -m pip install -q -c constraints.txt -r requirements.txt -r requirements-optional.txt -r requirements-test.txt
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 

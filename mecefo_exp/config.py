@@ -53,11 +53,12 @@ class DataConfig:
                                                         "package_docstrings"])
     vocab_size: int = 4096  # BPE vocabulary trained on the local corpus
     # c4 (or any local json/parquet text files) through the datasets library
-    path: Optional[str] = None  # glob of local .json/.jsonl/.parquet files; None: the hub id
+    path: Optional[str] = None  # glob of local .json/.jsonl(.gz)/.parquet files, streamed; None: the hub id
+    val_path: Optional[str] = None  # glob of validation files (C4's validation shards); None: hub split, or a hash split of data.path
     hub_id: str = "allenai/c4"
     hub_config: str = "en"
     text_field: str = "text"
-    tokenizer: str = "t5-base"  # a hub id or a local tokenizer folder
+    tokenizer: str = "t5-base"  # a hub id (needs the hub or its cache) or a local folder with tokenizer.json
     max_train_tokens: int = 20_000_000
     max_val_tokens: int = 500_000
     cache_dir: Optional[str] = None  # None: <project>/.cache
@@ -223,6 +224,7 @@ class TrainerConfig:
     threads: int = 0  # torch intra-op threads (0: leave torch's default)
     progress: str = "auto"  # auto (bar on a terminal, lines otherwise) | bar | lines | none
     log_every: int = 10  # plain progress lines every N steps
+    log_events: int = 100  # console lines for failures, rollbacks, restarts ... per run (0: none); all are in events.jsonl
     # false: walk the trace, the methods and the clock without tensor math (the model lives
     # on the meta device); the paper's 6,000-60,000 steps at 7B take seconds
     numerics: bool = True
@@ -234,6 +236,8 @@ class LoggerConfig:
     project: str = "mecefo-exp"
     mode: str = "offline"  # wandb: online | offline | disabled
     entity: Optional[str] = None
+    group: Optional[str] = None  # None: the sweep folder's name in a multirun, no group otherwise
+    tags: List[str] = field(default_factory=list)  # added to method=..., failure=..., model=...
 
 
 @dataclass
@@ -318,6 +322,19 @@ def hydra_output_subdir(resume: Any, output_dir: str) -> str:
     return f".hydra/resume-{n}"
 
 
+def user_groups() -> str:
+    """The config groups a user picks from, one line each (for --help): the folders of conf/,
+    without hydra/ (Hydra's own), local/ (personal) and the schema/ groups registered below."""
+    from .paths import conf_dir
+
+    lines = []
+    for folder in sorted(p for p in conf_dir().iterdir() if p.is_dir() and p.name not in ("hydra", "local")):
+        options = sorted(f.stem for f in folder.glob("*.yaml"))
+        if options:
+            lines.append(f"{folder.name}: {', '.join(options)}")
+    return "\n".join(lines) + "\n"
+
+
 def register_configs() -> None:
     """Register the schemas with Hydra's ConfigStore (conf/ files extend them)."""
     from omegaconf import OmegaConf
@@ -326,6 +343,8 @@ def register_configs() -> None:
         OmegaConf.register_new_resolver("run_name", run_name)
     if not OmegaConf.has_resolver("hydra_output_subdir"):
         OmegaConf.register_new_resolver("hydra_output_subdir", hydra_output_subdir)
+    if not OmegaConf.has_resolver("mecefo_groups"):
+        OmegaConf.register_new_resolver("mecefo_groups", user_groups)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     cs.store(group="schema/model", name="base", node=ModelConfig)
@@ -366,6 +385,10 @@ def validate(cfg: Any) -> None:
            f"of model={m.name}")
     _check(0.0 < d.val_fraction < 1.0, f"data.val_fraction={d.val_fraction}: must be in (0, 1)")
     _check(d.eval_blocks >= 0, f"data.eval_blocks={d.eval_blocks}: must be >= 0 (0 scores all)")
+    _check(d.val_path is None or bool(d.path),
+           "data.val_path needs data.path (local training files); the hub's C4 brings its own validation split")
+    _check(d.max_train_tokens >= 1 and d.max_val_tokens >= 1,
+           f"data.max_train_tokens={d.max_train_tokens}, data.max_val_tokens={d.max_val_tokens}: must be >= 1")
     _check(d.vocab_size >= 256, f"data.vocab_size={d.vocab_size}: must be >= 256 (byte-level BPE)")
     _check(c.name in ("local", "torchrun"), f"cluster.name={c.name!r}: allowed: local, torchrun")
     _check(c.n_workers >= 1, f"cluster.n_workers={c.n_workers}: must be >= 1")
@@ -388,7 +411,10 @@ def validate(cfg: Any) -> None:
     _check(t.grad_clip >= 0, f"trainer.grad_clip={t.grad_clip}: must be >= 0 (0: no clipping)")
     _check(t.progress in ("auto", "bar", "lines", "none"),
            f"trainer.progress={t.progress!r}: allowed: auto, bar, lines, none")
+    _check(t.log_events >= 0, f"trainer.log_events={t.log_events}: must be >= 0 (0: no event lines)")
     _check(cfg.logger.name in ("none", "wandb"), f"logger.name={cfg.logger.name!r}: allowed: none, wandb")
+    _check(cfg.logger.mode in ("online", "offline", "disabled"),
+           f"logger.mode={cfg.logger.mode!r}: allowed: online, offline, disabled")
     _validate_hardware(cfg.hardware)
     h = cfg.hardware
     measures = c.profile == "fresh" or (c.profile == "auto" and h.compute == "profile")
@@ -412,9 +438,9 @@ def validate(cfg: Any) -> None:
 
 
 def model_presets() -> List[str]:
-    from pathlib import Path
+    from .paths import conf_dir
 
-    return sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "conf" / "model").glob("*.yaml"))
+    return sorted(p.stem for p in (conf_dir() / "model").glob("*.yaml"))
 
 
 def _validate_hardware(h: Any) -> None:

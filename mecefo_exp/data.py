@@ -23,6 +23,7 @@ import ast
 import functools
 import glob
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -242,53 +243,157 @@ def _load_local(data_cfg) -> TokenizedCorpus:
     return _cached(key, cache_root(data_cfg), build)
 
 
+def _tokenizer_where(name: str) -> str:
+    """Where transformers looked for `name`, for the one-line error."""
+    # a hub id is "name" or "org/name"; anything else is meant as a folder
+    looks_local = name.startswith(("/", ".", "~")) or name.count("/") > 1
+    if looks_local or Path(name).expanduser().exists():
+        folder = Path(name).expanduser()
+        if not folder.exists():
+            return f"no folder {folder}"
+        return f"{folder} has no tokenizer.json / tokenizer_config.json that transformers can load"
+    from huggingface_hub import constants
+
+    offline = constants.HF_HUB_OFFLINE
+    return (f"not in the hub cache {constants.HF_HUB_CACHE}" +
+            (" and the hub is off (HF_HUB_OFFLINE=1)" if offline else " and the hub did not answer"))
+
+
+@functools.lru_cache(maxsize=4)
+def _load_tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(name)
+
+
+def check_tokenizer(data_cfg):
+    """Load data.tokenizer before any data is read; one line if it cannot be found.
+
+    Returns the tokenizer (kept for the corpus build). Raises ConfigError naming the
+    tokenizer, where it was looked for and how to point data.tokenizer at a local folder.
+    """
+    from .config import ConfigError
+
+    name = str(data_cfg.tokenizer)
+    try:
+        tok = _load_tokenizer(name)
+    except (OSError, ValueError, ImportError) as e:  # transformers' "not found", offline, no tokenizer files
+        raise ConfigError(
+            f"data.tokenizer={name!r} cannot be loaded: {_tokenizer_where(name)} ({type(e).__name__}); "
+            f"set data.tokenizer=/path/to/folder holding tokenizer.json (on a machine with the hub: "
+            f"AutoTokenizer.from_pretrained({name!r}).save_pretrained('/path/to/folder'))") from None
+    if tok.eos_token_id is None and tok.sep_token_id is None:
+        raise ConfigError(f"data.tokenizer={name!r} has neither an eos nor a sep token to join documents with; "
+                          "allowed: a tokenizer with eos_token (t5-base: </s>)")
+    return tok
+
+
+def _files(key: str, pattern: str) -> List[str]:
+    files = sorted(glob.glob(os.path.expanduser(pattern)))
+    if not files:
+        raise FileNotFoundError(f"{key}={pattern!r} matches no file")
+    return files
+
+
+def _stream_files(datasets, files: List[str], cache_dir: Path):
+    """An iterable over the rows of local json/jsonl(.gz)/parquet files, read lazily in order."""
+    fmt = "parquet" if files[0].endswith(".parquet") else "json"
+    return datasets.load_dataset(fmt, data_files=files, split="train", streaming=True, cache_dir=str(cache_dir))
+
+
 def _load_c4(data_cfg) -> TokenizedCorpus:
+    """C4 (or any json/parquet text) streamed and tokenized up to max_train_tokens / max_val_tokens.
+
+    Nothing is materialised: rows are read lazily (datasets' streaming mode, local globs
+    included) and reading stops when the token budget is full, so a 20M-token run reads a
+    few shards of the 1,024 and never the rest. Validation comes from data.val_path (C4's
+    validation shards) or the hub's validation split; only a local data.path without
+    data.val_path falls back to holding out documents by a hash of their text.
+    """
     try:
         import datasets
     except ImportError as e:  # datasets is optional at import time
-        raise ImportError("data=c4 needs the datasets package: pip install datasets") from e
-    from transformers import AutoTokenizer
+        raise ImportError("data=c4 needs the datasets package: pip install -r requirements-optional.txt") from e
 
-    source = data_cfg.path or f"{data_cfg.hub_id}/{data_cfg.hub_config}"
+    tok = check_tokenizer(data_cfg)  # first: a missing tokenizer must not cost a data pass
+    if data_cfg.path:  # local files: never the hub
+        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    root = cache_root(data_cfg)
+    hf_cache = root / "hf_datasets"
+    source = [data_cfg.path or f"{data_cfg.hub_id}/{data_cfg.hub_config}", data_cfg.val_path]
+    split = data_cfg.val_fraction if data_cfg.path and not data_cfg.val_path else None
     key = "c4-" + hashlib.sha1(json.dumps([source, data_cfg.tokenizer, data_cfg.max_train_tokens,
-                                           data_cfg.max_val_tokens, data_cfg.text_field]).encode()).hexdigest()[:12]
+                                           data_cfg.max_val_tokens, data_cfg.text_field, split]).encode()).hexdigest()[:12]
 
     def build(folder: Path):
-        if data_cfg.path:
-            files = sorted(glob.glob(data_cfg.path))
-            if not files:
-                raise FileNotFoundError(f"data.path={data_cfg.path!r} matches no file")
-            fmt = "parquet" if files[0].endswith(".parquet") else "json"
-            os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            ds = datasets.load_dataset(fmt, data_files=files, split="train")
-            train_rows = [r[data_cfg.text_field] for r in ds if not is_validation(r[data_cfg.text_field], data_cfg.val_fraction)]
-            val_rows = [r[data_cfg.text_field] for r in ds if is_validation(r[data_cfg.text_field], data_cfg.val_fraction)]
-        else:  # C4 has its own validation split; stream only what we need
-            train_rows = _take_text(datasets.load_dataset(data_cfg.hub_id, data_cfg.hub_config, split="train", streaming=True),
-                                    data_cfg.text_field, data_cfg.max_train_tokens)
-            val_rows = _take_text(datasets.load_dataset(data_cfg.hub_id, data_cfg.hub_config, split="validation", streaming=True),
-                                  data_cfg.text_field, data_cfg.max_val_tokens)
-        tok = AutoTokenizer.from_pretrained(data_cfg.tokenizer)
         eos = tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id
 
         def encode(batch):
             return tok(batch, add_special_tokens=False)["input_ids"]
 
-        return (_encode_stream(encode, train_rows, eos, data_cfg.max_train_tokens),
-                _encode_stream(encode, val_rows, eos, data_cfg.max_val_tokens), len(tok))
+        field, n_train, n_val = data_cfg.text_field, data_cfg.max_train_tokens, data_cfg.max_val_tokens
+        if data_cfg.path:
+            train_rows = _stream_files(datasets, _files("data.path", data_cfg.path), hf_cache)
+            if data_cfg.val_path:
+                val_rows = _stream_files(datasets, _files("data.val_path", data_cfg.val_path), hf_cache)
+            else:  # one pass, documents held out by a hash of their text
+                held_out: List[str] = []
+                texts = _held_out_split(_texts(train_rows, field), data_cfg.val_fraction, held_out, n_val)
+                train = _take_tokens(texts, encode, eos, n_train, "data.path")
+                return train, _take_tokens(iter(held_out), encode, eos, n_val, "held-out documents"), len(tok)
+        else:  # the hub, streamed: C4 has its own validation split
+            def hub(split_name):
+                return datasets.load_dataset(data_cfg.hub_id, data_cfg.hub_config, split=split_name, streaming=True,
+                                             cache_dir=str(hf_cache))
+            train_rows, val_rows = hub("train"), hub("validation")
+        log.info("tokenizing up to %d training and %d validation tokens with %s (streamed; cached in %s)",
+                 n_train, n_val, data_cfg.tokenizer, folder)
+        return (_take_tokens(_texts(train_rows, field), encode, eos, n_train, "data.path"),
+                _take_tokens(_texts(val_rows, field), encode, eos, n_val, "data.val_path"), len(tok))
 
-    return _cached(key, cache_root(data_cfg), build)
+    return _cached(key, root, build)
 
 
-def _take_text(stream, field: str, max_tokens: int, chars_per_token: int = 4) -> List[str]:
-    rows, chars = [], 0
-    for row in stream:
-        rows.append(row[field])
-        chars += len(row[field])
-        if chars >= max_tokens * chars_per_token:
+def _texts(rows, field: str):
+    for row in rows:
+        if field not in row:
+            raise KeyError(f"data.text_field={field!r}: the rows have fields {sorted(row)}")
+        yield row[field]
+
+
+def _held_out_split(texts, val_fraction: float, held_out: List[str], max_val_tokens: int, chars_per_token: int = 8):
+    """Yield the training documents; collect the validation ones (by text hash) in `held_out`,
+    up to max_val_tokens x chars_per_token characters (8 bounds English under BPE tokenizers
+    from above; _take_tokens then cuts at the token budget exactly)."""
+    chars = 0
+    for text in texts:
+        if is_validation(text, val_fraction):
+            if chars < max_val_tokens * chars_per_token:
+                held_out.append(text)
+                chars += len(text)
+        else:
+            yield text
+
+
+def _take_tokens(texts, encode, eos_id: int, max_tokens: int, what: str, batch: int = 256) -> np.ndarray:
+    """Tokenize documents as they stream in, each followed by EOS; stop at max_tokens exactly."""
+    out = np.empty(max_tokens, dtype=np.int32)
+    n = 0
+    while n < max_tokens:
+        docs = list(itertools.islice(texts, batch))
+        if not docs:
             break
-    return rows
+        for seq in encode(docs):
+            seq = list(seq) + [eos_id]
+            take = min(len(seq), max_tokens - n)
+            out[n:n + take] = seq[:take]
+            n += take
+            if n == max_tokens:
+                break
+    if n < max_tokens:
+        log.info("%s: the files hold %d tokens, fewer than the budget of %d: using all of them", what, n, max_tokens)
+    return out[:n].copy()
 
 
 # ---------------------------------------------------------------------- sample stream

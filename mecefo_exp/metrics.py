@@ -2,7 +2,10 @@
 
 The file names and fields are the contract that analysis/ relies on (docs/DESIGN.md).
 wandb is optional: with `logger=wandb` the same rows are mirrored there, and nothing
-breaks if the package or a key is missing (offline mode needs no key).
+breaks if the package or a key is missing (offline mode needs no key). W&B's own step
+only grows, and a rollback replays steps, so rows are logged without `step=` (W&B counts
+them) and plotted against `train/step` (define_metric): every execution of a step is
+kept, as in metrics.jsonl, with `train/execution` telling a replay (2, 3, ...) from the first.
 """
 
 from __future__ import annotations
@@ -103,6 +106,8 @@ class RunRecords:
         self.enabled = enabled
         self._files = {}
         self._wandb = None
+        self._executions: Dict[int, int] = {}  # step -> times executed (replays after rollbacks)
+        self._event_counts: Dict[str, int] = {}
         if not enabled:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -166,15 +171,23 @@ class RunRecords:
     def metric(self, row: Dict[str, Any]) -> None:
         self.append("metrics", row)
         if self._wandb is not None:
-            self._wandb.log({f"train/{k}": v for k, v in row.items() if isinstance(v, (int, float))}, step=row["step"])
+            n = self._executions[row["step"]] = self._executions.get(row["step"], 0) + 1
+            self._wandb.log({**_numbers("train", row), "train/execution": n})
 
     def eval(self, row: Dict[str, Any]) -> None:
         self.append("eval", row)
         if self._wandb is not None:
-            self._wandb.log({f"eval/{k}": v for k, v in row.items() if isinstance(v, (int, float))}, step=row["step"])
+            self._wandb.log(_numbers("eval", row))
 
     def event(self, row: Dict[str, Any]) -> None:
         self.append("events", row)
+        if self._wandb is not None:
+            # a running count per kind (fail, rollback, restart, ...), plotted against the step
+            kind = row["kind"]
+            self._event_counts[kind] = self._event_counts.get(kind, 0) + 1
+            extra = {"events/lost_steps": row["detail"].get("lost_steps", 0)} if kind == "rollback" else {}
+            self._wandb.log({"events/step": row["step"], "events/sim_time_s": row["sim_time_s"],
+                             f"events/{kind}": self._event_counts[kind], **extra})
 
     def write_json(self, name: str, data: Dict[str, Any]) -> None:
         if self.enabled:
@@ -183,7 +196,7 @@ class RunRecords:
     def summary(self, data: Dict[str, Any]) -> None:
         self.write_json("summary.json", data)
         if self._wandb is not None and data.get("status") != "running":
-            self._wandb.summary.update({k: v for k, v in _clean(data).items() if not isinstance(v, dict)})
+            self._wandb.summary.update(_flatten(_clean(data)))  # time_breakdown/compute, clock/..., ...
 
     def close(self) -> None:
         for f in self._files.values():
@@ -194,15 +207,55 @@ class RunRecords:
             self._wandb = None
 
 
+def _numbers(prefix: str, row: Dict[str, Any]) -> Dict[str, float]:
+    return {f"{prefix}/{k}": v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)} | \
+        {f"{prefix}/{k}": int(v) for k, v in row.items() if isinstance(v, bool)}
+
+
+def _flatten(data: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for k, v in data.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}/"))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def wandb_group_and_tags(logger_cfg, config: Optional[dict]):
+    """group: logger.group, else the sweep's folder name in a multirun (one W&B group per sweep);
+    tags: method, failure and model, plus logger.tags."""
+    group = logger_cfg.group
+    if group is None:
+        try:
+            from hydra.core.hydra_config import HydraConfig
+            from hydra.types import RunMode
+
+            hc = HydraConfig.get()
+            if hc.mode == RunMode.MULTIRUN:
+                group = Path(hc.sweep.dir).name
+        except (ImportError, ValueError):  # not under @hydra.main (tests, notebooks)
+            pass
+    cfg = config or {}
+    tags = [f"{key}={cfg[key]['name']}" for key in ("method", "failure", "model") if key in cfg]
+    return group, tags + [t for t in (logger_cfg.tags or []) if t not in tags]
+
+
 def _start_wandb(logger_cfg, config, run_dir: Path):
     try:
         import wandb
     except ImportError:
-        log.warning("logger=wandb but the wandb package is not installed: pip install wandb; logging to files only")
+        log.warning("logger=wandb but the wandb package is not installed: pip install -r requirements-optional.txt; "
+                    "logging to files only")
         return None
+    group, tags = wandb_group_and_tags(logger_cfg, config)
     try:
-        return wandb.init(project=logger_cfg.project, entity=logger_cfg.entity, mode=logger_cfg.mode,
-                          config=config, dir=str(run_dir), name=run_dir.name)
+        run = wandb.init(project=logger_cfg.project, entity=logger_cfg.entity, mode=logger_cfg.mode,
+                         config=config, dir=str(run_dir), name=run_dir.name, group=group, tags=tags)
     except Exception as e:  # a missing key in online mode must not kill a training run
         log.warning("wandb.init failed (%s); logging to files only", e)
         return None
+    for section in ("train", "eval", "events"):
+        run.define_metric(f"{section}/step")
+        run.define_metric(f"{section}/*", step_metric=f"{section}/step")
+    return run

@@ -30,6 +30,7 @@ import torch
 
 from .cluster.local import LocalCluster, microbatch_losses
 from .config import ConfigError, plain
+from .console import EventPrinter, progress_redirect
 from .data import SampleStream, load_corpus, validation_blocks
 from .faults import FAIL, make_trace
 from .methods import build_method
@@ -131,6 +132,8 @@ class Experiment:
         self._locked = False
         self._git_sha = git_sha()  # once: summary.json is rewritten during the run
         self._summary_at = time.perf_counter()
+        self.print_event = EventPrinter(log, cfg.trainer.log_events)  # failures, rollbacks ... on the console
+        self.progress: Optional[Progress] = None
 
     # ------------------------------------------------------------------ building
     def setup(self) -> None:
@@ -370,8 +373,10 @@ class Experiment:
         self.step = to_step
 
     def event(self, kind: str, worker: Optional[int] = None, detail: Optional[dict] = None) -> None:
-        self.records.event({"sim_time_s": self.clock.now, "step": self.step, "kind": kind,
-                            "worker": worker, "detail": detail or {}})
+        row = {"sim_time_s": self.clock.now, "step": self.step, "kind": kind, "worker": worker, "detail": detail or {}}
+        self.records.event(row)
+        if self.is_main:
+            self.print_event(row)
 
     @property
     def failure_units(self) -> int:
@@ -435,7 +440,7 @@ class Experiment:
 
     def train(self) -> None:
         tcfg = self.tcfg = plain(self.cfg.trainer)
-        progress = Progress(tcfg, self.max_steps)
+        progress = self.progress = Progress(tcfg, self.max_steps)
         if not self.resumed:
             self.method.start()
             self.end_of_boundary(evaluated=False)
@@ -569,6 +574,8 @@ class Experiment:
                     self.records.summary(summary)
                     self.records.close()
                 except BaseException as e:
+                    if self.progress is not None:
+                        self.progress.close()  # give the console back (and its log handlers) before the traceback
                     self._record_failure(e)
                     raise
         finally:
@@ -619,6 +626,9 @@ class Progress:
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, unit="step", dynamic_ncols=True)
+            # log lines (events, evaluations) go through tqdm.write while the bar is drawn
+            self._redirect = progress_redirect()
+            self._redirect.__enter__()
 
     def update(self, step: int, loss: Optional[float], sim_s: float, tokens_per_step: int, alive: int) -> None:
         if self.mode == "none":
@@ -644,6 +654,8 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+            self._redirect.__exit__(None, None, None)
+            self.bar = None
 
 
 def _plain(cfg) -> dict:

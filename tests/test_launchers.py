@@ -24,6 +24,9 @@ def test_multirun_gives_each_job_its_own_folder_named_with_its_seed(tmp_path):
     assert len(jobs) == 2 and jobs[0].startswith("0_seed=0") and jobs[1].startswith("1_seed=1")
     for p in _summaries(tmp_path / "sweep"):
         assert json.loads(p.read_text())["status"] == "ok"
+    # each job's console lines say which job they come from
+    console = out.stdout + out.stderr
+    assert "[job 0] " in console and "[job 1] " in console, console[-2000:]
     # the Hydra callback collected the sweep at its end
     assert (tmp_path / "sweep" / "analysis" / "runs.csv").exists()
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Optional
@@ -29,11 +30,11 @@ from .flops import calibrate_efficiency, count_kernels, kernel_seconds
 from .kernels import FORWARD, KernelBench, build_kernels, micro_batch_kernel
 from .memory import worker_memory
 from .profile import Profile, load_or_measure, machine_meta
+from ..paths import conf_dir, default_cache_dir
 
 __all__ = ["CATEGORIES", "CostModel", "SimClock", "StepCost", "Profile", "Timing", "build_timing", "state_bytes"]
 
 log = logging.getLogger(__name__)
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def state_bytes(n_params: int) -> int:
@@ -50,7 +51,7 @@ def timed_model_cfg(cfg):
 
     from ..config import ModelConfig
 
-    raw = OmegaConf.load(PROJECT_ROOT / "conf" / "model" / f"{name}.yaml")
+    raw = OmegaConf.load(conf_dir() / "model" / f"{name}.yaml")
     raw.pop("defaults", None)
     return OmegaConf.merge(OmegaConf.structured(ModelConfig), raw)
 
@@ -134,13 +135,17 @@ def cached_counts(key: Dict, count) -> Dict[str, Dict[str, float]]:
     from filelock import FileLock
 
     key = dict(key, torch=torch.__version__, code=_counting_code_hash())
-    folder = PROJECT_ROOT / ".cache" / "flops"
+    folder = default_cache_dir() / "flops"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / (hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16] + ".json")
     with FileLock(str(path) + ".lock"):
         if path.exists():
             return json.loads(path.read_text())["counts"]
+        log.info("counting the FLOPs of %s on the meta device (once per shape, ~1-2 s for the tiny model on 2 "
+                 "cores, longer for larger shapes); cached in %s", key.get("model", {}).get("name", "the model"), folder)
+        t0 = time.perf_counter()
         counts = count()
+        log.info("FLOPs counted in %.1f s", time.perf_counter() - t0)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"key": key, "counts": counts}, indent=1, default=str))
         tmp.replace(path)
@@ -170,7 +175,6 @@ def measure(cfg, method, modes, real_model, stream, device, vocab_size: int, fre
     m = cfg.model
     meta = {"model": {k: m[k] for k in m}, "vocab": vocab_size, "micro_batch": cfg.data.micro_batch,
             "seq_len": cfg.data.seq_len, **machine_meta(device)}
-    log.info("timing %d kernels on this machine (hardware=measured; cached in .cache/profiles)", len(kernels))
     with torch.random.fork_rng(devices=[]):
-        return load_or_measure(kernels, meta, PROJECT_ROOT / ".cache" / "profiles", cfg.cluster.profile_warmup,
+        return load_or_measure(kernels, meta, default_cache_dir() / "profiles", cfg.cluster.profile_warmup,
                                cfg.cluster.profile_repeats, device, use_cache=not fresh)

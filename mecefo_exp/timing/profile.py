@@ -106,6 +106,9 @@ def load_or_measure(kernels: Dict[str, Callable[[], None]], meta: dict, cache_di
         cached = json.loads(path.read_text())["kernels"] if path.exists() else {}
         missing = [k for k in kernels if k not in cached]
         if missing:
+            log.info("timing %d kernels on this machine (%d warm-up + %d timed runs each: about a minute for the "
+                     "tiny model on 2 busy cores, more for larger ones); cached in %s, later runs reuse it",
+                     len(missing), warmup, repeats, path)
             rescale = reference in cached and reference in kernels
             todo = {k: kernels[k] for k in missing + ([reference] if rescale else [])}
             fresh = time_kernels(todo, warmup, repeats, device)

@@ -1,0 +1,150 @@
+"""The command line: `mecefo-exp ...` (installed console script) == `python run.py ...`.
+
+    mecefo-exp                                      # tiny LLaMA, 8 workers, mecefo, failure=high
+    mecefo-exp method=bamboo failure=medium model=llama_60m
+    mecefo-exp -m method=checkpoint,mecefo failure=none,high
+    mecefo-exp experiment=debug                     # a few tiny steps: does everything work?
+
+Hydra finds its configs in the checkout's conf/ or, for an installed wheel, in the copy
+the package carries (mecefo_exp.paths.conf_dir), so the command works from any folder.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from . import runlock
+from .config import ConfigError, register_configs, run_name, validate
+from .console import install_console, resume_command
+from .metrics import write_json_atomic
+from .paths import conf_dir
+
+register_configs()
+log = logging.getLogger("run")
+
+
+@hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
+def main(cfg: DictConfig):
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if not _writes_record():
+        return _job(cfg, run_dir)
+    try:
+        runlock.acquire(run_dir)  # before anything is written; released when the job ends (a sweep runs many)
+    except runlock.RunFolderBusy as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    try:
+        return _job(cfg, run_dir)
+    finally:
+        runlock.release(run_dir)
+
+
+def _job(cfg: DictConfig, run_dir: Path):
+    from omegaconf import OmegaConf
+
+    hc = HydraConfig.get()
+    if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+        cfg.resume = True  # torchrun restarted the group after a failure: continue, don't start over
+    if cfg.resume and (run_dir / "config.yaml").exists():
+        cfg = OmegaConf.load(run_dir / "config.yaml")  # the run's own config, whatever else was typed
+        cfg.resume = True
+    try:
+        validate(cfg)
+    except ConfigError as e:
+        # One line, before any compute; the folder says it did not run.
+        write_json_atomic(run_dir / "summary.json", {"status": "failed", "error": f"config: {e}"})
+        print(f"config error: {e}", file=sys.stderr)
+        sys.exit(2)
+    install_console(hc)  # sweep jobs' lines start with [job N]
+    if cfg.data.name == "local" or cfg.data.path:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    if cfg.data.name == "c4":
+        from .data import check_tokenizer  # before any data is read: one line if it cannot be found
+
+        try:
+            check_tokenizer(cfg.data)
+        except ConfigError as e:
+            write_json_atomic(run_dir / "summary.json", {"status": "failed", "error": f"config: {e}"})
+            print(f"config error: {e}", file=sys.stderr)
+            sys.exit(2)
+    log.info("run folder %s; after a crash or kill -9 continue it with:  %s", run_dir,
+             resume_command(run_dir, program=_program()))
+    from .trainer import Experiment, Terminated  # torch and transformers load only for a valid config
+
+    try:
+        summary = Experiment(cfg, run_dir).run()
+    except Terminated as e:  # summary.json already says failed, and why
+        print(f"stopped: {e} ({run_dir})", file=sys.stderr)
+        sys.exit(128 + e.signum)
+    return summary["final_val_ppl"]
+
+
+def _writes_record() -> bool:
+    """Under torchrun only rank 0 writes (and locks) the run folder."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def _lock_the_given_run_dir() -> None:
+    """A run with hydra.run.dir=D takes D's lock before Hydra writes D/.hydra: a second run
+    on a busy folder refuses without touching it. The lock lives as long as this process."""
+    if not _writes_record() or any(a in ("-m", "--multirun") or a.startswith("hydra.mode=") for a in sys.argv[1:]):
+        return
+    given = [a.split("=", 1)[1].strip("'\"") for a in sys.argv[1:] if a.startswith("hydra.run.dir=")]
+    if not given or "${" in given[-1]:
+        return
+    try:
+        runlock.acquire(given[-1])
+    except runlock.RunFolderBusy as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _program() -> str:
+    """How this process was started, for the resume line: `python run.py` or `mecefo-exp`."""
+    name = Path(sys.argv[0]).name
+    if name == "run.py":
+        return "python run.py"
+    if name == "__main__.py":
+        return "python -m mecefo_exp"
+    return "mecefo-exp"
+
+
+def torchrun_prelude() -> None:
+    """Under torchrun every rank runs @hydra.main: make them agree on rank 0's run folder.
+
+    Ranks other than 0 stay quiet and write no .hydra/ files; only rank 0 writes
+    the run record (see mecefo_exp/cluster/torchrun.py).
+    """
+    from .cluster.torchrun import agree_run_dir, init_distributed, launched_by_torchrun
+
+    if not launched_by_torchrun():
+        return
+    import datetime
+
+    import torch.distributed as dist
+
+    init_distributed()
+    given = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("hydra.run.dir=")]
+    if not given:
+        now = datetime.datetime.now()
+        overrides = ",".join(sorted(a for a in sys.argv[1:] if "=" in a and not a.startswith("hydra")))
+        proposed = f"runs/{now:%Y-%m-%d}/{now:%H-%M-%S.%f}_{run_name(overrides)}"
+        chosen = agree_run_dir(proposed, Path.cwd() / "runs")
+        sys.argv.append(f"hydra.run.dir='{chosen}'")  # quoted: the name holds = and ,
+    if dist.get_rank() != 0:
+        sys.argv += ["hydra/job_logging=disabled", "hydra.output_subdir=null"]
+
+
+def entry() -> None:
+    """The console script (pyproject [project.scripts]) and `python -m mecefo_exp`."""
+    torchrun_prelude()
+    _lock_the_given_run_dir()
+    main()

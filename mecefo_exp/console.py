@@ -1,0 +1,107 @@
+"""What a run says on the console: job prefixes, the resume line, events as they happen.
+
+The files (metrics.jsonl, events.jsonl, ...) are the record; these lines are for the person
+watching: one short INFO line per failure, recovery, neighbour assignment, rollback,
+restart or reconfiguration, so a run that degrades does not look like one that does not.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+# Events worth a console line (checkpoints and snapshots are routine: only in events.jsonl).
+LOUD_EVENTS = ("fail", "recover", "neighbor", "neighbor_release", "rollback", "restart", "fatal",
+               "reconfigure", "rebalance", "resume")
+
+
+class _PrefixFormatter(logging.Formatter):
+    """Wraps a handler's formatter and puts a prefix in front of every line it formats."""
+
+    def __init__(self, prefix: str, inner: Optional[logging.Formatter]):
+        super().__init__()
+        self.prefix, self.inner = prefix, inner or logging.Formatter()
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self.prefix + self.inner.format(record)
+
+
+def install_console(hydra_cfg=None) -> None:
+    """In a sweep, start every console line with `[job N]` (jobs of a joblib sweep interleave).
+
+    Only console handlers get it: each job's own log file in its folder needs no prefix.
+    """
+    from hydra.types import RunMode
+
+    if hydra_cfg is None or hydra_cfg.mode != RunMode.MULTIRUN:
+        return
+    prefix = f"[job {hydra_cfg.job.num}] "
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+            if not isinstance(handler.formatter, _PrefixFormatter):
+                handler.setFormatter(_PrefixFormatter(prefix, handler.formatter))
+
+
+def resume_command(run_dir: Path, program: str = "python run.py") -> str:
+    """The exact line that continues this run after a crash, ready to paste into a shell.
+
+    The folder name holds '=' and ',' (Hydra's override_dirname), which Hydra's override
+    parser reads as syntax unless the value is quoted; the shell then needs the quotes kept.
+    """
+    path = Path(run_dir)
+    try:
+        path = path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        pass
+    hydra_value = "'" + str(path).replace("\\", "\\\\").replace("'", "\\'") + "'"
+    shell_arg = '"hydra.run.dir=' + "".join("\\" + c if c in '"$`\\' else c for c in hydra_value) + '"'
+    return f"{program} resume=true {shell_arg}"
+
+
+def describe_event(row: Dict[str, Any]) -> Optional[str]:
+    """One short line for a loud event, None for a routine one."""
+    kind = row["kind"]
+    if kind not in LOUD_EVENTS:
+        return None
+    d = row.get("detail") or {}
+    who = f" worker {row['worker']}" if row.get("worker") is not None else ""
+    head = f"step {row['step']} sim {row['sim_time_s']:.4g}s: {kind}{who}"
+    if kind == "rollback":
+        return f"{head} -> step {d.get('to_step')} ({d.get('reason')}; {d.get('lost_steps')} steps lost)"
+    if kind in ("neighbor", "neighbor_release"):
+        return f"{head} (neighbour {d.get('neighbor')})"
+    if kind == "restart":
+        return f"{head} from step {d.get('from_step')}" + (f" ({d['source']})" if "source" in d else "")
+    if kind == "fatal":
+        return f"{head} (down: {d.get('down')})"
+    if kind == "reconfigure":
+        return f"{head} ({d.get('alive')} alive)" if "alive" in d else head
+    if kind == "resume":
+        return f"{head} from {d.get('checkpoint')}"
+    return head
+
+
+class EventPrinter:
+    """Logs loud events at INFO, at most `limit` per run (a numerics-free 60,000-step run can see
+    thousands); the rest are in events.jsonl."""
+
+    def __init__(self, logger: logging.Logger, limit: int):
+        self.log, self.limit, self.n = logger, limit, 0
+
+    def __call__(self, row: Dict[str, Any]) -> None:
+        line = describe_event(row)
+        if line is None or self.limit == 0:
+            return
+        self.n += 1
+        if self.n <= self.limit:
+            self.log.info(line)
+        if self.n == self.limit:
+            self.log.info("(trainer.log_events=%d lines printed; further events only in events.jsonl)", self.limit)
+
+
+def progress_redirect():
+    """Route log lines through tqdm while a bar is drawn, so they do not tear it."""
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    return logging_redirect_tqdm()

@@ -1,0 +1,108 @@
+"""An installable package: the console script, a self-contained wheel, dependency lists that agree."""
+
+import os
+import re
+import subprocess
+import sys
+import tomllib
+import zipfile
+
+import pytest
+import yaml
+
+from conftest import MICRO, ROOT
+
+
+def _pins(path):
+    """name -> version of a requirements file (comments and blank lines skipped)."""
+    out = {}
+    for line in (ROOT / path).read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            out[_norm(name)] = version
+    return out
+
+
+def _norm(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _name(spec):
+    return _norm(re.split(r"[<>=!~;\[ ]", spec, maxsplit=1)[0])
+
+
+def test_dependency_lists_agree():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    runtime, optional, test = _pins("requirements.txt"), _pins("requirements-optional.txt"), _pins("requirements-test.txt")
+    torch_pin = _pins("constraints.txt")["torch"]
+    # pyproject: runtime dependencies = requirements.txt (+ torch, installed first); extras = the optional files
+    assert {_name(d) for d in project["dependencies"]} == set(runtime) | {"torch"}
+    extras = project["optional-dependencies"]
+    assert {_name(d) for k, v in extras.items() if k != "test" for d in v} == set(optional)
+    assert {_name(d) for d in extras["test"]} == set(test)
+    assert "pytest" not in runtime  # not a runtime requirement
+    # environment.yml: the same pins, every one of them
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    conda_pins = dict((_norm(p.split("==")[0]), p.split("==")[1]) for p in pip if "==" in p)
+    assert conda_pins == {**runtime, **optional, **test, "torch": torch_pin}
+    assert f"TORCH_SPEC ?= torch=={torch_pin}" in (ROOT / "Makefile").read_text()
+
+
+def _run(args, cwd, env_extra=None, timeout=180):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env_extra or {})}
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _entry_point():
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    module, _, func = scripts["mecefo-exp"].partition(":")
+    return f"import sys; sys.argv[0] = 'mecefo-exp'; from {module} import {func}; {func}()"
+
+
+def test_console_script_help_and_a_two_step_run_from_another_folder(tmp_path):
+    """The entry point pyproject installs as `mecefo-exp`, started outside the checkout."""
+    code = _entry_point()
+    env = {"PYTHONPATH": str(ROOT)}
+    out = _run([sys.executable, "-c", code, "--help"], tmp_path, env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "method: baft, bamboo, checkpoint, mecefo, oobleck, reft" in out.stdout
+    assert "schema/" not in out.stdout  # internal groups stay out of --help
+    steps = [o for o in MICRO if not o.startswith(("trainer.max_steps", "trainer.eval_every"))]
+    out = _run([sys.executable, "-c", code, *steps, "trainer.max_steps=2", "trainer.eval_every=0", "failure=none",
+                "hydra.run.dir=r"], tmp_path, env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert '"status": "ok"' in (tmp_path / "r" / "summary.json").read_text()
+    assert "mecefo-exp resume=true \"hydra.run.dir='r'\"" in out.stderr + out.stdout
+
+
+@pytest.mark.slow
+def test_the_wheel_is_self_contained(tmp_path):
+    """Build the wheel, install it into a folder and run it from there, without the checkout."""
+    out = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                str(tmp_path / "dist"), str(ROOT)], tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    wheel = next((tmp_path / "dist").glob("mecefo_exp-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names}
+    assert tops == {"mecefo_exp", "hydra_plugins", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
+    assert "mecefo_exp/conf/config.yaml" in names and "mecefo_exp/conf/hydra/launcher/slurm.yaml" in names
+    assert "mecefo_exp/analysis/callback.py" in names and not any(n.startswith("analysis/") for n in names)
+    target = tmp_path / "site"
+    out = _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+               tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    env = {"PYTHONPATH": str(target), "MECEFO_CACHE": str(ROOT / ".cache")}  # reuse the checkout's FLOP cache
+    run = tmp_path / "elsewhere"
+    run.mkdir()
+    where = _run([sys.executable, "-c", "import mecefo_exp; print(mecefo_exp.__file__)"], run, env)
+    assert where.stdout.startswith(str(target)), where.stdout + where.stderr  # the installed copy, not the checkout
+    steps = [o for o in MICRO if not o.startswith(("trainer.max_steps", "trainer.eval_every"))]
+    # a one-job sweep: configs from the wheel, and the collect callback through mecefo_exp.analysis
+    out = _run([sys.executable, "-m", "mecefo_exp", "-m", *steps, "trainer.max_steps=2", "trainer.eval_every=0",
+                "failure=none", "method=checkpoint", f"data.cache_dir={ROOT / '.cache'}", "hydra.sweep.dir=s"], run, env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summaries = list((run / "s").rglob("summary.json"))
+    assert len(summaries) == 1 and '"status": "ok"' in summaries[0].read_text()
+    assert (run / "s" / "analysis" / "runs.csv").exists()

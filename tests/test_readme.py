@@ -1,0 +1,103 @@
+"""The README's commands work when pasted: every run.py / mecefo-exp line in its shell blocks
+parses as Hydra overrides and composes into a valid config; the cheap ones run at a tiny size."""
+
+import re
+import shlex
+
+import pytest
+
+from conftest import MICRO, ROOT, compose_cfg
+
+PROGRAMS = ("run.py", "mecefo-exp")
+FLAGS = {"-m", "--multirun"}
+
+
+def _drop_hydra_flags(args):
+    """Overrides only: Hydra's flags (--help, --cfg job, --info, -sc ...) with their values go."""
+    out, multirun, skip = [], False, False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in FLAGS:
+            multirun = True
+        elif a in ("--cfg", "-c", "--info", "-i", "--shell-completion", "-sc", "--package", "-p"):
+            skip = a not in ("--info", "-i")  # --info takes an optional value; none in the README
+        elif a.startswith("-"):
+            continue  # --help, --hydra-help, --resolve
+        else:
+            out.append(a)
+    return out, multirun
+
+
+def readme_commands():
+    """(line, arguments after the program, multirun?) for each command in the README's ```bash blocks."""
+    text = (ROOT / "README.md").read_text()
+    found = []
+    for block in re.findall(r"```(?:bash|sh|shell)\n(.*?)```", text, flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)  # as the shell splits it: quotes removed
+            at = next((i for i, w in enumerate(words) if w.endswith(PROGRAMS)), None)
+            if at is None:
+                continue
+            args, multirun = _drop_hydra_flags(words[at + 1:])
+            found.append((line.strip(), args, multirun))
+    return found
+
+
+COMMANDS = readme_commands()
+
+
+def test_the_readme_has_the_commands_this_test_expects():
+    lines = [c[0] for c in COMMANDS]
+    assert len(COMMANDS) >= 8
+    assert any("resume=true" in line for line in lines)
+    assert any("experiment=debug" in line for line in lines)
+    assert any(line.startswith("mecefo-exp") for line in lines)
+
+
+def _single_values(args):
+    """Hydra's parser on the command line as typed; a sweep (a,b) composes with its first value."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    out = []
+    for o in OverridesParser.create().parse_overrides(args):  # raises on e.g. an unquoted '=' in a value
+        if o.is_hydra_override() or o.input_line.startswith("hydra."):
+            continue  # hydra.run.dir=..., hydra/launcher=...: parsed above, not part of the job's config
+        if o.is_sweep_override():
+            value = next(iter(o.sweep_string_iterator()))
+            out.append(f"{o.get_key_element()}={value}")
+        else:
+            out.append(o.input_line)
+    return out
+
+
+@pytest.mark.parametrize("line,args,multirun", COMMANDS, ids=[c[0][:60] for c in COMMANDS])
+def test_readme_command_parses_and_composes(line, args, multirun):
+    from mecefo_exp.config import validate
+
+    overrides = _single_values(args)
+    if "resume=true" in overrides:
+        value = next(a for a in args if a.startswith("hydra.run.dir="))
+        assert value.startswith("hydra.run.dir='") and value.endswith("'"), f"unquoted run folder in: {line}"
+    cfg = compose_cfg(overrides)
+    validate(cfg)
+
+
+# runs: single runs of the simulated tier; not sweeps, resumes, torchrun, --help/--cfg/--info (they run
+# nothing) or data=c4 (needs C4 on disk; tests/test_c4.py runs it on shards it writes)
+CHEAP = [c for c in COMMANDS if not c[2] and not any(w in c[0] for w in ("resume=true", "cluster=torchrun", "--help",
+                                                                         "--cfg", "--info", "data=c4"))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("line,args,multirun", CHEAP, ids=[c[0][:60] for c in CHEAP])
+def test_readme_command_runs_at_a_tiny_size(line, args, multirun, tmp_path):
+    """The command's own overrides, then a tiny shape and 2 steps (a numerics-free line keeps its shape)."""
+    from mecefo_exp.trainer import Experiment
+
+    overrides = _single_values(args)
+    tiny = [o for o in MICRO if not o.startswith(("trainer.max_steps", "model=", "model."))] if \
+        "trainer.numerics=false" not in overrides else []
+    cfg = compose_cfg(overrides + tiny + ["trainer.max_steps=2", "trainer.eval_every=0", "trainer.progress=none"])
+    summary = Experiment(cfg, tmp_path / "run").run()
+    assert summary["status"] == "ok" and summary["steps"] == 2
