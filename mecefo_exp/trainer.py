@@ -65,16 +65,39 @@ class Terminated(BaseException):
         super().__init__(f"{signal.Signals(signum).name} received: the run was stopped from outside")
 
 
+_held_signal = {"depth": 0, "signum": None}  # a signal that arrived inside _signals_held()
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Let a checkpoint write finish before a SIGTERM ends the run.
+
+    Raised inside torch.save's zip writer, the exception makes its cleanup fail with a
+    RuntimeError that hides why the run stopped; the write takes milliseconds, so wait.
+    """
+    _held_signal["depth"] += 1
+    try:
+        yield
+    finally:
+        _held_signal["depth"] -= 1
+    if _held_signal["depth"] == 0 and _held_signal["signum"] is not None:
+        raise Terminated(_held_signal["signum"])
+
+
 @contextlib.contextmanager
 def _signals_end_the_run():
     """Turn SIGTERM/SIGHUP into `Terminated` while the run is on (main thread only: Python's rule)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    _held_signal["signum"] = None
 
     def stop(signum, frame):
         for s in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(s, signal.SIG_IGN)  # a second signal must not interrupt writing the record
+        if _held_signal["depth"]:
+            _held_signal["signum"] = signum
+            return
         raise Terminated(signum)
 
     previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
@@ -442,7 +465,8 @@ class Experiment:
         tcfg = self.tcfg = plain(self.cfg.trainer)
         progress = self.progress = Progress(tcfg, self.max_steps)
         if not self.resumed:
-            self.method.start()
+            with _signals_held():  # REFT's snapshot is a torch.save too
+                self.method.start()
             self.end_of_boundary(evaluated=False)
         last, idle = None, 0
         while self.step < self.max_steps:
@@ -476,7 +500,8 @@ class Experiment:
                    "alive": self.alive, "degraded": plan.degraded, "step_cost_s": cost.total}
             self.records.metric(row)
             self.step += 1
-            self.method.after_step(self.step - 1)  # the state is now that before step self.step
+            with _signals_held():  # REFT's snapshot is a torch.save too
+                self.method.after_step(self.step - 1)  # the state is now that before step self.step
             progress.update(self.step, row.get("loss"), self.clock.now, self.tokens_per_step, self.alive)
             evaluated = False
             if tcfg.eval_every and self.step % tcfg.eval_every == 0 and self.step < self.max_steps:
@@ -489,7 +514,8 @@ class Experiment:
         """Between two steps, after all end-of-step work: write the checkpoint saved at this
         boundary (its books are now complete) and refresh summary.json's progress fields."""
         store = getattr(self.method, "store", None)
-        wrote = store.flush() if store is not None else False
+        with _signals_held():
+            wrote = store.flush() if store is not None else False
         if wrote or evaluated or time.perf_counter() - self._summary_at > SUMMARY_EVERY_S:
             self.records.summary(self.summary("running"))
             self._summary_at = time.perf_counter()

@@ -224,7 +224,7 @@ def test_a_second_run_on_a_live_folder_refuses_at_once_and_a_dead_owner_leaves_n
 def test_sigterm_leaves_the_run_failed_with_the_reason_and_its_progress(fixed_profile, tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "run.py", *MICRO, "method=checkpoint", "failure=none",
-                             "method.interval=2", "trainer.max_steps=5000", f"cluster.profile={fixed_profile()}",
+                             "method.interval=1", "trainer.max_steps=5000", f"cluster.profile={fixed_profile()}",
                              f"hydra.run.dir={run_dir}"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
     metrics, deadline = run_dir / "metrics.jsonl", time.time() + 120
@@ -237,6 +237,30 @@ def test_sigterm_leaves_the_run_failed_with_the_reason_and_its_progress(fixed_pr
     assert summary["status"] == "failed" and "SIGTERM" in summary["error"]
     assert summary["steps"] >= 6
     assert not list(run_dir.rglob("*.tmp"))
+
+
+def test_sigterm_during_a_checkpoint_write_lets_it_finish_then_stops(run_exp, fixed_profile, tmp_path, monkeypatch):
+    # raised inside torch.save's zip writer, the signal's exception broke the writer's cleanup
+    # into a RuntimeError that hid the reason (found by the subprocess test above)
+    from mecefo_exp.methods.checkpointing import CheckpointStore
+    from mecefo_exp.trainer import Terminated
+
+    write = CheckpointStore._write
+
+    def signalled_mid_write(self, step):
+        if step == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+        write(self, step)
+
+    monkeypatch.setattr(CheckpointStore, "_write", signalled_mid_write)
+    with pytest.raises(Terminated):
+        run_exp("method=checkpoint", "failure=none", "method.interval=2", f"cluster.profile={fixed_profile()}")
+    run_dir = tmp_path / "run1"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and "SIGTERM" in summary["error"] and summary["steps"] == 4
+    import torch
+    assert torch.load(run_dir / "checkpoints" / "step_0000004.pt", weights_only=False)["step"] == 4  # whole
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the run put the handler back
 
 
 def test_a_full_disk_leaves_the_run_failed_with_the_reason_and_no_temp_files(run_exp, fixed_profile, tmp_path,
