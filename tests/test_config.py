@@ -89,7 +89,8 @@ def test_experiment_preset_overrides_the_defaults():
 STUDY_PRESETS = {"paper_table3": 63, "mecefo_ablation": 18, "mecefo_asymmetric": 9, "mecefo_frequency": 12}
 
 
-@pytest.mark.parametrize("preset,n_jobs", sorted(STUDY_PRESETS.items()))
+@pytest.mark.parametrize("preset,n_jobs", [
+    pytest.param(p, n, marks=() if p == "paper_table3" else pytest.mark.slow) for p, n in sorted(STUDY_PRESETS.items())])
 def test_study_presets_expand_to_valid_jobs(preset, n_jobs):
     """Every job of the convergence presets composes and validates (before any compute), and
     each preset has the number of jobs its header promises."""
