@@ -56,6 +56,10 @@ def _pydoc_topics() -> List[str]:
     return [pydoc_data.topics.topics[k] for k in sorted(pydoc_data.topics.topics)]
 
 
+#: Bumped whenever the documents a source yields change (2: documents de-duplicated across
+#: sources, `testing` folders skipped), so that no cache built by older code is reused.
+CORPUS_FORMAT = 2
+
 #: Installed packages whose docstrings join the local corpus: what requirements.txt (and
 #: torch's own dependencies) bring, with their versions pinned by constraints.txt.
 DOCSTRING_PACKAGES = ("transformers", "torch", "sympy", "pandas", "networkx", "numpy", "matplotlib",
@@ -220,7 +224,8 @@ def _load_local(data_cfg) -> TokenizedCorpus:
     # them takes a minute; the token arrays are cached, their hash is the fingerprint).
     sources = list(data_cfg.sources)
     versions = package_versions() if "package_docstrings" in sources else {}
-    ident = json.dumps([sources, sys.version, data_cfg.vocab_size, data_cfg.val_fraction] + ([versions] if versions else []))
+    ident = json.dumps([CORPUS_FORMAT, sources, sys.version, data_cfg.vocab_size, data_cfg.val_fraction]
+                       + ([versions] if versions else []))
     key = "local-" + hashlib.sha1(ident.encode()).hexdigest()[:12]
 
     def build(folder: Path):
