@@ -161,7 +161,7 @@ def _level_rows(runs: pd.DataFrame, value: str, prefix: str, change_prefix: str,
     """One row per (setting, method): `<prefix><level>` mean and ci95 over seeds, and the
     paired `<change_prefix><level>` against failure-free with its ci95 and pair count."""
     runs = with_grouping(runs)
-    means = seed_means(runs, [value])
+    means = seed_means(runs, [value], keys=[*GROUPING, "method", "failure"])  # grouped once, above
     levels = failure_levels(means["failure"])
     paired = paired_changes(runs, value, [*GROUPING, "method"], change)
     rows = []

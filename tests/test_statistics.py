@@ -64,6 +64,19 @@ def test_failure_free_run_is_the_baseline_of_every_reading():
     assert t.loc["failure.repair=replace", "thr_none"] == pytest.approx(1000.0)
 
 
+def test_a_shared_baseline_is_counted_once_per_reading():
+    """Failure-free runs serve two readings: each reading's row still has 3 seeds, not 6."""
+    rows = []
+    for seed, base in enumerate([100.0, 120.0, 140.0]):
+        rows.append({"method": "mecefo", "failure": "none", "seed": seed, "final_val_ppl": base})
+        for reading in ("failure.repair=fixed", "failure.repair=replace"):
+            rows.append({"method": "mecefo", "failure": "high", "seed": seed, "final_val_ppl": base + 1,
+                         "failure_variant": reading})
+    t = perplexity_table(_runs(rows))
+    assert list(t["n_seeds"]) == [3, 3]
+    assert t["ppl_none_ci95"].tolist() == pytest.approx([mean_ci([100.0, 120.0, 140.0])[1]] * 2)
+
+
 def test_distinguishing_keys_skip_what_the_name_implies():
     configs = [
         {"model.name": "a", "model.hidden_size": 32, "method.name": "mecefo", "method.rank": 8},
