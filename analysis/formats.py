@@ -1,9 +1,8 @@
 """Tables and figure helpers in the formats papers use: LaTeX (booktabs, through pandas'
 Styler.to_latex), CSV and Markdown side by side; a paper-hours axis; "n/a" for empty panels.
 
-Kept apart from tables.py and plots.py so that they can change independently; to hook in:
-    tables.write_tables:  for each (name, table): write_formats(table, folder, name, titles[name],
-                          markdown=render[name](table))   # adds <name>.tex beside .csv and .md
+Kept apart from tables.py and plots.py so that they can change independently. tables.write_tables
+writes every table's .tex from the same display cells as its .md. Still to hook in:
     plots.ppl_curves (x="sim_time_s"):  paper_hours_axis(ax, seconds_per_paper_hour(run))
     any panel with no data:  na_panel(ax)
 """
@@ -20,12 +19,25 @@ NA = "n/a"
 FORMATS = ("md", "tex", "csv")
 
 
+#: characters LaTeX reads as commands, and what to write instead
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def latex_escape(text: str) -> str:
+    """`text` with LaTeX's special characters escaped (for captions; cells go through pandas)."""
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in text)
+
+
 def to_latex(df: pd.DataFrame, columns: Optional[Mapping[str, str]] = None, caption: Optional[str] = None,
-             label: Optional[str] = None, precision: int = 2, na: str = NA) -> str:
+             label: Optional[str] = None, precision: int = 2, na: str = NA, escape_caption: bool = False,
+             column_format: Optional[str] = None) -> str:
     """A booktabs table (\\toprule ... \\bottomrule) of `df`.
 
     `columns` picks and renames columns ({column: header}, in order); text is escaped for
-    LaTeX (method names, underscores, %), missing values print as `na`.
+    LaTeX (method names, underscores, %), missing values print as `na`, "±" as $\\pm$ (the
+    "mean ± 95% CI half-width" cells of analysis/tables.py). `column_format`: e.g. "llrr"
+    (default: every column left-aligned).
     """
     if columns is not None:
         missing = [c for c in columns if c not in df.columns]
@@ -34,7 +46,11 @@ def to_latex(df: pd.DataFrame, columns: Optional[Mapping[str, str]] = None, capt
         df = df[list(columns)].rename(columns=dict(columns))
     styler = df.style.hide(axis="index").format(precision=precision, na_rep=na, escape="latex")
     styler = styler.format_index(escape="latex", axis="columns")
-    return styler.to_latex(hrules=True, caption=caption, label=label, position_float="centering" if caption else None)
+    if caption is not None and escape_caption:
+        caption = latex_escape(caption)
+    tex = styler.to_latex(hrules=True, caption=caption, label=label, column_format=column_format,
+                          position_float="centering" if caption else None)
+    return tex.replace("±", r"$\pm$")
 
 
 def to_markdown(df: pd.DataFrame, na: str = NA, precision: int = 2) -> str:

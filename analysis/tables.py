@@ -36,7 +36,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import pandas as pd
 
-from . import paper
+from . import formats, paper
 from .collect import FAILURE_ORDER, METHOD_ORDER, TIME_CATEGORIES, ok_runs
 
 SETTING = ("model", "n_workers", "max_steps", "micro_batch", "seq_len")
@@ -271,22 +271,29 @@ def _has_values(col: pd.Series) -> bool:
     return bool(col.map(lambda v: not (v is None or (isinstance(v, float) and math.isnan(v)) or v == "")).any())
 
 
-def to_markdown(df: pd.DataFrame, columns: Dict[str, tuple], drop_empty: bool = True) -> str:
-    """A GitHub table: columns maps a df column to (header, formatter); columns empty in
-    every row are left out (the CSV keeps them)."""
+def shown(df: pd.DataFrame, columns: Dict[str, tuple], drop_empty: bool = True) -> pd.DataFrame:
+    """The table as a reader sees it: `columns` maps a df column to (header, formatter); the
+    result has one text cell per value under its header. Columns empty in every row are left
+    out (the CSV keeps them)."""
     cols = [c for c in columns if c in df]
     if drop_empty:  # a column blank in every row (a paper value that does not apply) says nothing
         cols = [c for c in cols if _has_values(df[c])]
-    head = "| " + " | ".join(columns[c][0] for c in cols) + " |"
-    sep = "|" + "|".join("---:" if pd.api.types.is_numeric_dtype(df[c]) else "---" for c in cols) + "|"
-    lines = [head, sep]
-    for _, r in df.iterrows():
-        cells = []
-        for c in cols:
-            fmt = columns[c][1]
-            v = r[c]
-            cells.append(fmt(v) if fmt else ("" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)))
-        lines.append("| " + " | ".join(cells) + " |")
+
+    def cell(fmt, v) -> str:
+        return fmt(v) if fmt else ("" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
+
+    text = pd.DataFrame({columns[c][0]: [cell(columns[c][1], v) for v in df[c]] for c in cols})
+    # numbers right-aligned, and the "mean ± half-width" text of with_ci_cells too
+    text.attrs["right"] = [bool(pd.api.types.is_numeric_dtype(df[c])) or c.startswith("cell_") for c in cols]
+    return text
+
+
+def to_markdown(df: pd.DataFrame, columns: Dict[str, tuple], drop_empty: bool = True) -> str:
+    """A GitHub table of `shown(df, columns, drop_empty)`."""
+    text = shown(df, columns, drop_empty)
+    lines = ["| " + " | ".join(text.columns) + " |",
+             "|" + "|".join("---:" if right else "---" for right in text.attrs["right"]) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in text.itertuples(index=False)]
     return "\n".join(lines)
 
 
@@ -334,6 +341,12 @@ def _per_level_columns(t: pd.DataFrame, prefix: str):
 def throughput_markdown(t: pd.DataFrame) -> str:
     if t.empty:
         return "_no finished runs_"
+    view, cols, note = throughput_view(t)
+    return to_markdown(view, cols) + note
+
+
+def throughput_view(t: pd.DataFrame):
+    """(table with its display cells, columns to show, note under the table)"""
     levels, faulty, cols = _per_level_columns(t, "thr_")
     t = with_ci_cells(t, [f"thr_{f}" for f in levels], _fmt_tok)
     t = with_ci_cells(t, [f"drop_{f}" for f in faulty], _fmt_pct)
@@ -349,12 +362,18 @@ def throughput_markdown(t: pd.DataFrame) -> str:
             f"drop = 1 - thr(level)/thr(none); drop/MeCeFO = the method's drop over MeCeFO's at the same level "
             f"(the paper's 'resilience'). paper columns: MeCeFO paper Table 2, row {refs}; absolute tokens/s only "
             f"where the model is the paper's.")
-    return to_markdown(t, cols) + note
+    return t, cols, note
 
 
 def perplexity_markdown(t: pd.DataFrame) -> str:
     if t.empty:
         return "_no finished runs_"
+    view, cols, note = perplexity_view(t)
+    return to_markdown(view, cols) + note
+
+
+def perplexity_view(t: pd.DataFrame):
+    """(table with its display cells, columns to show, note under the table)"""
     levels, faulty, cols = _per_level_columns(t, "ppl_")
     t = with_ci_cells(t, [f"ppl_{f}" for f in levels], _fmt_num(2))
     t = with_ci_cells(t, [f"change_{f}" for f in faulty], lambda v: _fmt_pct(v, signed=True))
@@ -369,12 +388,18 @@ def perplexity_markdown(t: pd.DataFrame) -> str:
             f"then averaged (paired). "
             f"paper columns: MeCeFO paper Table 3 (MeCeFO only), row {refs}; the paper prints the change for high, "
             f"the low/medium changes are derived from its perplexities.")
-    return to_markdown(t, cols) + note
+    return t, cols, note
 
 
 def time_markdown(t: pd.DataFrame) -> str:
     if t.empty:
         return "_no finished runs_"
+    view, cols, note = time_view(t)
+    return to_markdown(view, cols) + note
+
+
+def time_view(t: pd.DataFrame):
+    """(table with its display cells, columns to show, note under the table)"""
     cats = [c[len("share_"):] for c in t.columns if c.startswith("share_")]
     t = t.copy()
     for c in cats:
@@ -387,7 +412,7 @@ def time_markdown(t: pd.DataFrame) -> str:
     cols["time_total"] = ("total s", _fmt_num(3))
     note = ("\n\nSimulated seconds per category of summary.json's time_breakdown (share of the total), "
             "mean ± 95% CI half-width over seeds.")
-    return to_markdown(t, cols) + note
+    return t, cols, note
 
 
 def runs_markdown(runs: pd.DataFrame) -> str:
@@ -424,20 +449,31 @@ def make_tables(runs: pd.DataFrame) -> Dict[str, pd.DataFrame]:
 
 
 def write_tables(runs: pd.DataFrame, out) -> Dict[str, Path]:
-    """CSV + markdown of every table into <out>/tables/; returns the paths written."""
+    """Every table into <out>/tables/ as <name>.csv (raw numbers), <name>.md (for reading) and
+    <name>.tex (booktabs, the same cells as the markdown, its note as the caption); returns
+    the paths written."""
     folder = Path(out) / "tables"
     folder.mkdir(parents=True, exist_ok=True)
     tables = make_tables(runs)
-    render = {"throughput": throughput_markdown, "perplexity": perplexity_markdown, "time_breakdown": time_markdown}
+    views = {"throughput": throughput_view, "perplexity": perplexity_view, "time_breakdown": time_view}
     titles = {"throughput": "Throughput per method and failure level (paper Table 2)",
               "perplexity": "Final validation perplexity (paper Table 3)",
               "time_breakdown": "Simulated time breakdown"}
     paths: Dict[str, Path] = {}
     for name, table in tables.items():
-        paths[f"{name}.csv"] = folder / f"{name}.csv"
-        table.to_csv(paths[f"{name}.csv"], index=False)
-        paths[f"{name}.md"] = folder / f"{name}.md"
-        paths[f"{name}.md"].write_text(f"# {titles[name]}\n\n{render[name](table)}\n")
+        if table.empty:
+            text, note = None, "_no finished runs_"
+        else:
+            view, cols, note = views[name](table)
+            text = shown(view, cols)
+        markdown = note if text is None else to_markdown(view, cols) + note
+        paths.update(formats.write_formats(table, folder, name, titles[name], markdown=markdown,
+                                           formats=("csv", "md")))
+        paths[f"{name}.tex"] = folder / f"{name}.tex"
+        paths[f"{name}.tex"].write_text(
+            "% no finished runs\n" if text is None else
+            formats.to_latex(text, caption=f"{titles[name]}. {note.strip()}", label=f"tab:{name}", escape_caption=True,
+                             column_format="".join("r" if right else "l" for right in text.attrs["right"])))
     paths["runs.md"] = folder / "runs.md"
     paths["runs.md"].write_text(f"# Runs\n\n{runs_markdown(runs)}\n")
     return paths

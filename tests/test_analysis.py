@@ -285,6 +285,9 @@ def test_write_tables(table, tmp_path):
             "time_breakdown.md", "runs.md"} <= names
     md = (tmp_path / "tables" / "throughput.md").read_text()
     assert "24.58% ± 58.24%" in md and "4.92x" in md  # paired drop 0.2458 with its t interval; / 0.05
+    tex = (tmp_path / "tables" / "throughput.tex").read_text()  # the same cells, for a paper
+    assert "24.58\\% $\\pm$ 58.24\\%" in tex and "4.92x" in tex and "\\toprule" in tex
+    assert "\\caption{Throughput per method and failure level (paper Table 2). Throughput = committed" in tex
     runs_md = (tmp_path / "tables" / "runs.md").read_text()
     assert "failed" in runs_md and "incomplete" in runs_md and "RuntimeError: boom" in runs_md
 
