@@ -11,10 +11,13 @@ the package carries (mecefo_exp.paths.conf_dir), so the command works from any f
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import logging
 import os
 import sys
 from pathlib import Path
+from typing import List, Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -143,8 +146,73 @@ def torchrun_prelude() -> None:
         sys.argv += ["hydra/job_logging=disabled", "hydra.output_subdir=null"]
 
 
+def check_overrides(args: List[str]) -> Optional[str]:
+    """Compose the config once with Hydra's compose API and return, in one line, why the
+    overrides cannot be applied (None when they can). Hydra itself reports a key no schema
+    has, a value of the wrong type or an option that does not exist in several lines with
+    exit 1, after its own set-up; this says it before anything runs. Sweeps (-m) and Hydra's
+    own flags are left to Hydra: a sweep's values are lists that only its sweeper expands."""
+    if any(a.startswith("-") for a in args):  # -m, --cfg, --help, --info, ...
+        return None
+    overrides = [a for a in args if not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+            compose("config", overrides=overrides)
+    except HydraException as e:
+        return _one_line(e)
+    return None
+
+
+def check_resume(args: List[str]) -> Optional[str]:
+    """With resume=true: why the given folder cannot be resumed (None when it can), said
+    before Hydra writes anything into it and before any compute."""
+    if not any(a.lower() in ("resume=true", "resume=1") for a in args) or os.environ.get("RANK", "0") != "0":
+        return None
+    given = [a.split("=", 1)[1].strip("'\"") for a in args if a.startswith("hydra.run.dir=")]
+    if not given:
+        return "resume=true needs the run's folder: resume=true hydra.run.dir=<folder> (the line each run logs at start)"
+    folder = Path(given[-1])
+    if not folder.is_dir():
+        return f"nothing to resume in {folder}: no such folder"
+    if not (folder / "config.yaml").exists():
+        return (f"nothing to resume in {folder}: it has no config.yaml (not a run folder, or the run was killed "
+                "before it started: start it again)")
+    from .methods.checkpointing import complete_steps
+
+    if not complete_steps(folder / "checkpoints"):
+        return (f"nothing to resume in {folder}: no complete checkpoint in {folder / 'checkpoints'} (the run "
+                "stopped before its first checkpoint: start it again)")
+    return None
+
+
+def _one_line(e: BaseException) -> str:
+    """Hydra's composition error in one line: what it could not do, and why."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    head = lines[0] if lines else type(e).__name__
+    if head.startswith("In 'config': Could not find"):  # a config group option that does not exist
+        options = [line for line in lines[2:] if not line.startswith(("Config search path", "provider="))]
+        return f"{head.split(': ', 1)[1]}; allowed: {', '.join(options)}" if options else head
+    cause = e.__cause__
+    if cause is not None:
+        why = str(cause).splitlines()[0].strip()
+        schema, key = getattr(cause, "object_type", None), getattr(cause, "key", None)
+        if why.startswith("Key ") and dataclasses.is_dataclass(schema):
+            names = [f.name for f in dataclasses.fields(schema)]
+            near = difflib.get_close_matches(str(key), names, n=1)
+            why = f"no such setting{f' (did you mean {near[0]}?)' if near else ''}; allowed: {', '.join(names)}"
+        return f"{head.rstrip('.')}: {why}"
+    return head
+
+
 def entry() -> None:
     """The console script (pyproject [project.scripts]) and `python -m mecefo_exp`."""
     torchrun_prelude()
+    problem = check_overrides(sys.argv[1:]) or check_resume(sys.argv[1:])
+    if problem:
+        print(f"config error: {problem}", file=sys.stderr)
+        sys.exit(2)
     _lock_the_given_run_dir()
     main()

@@ -12,6 +12,9 @@ key of `method=mecefo` and a typo in it is an error, not a silently ignored extr
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -370,6 +373,7 @@ def _check_interval(key: str, value: Any) -> None:
 
 def validate(cfg: Any) -> None:
     """Reject values that are well typed but cannot run, with one line each."""
+    _check_known_keys(cfg)
     m, d, c, f, t = cfg.model, cfg.data, cfg.cluster, cfg.failure, cfg.trainer
     for key in ("hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers"):
         _check(m[key] >= 1, f"model.{key}={m[key]}: must be >= 1")
@@ -391,6 +395,10 @@ def validate(cfg: Any) -> None:
            f"data.max_train_tokens={d.max_train_tokens}, data.max_val_tokens={d.max_val_tokens}: must be >= 1")
     _check(d.vocab_size >= 256, f"data.vocab_size={d.vocab_size}: must be >= 256 (byte-level BPE)")
     _check(c.name in ("local", "torchrun"), f"cluster.name={c.name!r}: allowed: local, torchrun")
+    # the same test as cluster/torchrun.launched_by_torchrun, without importing torch here
+    _check(c.name != "torchrun" or ("RANK" in os.environ and "WORLD_SIZE" in os.environ),
+           "cluster=torchrun needs torchrun to start the ranks: torchrun --nproc-per-node=N run.py cluster=torchrun "
+           "cluster.n_workers=N ...; without torchrun use cluster=local")
     _check(c.n_workers >= 1, f"cluster.n_workers={c.n_workers}: must be >= 1")
     _check(c.device in ("auto", "cpu", "cuda"), f"cluster.device={c.device!r}: allowed: auto, cpu, cuda")
     _check(c.backend in ("auto", "gloo", "nccl"), f"cluster.backend={c.backend!r}: allowed: auto, gloo, nccl")
@@ -435,6 +443,32 @@ def validate(cfg: Any) -> None:
         _check(cfg.method.name == "checkpoint",
                f"failure.kill=true with method={cfg.method.name}: allowed only with method=checkpoint "
                "(in-place methods keep the dead rank's work alive, which a killed process cannot)")
+
+
+def _check_known_keys(cfg: Any) -> None:
+    """A key that no schema declares (e.g. `+trainer.max_step=20`, which Hydra's own hint
+    suggests typing after a typo) would be stored and ignored: refuse it, naming the nearest
+    real key. Only typed nodes are checked (a config loaded back from YAML has no types)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    def walk(node: Any, path: str) -> None:
+        schema = OmegaConf.get_type(node)
+        if dataclasses.is_dataclass(schema):
+            names = [f.name for f in dataclasses.fields(schema)]
+            for key in node.keys():
+                if key not in names:
+                    where = f"{path}.{key}" if path else str(key)
+                    near = difflib.get_close_matches(str(key), names, n=1)
+                    hint = f"did you mean {path + '.' if path else ''}{near[0]}? " if near else ""
+                    raise ConfigError(f"{where}: no such setting ({hint}the settings of {path or 'the top level'}: "
+                                      f"{', '.join(names)})")
+        for key in node.keys():
+            child = node._get_node(key)
+            if isinstance(child, DictConfig):
+                walk(child, f"{path}.{key}" if path else str(key))
+
+    if isinstance(cfg, DictConfig):
+        walk(cfg, "")
 
 
 def model_presets() -> List[str]:
@@ -512,7 +546,7 @@ def _validate_method(m: Any, n_workers: int) -> None:
         _check(m.stages >= 1 and m.microbatches >= 1,
                f"method.stages={m.stages}, microbatches={m.microbatches}: must be >= 1")
     if m.name == "mecefo":
-        _check(m.rank >= 1, f"method.rank={m.rank}: must be >= 1")
+        _check(m.rank >= 1, f"method.rank={m.rank}: must be >= 1")  # above the model's widths: a warning (methods/mecefo.py)
         _check(m.svd_every >= 1, f"method.svd_every={m.svd_every}: must be >= 1")
         _check(m.grad_error_every >= 0, f"method.grad_error_every={m.grad_error_every}: must be >= 0")
         bad = [x for x in m.lowrank_modules if x not in ("gate_proj", "up_proj", "down_proj")]

@@ -309,3 +309,90 @@ def test_the_summary_write_itself_failing_still_leaves_failed(tmp_path, monkeypa
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "failed" and "boom" in summary["error"]
     assert not list(Path(tmp_path).glob("*.tmp"))
+
+
+# ---------------------------------------------------------------- 7. every input error: one line, exit 2, before compute
+@pytest.mark.parametrize("override, says", [
+    ("method.backend=foo", "Could not override 'method.backend': no such setting; allowed: name, skip_attention"),
+    ("trainer.max_stesp=3", "no such setting (did you mean max_steps?)"),
+    ("method=foo", "Could not find 'method/foo'; allowed: baft, bamboo, checkpoint, mecefo, oobleck, reft"),
+    ("trainer.max_steps=abc", "trainer.max_steps=abc: Value 'abc' of type 'str' could not be converted to Integer"),
+])
+def test_a_bad_override_is_one_line_before_hydra_sets_anything_up(override, says):
+    from mecefo_exp.cli import check_overrides
+
+    problem = check_overrides([*MICRO, override, "hydra.run.dir=/nonexistent/never"])
+    assert problem is not None and says in problem and "\n" not in problem
+    assert check_overrides([*MICRO, "hydra.run.dir=/nonexistent/never"]) is None  # the same without the typo
+    assert check_overrides(["-m", override]) is None  # a sweep's values are Hydra's to expand
+
+
+def test_run_py_with_a_bad_override_exits_2_with_one_line_and_writes_nothing(tmp_path):
+    out = _run_py("method.backend=foo", f"hydra.run.dir={tmp_path}/r", timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().splitlines() == [
+        out.stderr.strip()] and out.stderr.startswith("config error: Could not override 'method.backend'")
+    assert not (tmp_path / "r").exists()
+
+
+def test_cluster_torchrun_without_torchrun_is_a_config_error(monkeypatch):
+    from mecefo_exp.config import ConfigError, validate
+
+    for name in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ConfigError, match="cluster=torchrun needs torchrun to start the ranks"):
+        validate(compose_cfg([*MICRO, "cluster=torchrun"]))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    validate(compose_cfg([*MICRO, "cluster=torchrun"]))
+
+
+# ---------------------------------------------------------------- 10. nothing typed is silently ignored
+def test_a_key_outside_the_schema_is_refused_even_when_added_with_plus():
+    from mecefo_exp.config import ConfigError, validate
+
+    with pytest.raises(ConfigError, match=r"trainer.max_step: no such setting \(did you mean trainer.max_steps\?"):
+        validate(compose_cfg([*MICRO, "+trainer.max_step=20"]))
+    with pytest.raises(ConfigError, match=r"^wandb_project: no such setting .*the settings of the top level"):
+        validate(compose_cfg([*MICRO, "+wandb_project=x"]))
+    validate(compose_cfg(MICRO))  # every preset key is declared
+
+
+def test_a_rank_the_svd_cannot_give_is_said_loudly(caplog):
+    from mecefo_exp.methods.mecefo import warn_if_rank_saturates
+
+    cfg = compose_cfg([*MICRO, "method=mecefo", "method.rank=100000"])  # hidden 32, intermediate 64
+    message = warn_if_rank_saturates(cfg.method, cfg.model)
+    assert "method.rank=100000 >= min(hidden_size, intermediate_size) = 32" in message
+    assert "gate_proj, up_proj, down_proj are exact" in message and "choose method.rank < 32" in message
+    assert message in caplog.text
+    cfg = compose_cfg([*MICRO, "method=mecefo", "method.rank=32"])
+    assert "of gate_proj, up_proj are exact" in warn_if_rank_saturates(cfg.method, cfg.model)  # down_proj: 64 wide
+    cfg = compose_cfg([*MICRO, "method=mecefo", "method.rank=8"])
+    assert warn_if_rank_saturates(cfg.method, cfg.model) is None
+
+
+# ---------------------------------------------------------------- 8. resume of a folder that is not a resumable run
+def test_resume_of_a_folder_that_is_not_a_resumable_run_says_why_and_touches_nothing(tmp_path):
+    from mecefo_exp.cli import check_resume
+
+    assert "needs the run's folder" in check_resume(["resume=true"])
+    assert check_resume([f"hydra.run.dir={tmp_path}"]) is None  # not a resume
+    assert check_resume(["resume=true", f"hydra.run.dir={tmp_path}/typo"]).endswith("typo: no such folder")
+    killed = tmp_path / "killed_before_start"
+    killed.mkdir()
+    (killed / "summary.json").write_text('{"status": "running", "steps": 3}')
+    assert "it has no config.yaml" in check_resume(["resume=true", f"hydra.run.dir={killed}"])
+    (killed / "config.yaml").write_text("seed: 0\n")
+    (killed / "checkpoints").mkdir()
+    (killed / "checkpoints" / "step_0000005.pt.tmp").write_text("half")  # a torn write is not a checkpoint
+    assert "no complete checkpoint" in check_resume(["resume=true", f"hydra.run.dir={killed}"])
+    (killed / "checkpoints" / "step_0000004.pt").write_text("whole")
+    assert check_resume(["resume=true", f"hydra.run.dir={killed}"]) is None
+
+    (killed / "config.yaml").unlink()
+    out = _run_py("resume=true", f"hydra.run.dir={killed}", timeout=60)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith(f"config error: nothing to resume in {killed}: it has no config.yaml")
+    assert (killed / "summary.json").read_text() == '{"status": "running", "steps": 3}'  # the record is untouched
+    assert not (killed / ".hydra").exists()

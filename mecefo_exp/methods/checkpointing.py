@@ -29,6 +29,15 @@ from typing import Dict, List, Optional
 import torch
 
 
+def complete_steps(root: Path) -> List[int]:
+    """Steps of the complete checkpoints under `root`: a torch.save file is renamed from its
+    .tmp only when whole; a dcp folder is whole once its .metadata is written."""
+    if not Path(root).exists():
+        return []
+    return sorted(int(p.stem.split("_")[1]) for p in Path(root).glob("step_*")
+                  if (p.is_file() and p.suffix != ".tmp") or (p.is_dir() and (p / ".metadata").exists()))
+
+
 class CheckpointStore:
     def __init__(self, run, keep: int = 2, backend: str = "torch"):
         if backend not in ("torch", "dcp"):
@@ -113,17 +122,8 @@ class CheckpointStore:
         return removed
 
     def on_disk(self) -> List[int]:
-        """Steps of the complete checkpoints in the folder (a torch.save is renamed when whole)."""
-        if not self.root.exists():
-            return []
-        steps = []
-        for p in self.root.glob("step_*"):
-            if p.suffix == ".tmp":
-                continue
-            if self.backend == "dcp" and not (p / ".metadata").exists():
-                continue
-            steps.append(int(p.stem.split("_")[1]))
-        return sorted(steps)
+        """Steps of the complete checkpoints in the folder."""
+        return complete_steps(self.root)
 
     def latest_step(self) -> int:
         if not self.saved:

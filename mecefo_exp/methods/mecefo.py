@@ -33,6 +33,7 @@ grad_error.jsonl in the run folder; the measurement is not charged on the clock.
 
 from __future__ import annotations
 
+import logging
 from typing import Dict, Optional
 
 import torch
@@ -43,6 +44,24 @@ from ..plan import NORMAL, Mode, Plan, Sample, WorkItem
 from .base import InPlaceMethod, neighbors_on_ring
 
 MODE = "mecefo"
+log = logging.getLogger(__name__)
+
+
+def warn_if_rank_saturates(cfg, model) -> Optional[str]:
+    """An SVD of an FFN weight has min(hidden, intermediate) singular vectors: a larger
+    method.rank is clamped to that, and at that rank the projection of a weight whose input
+    width it equals (gate_proj/up_proj when hidden <= intermediate) is the identity, so its
+    weight gradient is exact, not low-rank. Say so once, loudly (returns the message)."""
+    most = min(model.hidden_size, model.intermediate_size)
+    if cfg.rank < most:
+        return None
+    exact = [name for name in cfg.lowrank_modules
+             if (model.hidden_size if name in ("gate_proj", "up_proj") else model.intermediate_size) <= cfg.rank]
+    message = (f"method.rank={cfg.rank} >= min(hidden_size, intermediate_size) = {most} of this model: the projections "
+               f"keep all {most} singular vectors, so the weight gradients of {', '.join(exact) or 'no module'} are exact "
+               f"(not low-rank); for a low-rank run choose method.rank < {most}")
+    log.warning(message)
+    return message
 
 
 class Mecefo(InPlaceMethod):
@@ -63,6 +82,7 @@ class Mecefo(InPlaceMethod):
         cfg = self.cfg
         if cfg.lowrank_ffn:
             self.projections = LowRankProjections(self.run.model, cfg.rank, cfg.svd_every, cfg.lowrank_modules)
+            warn_if_rank_saturates(cfg, self.run.cfg.model)
         contributes = (lambda name: not is_attention_parameter(name)) if cfg.skip_attention else (lambda name: True)
         # kernel names carry the switches, so a profile never mixes two configurations
         self.tag = f"[sa={int(cfg.skip_attention)},rc={int(cfg.recompute_ffn)},lr={int(cfg.lowrank_ffn)},r={cfg.rank}]"
