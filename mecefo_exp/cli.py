@@ -56,8 +56,12 @@ def _job(cfg: DictConfig, run_dir: Path):
     if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
         cfg.resume = True  # torchrun restarted the group after a failure: continue, don't start over
     if cfg.resume and (run_dir / "config.yaml").exists():
-        cfg = OmegaConf.load(run_dir / "config.yaml")  # the run's own config, whatever else was typed
+        typed = cfg
+        cfg = OmegaConf.load(run_dir / "config.yaml")  # the run's own config (entry() refused other changes)
         cfg.resume = True
+        typed_keys = {o.lstrip("+~").split("=", 1)[0] for o in _user_overrides(list(hc.overrides.task))}
+        for key in typed_keys & set(RESUME_MAY_CHANGE):
+            OmegaConf.update(cfg, key, OmegaConf.select(typed, key))
     try:
         validate(cfg)
     except ConfigError as e:
@@ -154,16 +158,25 @@ def check_overrides(args: List[str]) -> Optional[str]:
     own flags are left to Hydra: a sweep's values are lists that only its sweeper expands."""
     if any(a.startswith("-") for a in args):  # -m, --cfg, --help, --info, ...
         return None
-    overrides = [a for a in args if not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
-    from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
     try:
-        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-            compose("config", overrides=overrides)
+        _compose(args)
     except HydraException as e:
         return _one_line(e)
     return None
+
+
+def _user_overrides(args: List[str]) -> List[str]:
+    return [a for a in args if "=" in a and not a.startswith("-")
+            and not a.lstrip("+~").startswith(("hydra.", "hydra/", "resume="))]
+
+
+def _compose(args: List[str]):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        return compose("config", overrides=_user_overrides(args))
 
 
 def check_resume(args: List[str]) -> Optional[str]:
@@ -185,7 +198,36 @@ def check_resume(args: List[str]) -> Optional[str]:
     if not complete_steps(folder / "checkpoints"):
         return (f"nothing to resume in {folder}: no complete checkpoint in {folder / 'checkpoints'} (the run "
                 "stopped before its first checkpoint: start it again)")
+    changed = settings_changed_on_resume(args, folder)
+    if changed:
+        return (f"resume=true continues {folder} as it was started; refused: {'; '.join(changed)} "
+                f"(only {', '.join(RESUME_MAY_CHANGE)} may change on resume: start a new run for other settings)")
     return None
+
+
+#: settings a resume may change: how the console reports, never what is computed or recorded
+#: (not trainer.threads: a matmul's summation order, so its last bits, can depend on it)
+RESUME_MAY_CHANGE = ("trainer.progress", "trainer.log_events")
+
+
+def settings_changed_on_resume(args: List[str], folder: Path) -> List[str]:
+    """'key=typed (the run has stored)' for every override on the command line that differs
+    from the run's own config.yaml, outside RESUME_MAY_CHANGE (those _job applies)."""
+    from omegaconf import OmegaConf
+
+    typed, stored = _compose(args), OmegaConf.load(folder / "config.yaml")
+    changed = []
+    for override in _user_overrides(args):
+        key, value = override.lstrip("+~").split("=", 1)
+        key = key.split("@", 1)[0].replace("/", ".")  # a group override (method=bamboo) names its node
+        if key in RESUME_MAY_CHANGE:
+            continue
+        new, old = OmegaConf.select(typed, key), OmegaConf.select(stored, key)
+        as_plain = (lambda v: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v)
+        if as_plain(new) != as_plain(old):
+            was = old.get("name", "...") if OmegaConf.is_dict(old) else old
+            changed.append(f"{key}={value} (the run has {key}={was})")
+    return changed
 
 
 def _one_line(e: BaseException) -> str:

@@ -396,3 +396,19 @@ def test_resume_of_a_folder_that_is_not_a_resumable_run_says_why_and_touches_not
     assert out.stderr.startswith(f"config error: nothing to resume in {killed}: it has no config.yaml")
     assert (killed / "summary.json").read_text() == '{"status": "running", "steps": 3}'  # the record is untouched
     assert not (killed / ".hydra").exists()
+
+
+def test_a_resume_refuses_changed_settings_naming_them_and_honours_the_console_ones(tmp_path):
+    from mecefo_exp.cli import check_resume
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "step_0000004.pt").write_text("whole")
+    from omegaconf import OmegaConf
+    OmegaConf.save(compose_cfg([*MICRO, "method=bamboo"]), run / "config.yaml")
+    resume = ["resume=true", f"hydra.run.dir={run}"]
+    assert check_resume(resume) is None
+    assert check_resume([*resume, *MICRO, "method=bamboo", "trainer.progress=lines"]) is None  # same, or console only
+    problem = check_resume([*resume, "trainer.max_steps=400", "method=mecefo"])
+    assert "refused: trainer.max_steps=400 (the run has trainer.max_steps=12); method=mecefo (the run has " \
+           "method=bamboo)" in problem and "only trainer.progress, trainer.log_events may change" in problem
