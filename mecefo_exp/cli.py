@@ -21,6 +21,7 @@ from typing import List, Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from . import runlock
@@ -35,6 +36,27 @@ log = logging.getLogger("run")
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def main(cfg: DictConfig):
+    if HydraConfig.get().mode == RunMode.MULTIRUN:
+        return _sweep_job(cfg)
+    return _one_run(cfg)
+
+
+def _sweep_job(cfg: DictConfig):
+    """One job of a sweep: its failure is its own (summary.json says failed and why), never
+    the sweep's: Hydra goes on to the next job, and sweeps.FailedJobsCallback lists the failed
+    ones at the end."""
+    try:
+        return _one_run(cfg)
+    except SystemExit as e:  # a config error or a signal: already said in one line
+        if e.code in (0, None):
+            return None
+        log.error("job failed (exit %s); the sweep goes on", e.code)
+    except Exception as e:  # a crash: the record says failed; the traceback is in this job's run.log
+        log.exception("job failed: %s: %s; the sweep goes on", type(e).__name__, e)
+    return None
+
+
+def _one_run(cfg: DictConfig):
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     if not _writes_record():
         return _job(cfg, run_dir)
@@ -258,3 +280,7 @@ def entry() -> None:
         sys.exit(2)
     _lock_the_given_run_dir()
     main()
+    from .sweeps import FAILED
+
+    if FAILED:  # a sweep ran every job, collected, and listed the failed ones: say so in the exit code
+        sys.exit(1)

@@ -412,3 +412,22 @@ def test_a_resume_refuses_changed_settings_naming_them_and_honours_the_console_o
     problem = check_resume([*resume, "trainer.max_steps=400", "method=mecefo"])
     assert "refused: trainer.max_steps=400 (the run has trainer.max_steps=12); method=mecefo (the run has " \
            "method=bamboo)" in problem and "only trainer.progress, trainer.log_events may change" in problem
+
+
+# ---------------------------------------------------------------- 9. one bad job does not stop a sweep
+@pytest.mark.parametrize("launcher", ["basic", pytest.param("joblib", marks=pytest.mark.slow)])
+def test_a_sweep_runs_every_job_lists_the_failed_ones_collects_and_exits_1(launcher, tmp_path):
+    out = subprocess.run(
+        [sys.executable, "run.py", "-m", "experiment=debug", "trainer.max_steps=2", "trainer.eval_every=0",
+         "cluster.n_workers=0,2", f"hydra/launcher={launcher}", "hydra.callbacks.collect.figures=false",
+         f"hydra.sweep.dir={tmp_path}/sweep"], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 1, out.stderr[-3000:]
+    log = out.stdout + out.stderr
+    jobs = sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.name[0].isdigit())
+    assert len(jobs) == 2  # job 1 ran although job 0 failed
+    summaries = [json.loads((tmp_path / "sweep" / j / "summary.json").read_text()) for j in jobs]
+    assert [s["status"] for s in summaries] == ["failed", "ok"]
+    assert "1 job(s) of the sweep failed:" in log and "cluster.n_workers=0: must be >= 1" in log
+    assert log.index("CollectCallback: tables") < log.index("1 job(s) of the sweep failed:")  # the list comes last
+    runs_md = (tmp_path / "sweep" / "analysis" / "tables" / "runs.md").read_text()
+    assert "failed" in runs_md and "ok" in runs_md  # the collection ran and holds both
