@@ -329,7 +329,8 @@ class Experiment:
                                 "tokens_processed": self.tokens_processed, "trace_next": self.trace._next,
                                 "method": self.method.state_dict(), "final_val_loss": self.final_val_loss,
                                 # how long each jsonl stream was: a resume cuts back to this
-                                "records": self.records.sizes()}
+                                "records": self.records.sizes(),
+                                "wall_time_s": time.perf_counter() - self.wall_start}
         return state
 
     def resume(self) -> None:
@@ -349,6 +350,8 @@ class Experiment:
         self.tokens_processed = h["tokens_processed"]
         self.trace._next = h["trace_next"]
         self.final_val_loss = h["final_val_loss"]
+        # wall_time_s goes on from the checkpoint: the kept segments' wall time, summed
+        self.wall_start = time.perf_counter() - h.get("wall_time_s", 0.0)
         self.method.load_state_dict(h["method"])
         store.saved = steps[-store.keep:]
         self.resumed = True

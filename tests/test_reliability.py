@@ -170,6 +170,9 @@ def test_a_crashed_run_resumes_to_the_uninterrupted_run(method, run_exp, fixed_p
         strip = lambda rs: [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rs]  # noqa: E731
         assert strip(rows) == strip(expected), name
     assert (tmp_path / "run2" / "superseded" / "resume-1" / "metrics.jsonl").exists()  # the discarded rows, kept aside
+    # wall time goes on from the checkpoint (#12 item 11): the kept segments summed, never back to 0
+    walls = [r["wall_time_s"] for r in read_jsonl(tmp_path / "run2" / "metrics.jsonl")]
+    assert walls == sorted(walls) and resumed["wall_time_s"] >= walls[-1]
 
 
 def test_a_torn_last_line_is_dropped_from_every_stream(tmp_path):
