@@ -236,6 +236,15 @@ class Experiment:
         log.info("failure=%s: expected %.1f failures and %.2f workers down on average over the failure-free run "
                  "(%.1f simulated s)", cfg.failure.name, exp["failures"], exp["mean_workers_down"],
                  step_s * self.max_steps)
+        if exp["failures"] > self.max_steps:
+            # The paper's rates are per paper hour, and the whole run is cluster.paper_run_h paper
+            # hours long: a short run packs the same failures into few steps, and a method whose
+            # recovery outlasts the gap between failures (a restart) keeps failing while it
+            # recovers (failure=high, 1 step, checkpoint: 254 failures).
+            log.warning("failure=%s: %.1f failures expected in %d steps (more than one per step): failure rates are per "
+                        "paper hour and the run stands for cluster.paper_run_h=%g paper hours whatever its length, so "
+                        "a short run is mostly failures and recoveries; use more steps or failure=none", cfg.failure.name,
+                        exp["failures"], self.max_steps, cfg.cluster.paper_run_h)
 
     @property
     def tokens_per_step(self) -> int:

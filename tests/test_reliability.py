@@ -434,3 +434,12 @@ def test_a_sweep_runs_every_job_lists_the_failed_ones_collects_and_exits_1(launc
     assert log.index("CollectCallback: tables") < log.index("1 job(s) of the sweep failed:")  # the list comes last
     runs_md = (tmp_path / "sweep" / "analysis" / "tables" / "runs.md").read_text()
     assert "failed" in runs_md and "ok" in runs_md  # the collection ran and holds both
+
+
+def test_a_run_too_short_for_its_failure_rate_is_warned_about(run_exp, fixed_profile, caplog):
+    run_exp("method=checkpoint", "failure=high", "trainer.max_steps=1", "trainer.eval_every=0",
+            f"cluster.profile={fixed_profile()}")
+    assert "failures expected in 1 steps (more than one per step)" in caplog.text
+    caplog.clear()
+    run_exp("method=checkpoint", "failure=high", f"cluster.profile={fixed_profile()}")  # 12 steps: fine
+    assert "more than one per step" not in caplog.text
