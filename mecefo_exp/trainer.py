@@ -14,6 +14,7 @@ import contextlib
 import copy
 import datetime
 import io
+import itertools
 import json
 import logging
 import math
@@ -443,16 +444,20 @@ class Experiment:
             due = self.trace.pop_until(self.clock.now)
             if not due:
                 return
-            for ev in due:
-                if ev.kind == FAIL and self._kill:
-                    self.kill_if_mine(ev)
-                self.event(ev.kind, ev.worker, {"trace_time_s": ev.time})
-                if ev.kind == FAIL:
-                    self.counters["failures"] += 1
-                    self.method.on_failure(ev.worker)
+            # failures at the same instant (a whole machine) reach the method together: a job
+            # restart happens once for all of them
+            for (_, kind), same in itertools.groupby(due, key=lambda ev: (ev.time, ev.kind)):
+                same = list(same)
+                for ev in same:
+                    if kind == FAIL and self._kill:
+                        self.kill_if_mine(ev)
+                    self.event(kind, ev.worker, {"trace_time_s": ev.time})
+                    self.counters["failures" if kind == FAIL else "recoveries"] += 1
+                if kind == FAIL:
+                    self.method.on_failures([ev.worker for ev in same])
                 else:
-                    self.counters["recoveries"] += 1
-                    self.method.on_recover(ev.worker)
+                    for ev in same:
+                        self.method.on_recover(ev.worker)
 
     def kill_if_mine(self, ev) -> None:
         """failure.kill: the failing worker's rank dies for real (once per trace event).

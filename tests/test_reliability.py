@@ -443,3 +443,17 @@ def test_a_run_too_short_for_its_failure_rate_is_warned_about(run_exp, fixed_pro
     caplog.clear()
     run_exp("method=checkpoint", "failure=high", f"cluster.profile={fixed_profile()}")  # 12 steps: fine
     assert "more than one per step" not in caplog.text
+
+
+# ---------------------------------------------------------------- 11c. simultaneous failures: one restart
+@pytest.mark.parametrize("method, rollbacks", [("checkpoint", 1), ("baft", 1)])
+def test_failures_at_the_same_instant_restart_the_job_once(method, rollbacks, run_exp, fixed_profile, tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("time,worker,event\n" + "".join(f"4.5,{w},fail\n" for w in range(4)) +
+                     "".join(f"6.5,{w},recover\n" for w in range(4)))
+    summary, run_dir = run_exp(f"method={method}", "failure=trace", "failure.unit=steps", f"failure.path={trace}",
+                               f"cluster.profile={fixed_profile()}")
+    assert summary["failures"] == 4  # every failure is counted and logged ...
+    assert summary["rollbacks"] == rollbacks  # ... but the job restarts once, on spares for all four
+    events = read_jsonl(run_dir / "events.jsonl")
+    assert sum(e["kind"] == "fail" for e in events) == 4 and sum(e["kind"] == "restart" for e in events) == 1

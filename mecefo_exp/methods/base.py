@@ -55,6 +55,12 @@ class Method:
     def on_failure(self, worker: int) -> None:
         self.down.add(worker)
 
+    def on_failures(self, workers: List[int]) -> None:
+        """Workers that fail at the same instant (e.g. a whole 8-GPU machine). By default each
+        is a failure of its own; a job-wide restart overrides this to restart once."""
+        for worker in workers:
+            self.on_failure(worker)
+
     def on_recover(self, worker: int) -> None:
         self.down.discard(worker)
 
@@ -163,6 +169,13 @@ class RollbackMethod(Method):
         super().on_failure(worker)
         self.restart_from_checkpoint(worker, reason="failure")
 
+    def on_failures(self, workers: List[int]) -> None:
+        """One restart for failures at the same instant: the job restarts once, on spares for
+        all of them (charging one restart per worker would bill a machine failure 8 times)."""
+        for worker in workers:
+            Method.on_failure(self, worker)
+        self.restart_from_checkpoint(workers[0], reason="failure")
+
     def on_recover(self, worker: int) -> None:
         super().on_recover(worker)  # the job already runs on a replacement
 
@@ -191,6 +204,8 @@ class InPlaceMethod(RollbackMethod):
         super().__init__(cfg, run)
         self.replaced: set = set()  # failed workers a fatal restart replaced by spares
         self.counts: Dict[str, int] = {"fatal": 0}
+
+    on_failures = Method.on_failures  # each failure is covered in place, one by one
 
     def on_failure(self, worker: int) -> None:
         Method.on_failure(self, worker)  # mark down; RollbackMethod would restart the job

@@ -50,7 +50,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
-from .base import RollbackMethod
+from .base import Method, RollbackMethod
 
 
 class UnrecoverableSnapshot(RuntimeError):
@@ -206,6 +206,8 @@ class Reft(RollbackMethod):
         self.counts["snapshots"] += 1
         self.run.event("snapshot", detail={"step": step, "cost_s": cost, "bytes": self.snapshot.length,
                                            "shard_bytes": self.snapshot.shard_bytes})
+
+    on_failures = Method.on_failures  # each failure loses its own snapshot shard
 
     def on_failure(self, worker: int) -> None:
         super(RollbackMethod, self).on_failure(worker)  # Method.on_failure: mark down
