@@ -217,9 +217,9 @@ def check_resume(args: List[str]) -> Optional[str]:
                 "before it started: start it again)")
     from .methods.checkpointing import complete_steps
 
-    if not complete_steps(folder / "checkpoints"):
-        return (f"nothing to resume in {folder}: no complete checkpoint in {folder / 'checkpoints'} (the run "
-                "stopped before its first checkpoint: start it again)")
+    if not complete_steps(folder / "checkpoints") and not complete_steps(folder / "resume"):
+        return (f"nothing to resume in {folder}: no complete checkpoint in {folder / 'checkpoints'} or "
+                f"{folder / 'resume'} (the run stopped before its first checkpoint: start it again)")
     changed = settings_changed_on_resume(args, folder)
     if changed:
         return (f"resume=true continues {folder} as it was started; refused: {'; '.join(changed)} "

@@ -228,6 +228,10 @@ class TrainerConfig:
     progress: str = "auto"  # auto (bar on a terminal, lines otherwise) | bar | lines | none
     log_every: int = 10  # plain progress lines every N steps
     log_events: int = 100  # console lines for failures, rollbacks, restarts ... per run (0: none); all are in events.jsonl
+    # crash safety, whatever the method's checkpoint policy: every N steps the harness writes
+    # <run>/resume/step_N.pt (the newest only; not charged on the simulated clock, never a
+    # rollback target) unless the method's own checkpoint is at that step (0: off)
+    resume_every: int = 250
     # false: walk the trace, the methods and the clock without tensor math (the model lives
     # on the meta device); the paper's 6,000-60,000 steps at 7B take seconds
     numerics: bool = True
@@ -419,6 +423,7 @@ def validate(cfg: Any) -> None:
     _check(t.grad_clip >= 0, f"trainer.grad_clip={t.grad_clip}: must be >= 0 (0: no clipping)")
     _check(t.progress in ("auto", "bar", "lines", "none"),
            f"trainer.progress={t.progress!r}: allowed: auto, bar, lines, none")
+    _check(t.resume_every >= 0, f"trainer.resume_every={t.resume_every}: must be >= 0 steps (0: off)")
     _check(t.log_events >= 0, f"trainer.log_events={t.log_events}: must be >= 0 (0: no event lines)")
     _check(cfg.logger.name in ("none", "wandb"), f"logger.name={cfg.logger.name!r}: allowed: none, wandb")
     _check(cfg.logger.mode in ("online", "offline", "disabled"),

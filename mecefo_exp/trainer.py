@@ -36,6 +36,7 @@ from .data import SampleStream, load_corpus, validation_blocks
 from .faults import FAIL, make_trace
 from .methods import build_method
 from . import runlock
+from .methods.checkpointing import CheckpointStore
 from .metrics import RunRecords, git_sha, write_json_last_resort
 from .model import build_model, count_parameters
 from .optim import lr_factor, make_optimizer, make_scheduler
@@ -193,9 +194,11 @@ class Experiment:
             self.cluster = cluster_cls(self.model, self.stream, self.modes, self.device, cfg.cluster.chunk_microbatches)
         self.build_clock()
         self.method.setup()
-        store = getattr(self.method, "store", None)
-        if store is not None and store.clean_incomplete():
-            log.warning("%s: removed half-written checkpoints a killed run left", store.root)
+        # the harness's own crash-safety checkpoints (trainer.resume_every), apart from the method's
+        self.resume_store = CheckpointStore(self, keep=1, folder="resume") if self.numerics else None
+        for store in (getattr(self.method, "store", None), self.resume_store):
+            if store is not None and store.clean_incomplete():
+                log.warning("%s: removed half-written checkpoints a killed run left", store.root)
         if cfg.resume:
             self.resume()
         if cfg.failure.kill:
@@ -349,9 +352,13 @@ class Experiment:
         if store is None:
             raise ConfigError(f"resume=true: method={self.cfg.method.name} writes no checkpoints to resume from")
         steps = store.on_disk()
-        if not steps:
+        harness_steps = self.resume_store.on_disk() if self.resume_store is not None else []
+        if not steps and not harness_steps:
             raise ConfigError(f"resume=true but {store.root} holds no complete checkpoint")
-        state = store.load(steps[-1])
+        # the newest of the method's checkpoints and the harness's own (trainer.resume_every);
+        # the method's stay its rollback targets either way
+        source = self.resume_store if harness_steps and (not steps or harness_steps[-1] > steps[-1]) else store
+        state = source.load(source.on_disk()[-1])
         self._load_training_state(state)
         self.step = state["step"]
         h = state["harness"]
@@ -364,18 +371,20 @@ class Experiment:
         self.wall_start = time.perf_counter() - h.get("wall_time_s", 0.0)
         self.method.load_state_dict(h["method"])
         store.saved = steps[-store.keep:]
+        if self.resume_store is not None:
+            self.resume_store.saved = harness_steps[-1:]
         self.resumed = True
         n = len(self.resumes) + 1
         superseded = {}
         if "records" in h:  # rows written after the checkpoint belong to the discarded segment
             superseded = self.records.supersede(h["records"], label=f"resume-{n}")
         else:
-            log.warning("%s predates record lengths in checkpoints: rows after it are not cut", store.path(self.step))
+            log.warning("%s predates record lengths in checkpoints: rows after it are not cut", source.path(self.step))
         record = {"n": n, "at": datetime.datetime.now().isoformat(timespec="seconds"), "from_step": self.step,
-                  "checkpoint": store.path(self.step).name, "sim_time_s": self.clock.now,
+                  "checkpoint": str(source.path(self.step).relative_to(self.run_dir)), "sim_time_s": self.clock.now,
                   "superseded_rows": superseded}
         self.resumes.append(record)
-        self.event("resume", detail={"step": self.step, "checkpoint": str(store.path(self.step)), "n": n,
+        self.event("resume", detail={"step": self.step, "checkpoint": str(source.path(self.step)), "n": n,
                                      "superseded_rows": superseded})
         log.info("resumed %s at step %d (simulated time %.2f s); superseded rows %s (kept in superseded/resume-%d/)",
                  self.run_dir, self.step, self.clock.now, superseded or "none", n)
@@ -533,6 +542,11 @@ class Experiment:
         store = getattr(self.method, "store", None)
         with _signals_held():
             wrote = store.flush() if store is not None else False
+            every = self.cfg.trainer.resume_every
+            if (self.resume_store is not None and every and self.step % every == 0 and 0 < self.step < self.max_steps
+                    and not (store is not None and self.step in store.saved)):
+                self.resume_store.save(self.step)  # not charged: the harness's safety, not the method's
+                wrote = self.resume_store.flush() or wrote
         if wrote or evaluated or time.perf_counter() - self._summary_at > SUMMARY_EVERY_S:
             self.records.summary(self.summary("running"))
             self._summary_at = time.perf_counter()

@@ -72,8 +72,12 @@ def _single_values(args):
 
 
 @pytest.mark.parametrize("line,args,multirun", COMMANDS, ids=[c[0][:60] for c in COMMANDS])
-def test_readme_command_parses_and_composes(line, args, multirun):
+def test_readme_command_parses_and_composes(line, args, multirun, monkeypatch):
     from mecefo_exp.config import validate
+
+    if line.startswith("torchrun"):  # what torchrun puts in each rank's environment
+        monkeypatch.setenv("RANK", "0")
+        monkeypatch.setenv("WORLD_SIZE", "4")
 
     overrides = _single_values(args)
     if "resume=true" in overrides:

@@ -457,3 +457,36 @@ def test_failures_at_the_same_instant_restart_the_job_once(method, rollbacks, ru
     assert summary["rollbacks"] == rollbacks  # ... but the job restarts once, on spares for all four
     events = read_jsonl(run_dir / "events.jsonl")
     assert sum(e["kind"] == "fail" for e in events) == 4 and sum(e["kind"] == "restart" for e in events) == 1
+
+
+# ---------------------------------------------------------------- 11a. crash safety whatever the method's policy
+@pytest.mark.parametrize("method", ["reft", "oobleck"])
+def test_a_method_whose_auto_interval_writes_only_step_0_still_resumes_near_the_crash(method, run_exp, fixed_profile,
+                                                                                      tmp_path, monkeypatch):
+    from mecefo_exp.cluster.local import LocalCluster
+
+    common = [f"method={method}", "failure=none", "trainer.max_steps=14", "trainer.eval_every=5",
+              "trainer.resume_every=4", f"cluster.profile={fixed_profile()}"]
+    whole, whole_dir = run_exp(*common)
+    method_steps = lambda d: {int(p.stem[5:]) for p in (d / "checkpoints").iterdir()}  # noqa: E731
+    assert method_steps(whole_dir) <= {0, 14}  # the method's policy: nothing to resume from in between
+    assert not list((whole_dir / "resume").iterdir()) or \
+        sorted(p.name for p in (whole_dir / "resume").iterdir()) == ["step_0000012.pt"]  # the newest only
+
+    execute = LocalCluster.execute
+
+    def crash_at_step_10(self, plan):
+        if plan.step == 10:
+            raise RuntimeError("crash")
+        return execute(self, plan)
+
+    monkeypatch.setattr(LocalCluster, "execute", crash_at_step_10)
+    with pytest.raises(RuntimeError, match="crash"):
+        run_exp(*common)
+    monkeypatch.setattr(LocalCluster, "execute", execute)
+    (tmp_path / "run3").symlink_to(tmp_path / "run2")
+    resumed, _ = run_exp(*common, "resume=true")
+    assert resumed["resumes"][-1]["from_step"] == 8 and resumed["resumes"][-1]["checkpoint"] == "resume/step_0000008.pt"
+    assert resumed["final_val_loss"] == whole["final_val_loss"] and resumed["sim_time_s"] == whole["sim_time_s"]
+    assert losses_by_step(tmp_path / "run2") == losses_by_step(whole_dir)
+    assert method_steps(tmp_path / "run2") == method_steps(whole_dir)

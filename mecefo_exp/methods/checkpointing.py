@@ -39,13 +39,13 @@ def complete_steps(root: Path) -> List[int]:
 
 
 class CheckpointStore:
-    def __init__(self, run, keep: int = 2, backend: str = "torch"):
+    def __init__(self, run, keep: int = 2, backend: str = "torch", folder: str = "checkpoints"):
         if backend not in ("torch", "dcp"):
             raise ValueError(f"method.backend={backend!r}: allowed: torch, dcp")
         self.run = run
         self.keep = max(1, keep)
         self.backend = backend
-        self.root = Path(run.run_dir) / "checkpoints"
+        self.root = Path(run.run_dir) / folder
         self.saved: List[int] = []
         self.in_memory = not run.numerics
         self._memory: Dict[int, Dict] = {}
