@@ -14,7 +14,7 @@ docs/DESIGN.md, "What a run leaves behind"). Every folder found is listed:
   summary.json; summary fields follow, time_breakdown flattened as time_<category> (any
   other dict as <key>_<sub>).
 - A run's identity is its whole resolved config except the seed and the settings that
-  cannot change its numbers (IDENTITY_EXCLUDE: logging, progress, threads, paths of
+  cannot change its numbers (IDENTITY_EXCLUDE: logging, progress, threads, crash-safety checkpoints, paths of
   caches; a failure-free run's failure-reading keys), plus the measured profile's
   fingerprint under hardware=measured. Runs of one identity are seeds of one
   configuration. `variant` and `failure_variant` name, as `key=value` lists, the settings
@@ -60,7 +60,7 @@ CONFIG_PATHS = {
 DEDUP_KEY = ("label", "identity", "seed")
 #: settings that cannot change a run's numbers: left out of its identity (prefixes end in ".")
 IDENTITY_EXCLUDE = ("seed", "resume", "experiment", "hydra.", "logger.", "trainer.progress", "trainer.log_every",
-                    "trainer.threads", "cluster.profile", "cluster.profile_warmup", "cluster.profile_repeats",
+                    "trainer.log_events", "trainer.resume_every", "trainer.threads", "cluster.profile", "cluster.profile_warmup", "cluster.profile_repeats",
                     "data.cache_dir")
 #: columns that already name a setting; `variant` lists the other distinguishing keys
 NAMED_KEYS = {".".join(p): c for c, p in CONFIG_PATHS.items()}
