@@ -62,6 +62,11 @@ DEDUP_KEY = ("label", "identity", "seed")
 IDENTITY_EXCLUDE = ("seed", "resume", "experiment", "hydra.", "logger.", "trainer.progress", "trainer.log_every",
                     "trainer.log_events", "trainer.resume_every", "trainer.threads", "cluster.profile", "cluster.profile_warmup", "cluster.profile_repeats",
                     "data.cache_dir")
+#: method settings that act only on a degraded step (MeCeFO's neighbour): a failure-free run is
+#: the same whatever they are, so they belong with the failure reading (`failure_variant`), and
+#: one failure-free run is the baseline of every value (the ablation, method.rank, ...)
+UNDER_FAILURE_ONLY = ("method.skip_attention", "method.recompute_ffn", "method.lowrank_ffn", "method.rank",
+                      "method.svd_every", "method.lowrank_modules", "method.grad_error_every")
 #: columns that already name a setting; `variant` lists the other distinguishing keys
 NAMED_KEYS = {".".join(p): c for c, p in CONFIG_PATHS.items()}
 #: the failure levels of the paper, in order; other presets (poisson, trace, ...) sort after
@@ -193,8 +198,9 @@ def identity_config(flat: Dict[str, object]) -> Dict[str, object]:
         return any(key == e or (e.endswith(".") and key.startswith(e)) for e in IDENTITY_EXCLUDE)
 
     out = {k: v for k, v in flat.items() if not excluded(k)}
-    if out.get("failure.name") == "none":  # no failure happens: how failures would be read is moot
-        out = {k: v for k, v in out.items() if not k.startswith("failure.") or k == "failure.name"}
+    if out.get("failure.name") == "none":  # no failure happens: how failures would be read (or met) is moot
+        out = {k: v for k, v in out.items()
+               if (not k.startswith("failure.") or k == "failure.name") and k not in UNDER_FAILURE_ONLY}
     return out
 
 
@@ -344,20 +350,22 @@ def _label(key: str, value) -> str:
 def distinguishing_keys(configs: Sequence[Dict[str, object]]) -> List[str]:
     """The keys whose values tell these configs apart, less those implied by their group's
     name: model.hidden_size differs between llama_tiny and llama_1b runs, but it is listed
-    only if it also differs between two runs of one model.name."""
+    only if it also differs between two runs of one model.name. A config without the key
+    (a failure-free run has no method.rank in its identity) does not count as a value."""
     def norm(v) -> str:
         return json.dumps(v, sort_keys=True, default=str)
 
     keys = sorted({k for c in configs for k in c})
     out = []
     for key in keys:
-        if len({norm(c.get(key)) for c in configs}) < 2:
+        if len({norm(c[key]) for c in configs if key in c}) < 2:
             continue
         name_key = key.split(".", 1)[0] + ".name"
         if "." in key and key != name_key and any(name_key in c for c in configs):
             within: Dict[str, set] = {}
             for c in configs:
-                within.setdefault(norm(c.get(name_key)), set()).add(norm(c.get(key)))
+                if key in c:
+                    within.setdefault(norm(c.get(name_key)), set()).add(norm(c[key]))
             if all(len(v) < 2 for v in within.values()):
                 continue
         out.append(key)
@@ -365,16 +373,17 @@ def distinguishing_keys(configs: Sequence[Dict[str, object]]) -> List[str]:
 
 
 def add_variants(df: pd.DataFrame) -> pd.DataFrame:
-    """`variant` (non-failure keys) and `failure_variant` (failure.* keys): what tells a run
-    apart from the others collected with it beyond the named columns, as "k=v,k=v"."""
+    """`variant` (other keys) and `failure_variant` (failure.* keys and UNDER_FAILURE_ONLY): what
+    tells a run apart from the others collected with it beyond the named columns, as "k=v,k=v"."""
     df = df.copy()
     configs = [c if isinstance(c, dict) else {} for c in df["_config"]]
     keys = [k for k in distinguishing_keys(configs) if k not in NAMED_KEYS]
     variant, failure_variant = [], []
     for c in configs:
         present = [(k, c[k]) for k in keys if c.get(k) is not None]
-        variant.append(",".join(_label(k, v) for k, v in present if not k.startswith("failure.")))
-        failure_variant.append(",".join(_label(k, v) for k, v in present if k.startswith("failure.")))
+        under_failure = [(k, v) for k, v in present if k.startswith("failure.") or k in UNDER_FAILURE_ONLY]
+        variant.append(",".join(_label(k, v) for k, v in present if (k, v) not in under_failure))
+        failure_variant.append(",".join(_label(k, v) for k, v in under_failure))
     df["variant"], df["failure_variant"] = variant, failure_variant
     return df
 

@@ -305,7 +305,7 @@ def _setting_columns(df: pd.DataFrame) -> Dict[str, tuple]:
     for c in SETTING[1:]:
         if c in df and df[c].nunique(dropna=False) > 1:
             cols[c] = (c, None)
-    for c, head in (("variant", "variant"), ("failure_variant", "failure reading")):
+    for c, head in (("variant", "variant"), ("failure_variant", "under failures")):
         if c in df and _has_values(df[c]):
             cols[c] = (head, None)
     return cols

@@ -110,12 +110,28 @@ def test_a_rank_sweep_collects_to_one_row_per_rank(tmp_path):
                                                                      "throughput_tok_s": 1.0})
     df = collect([tmp_path])
     kept = df[df["selected"]]
-    assert len(kept) == 4 and sorted(set(kept["variant"])) == ["method.rank=64", "method.rank=8"]
+    # method.rank acts only on a degraded step: it goes with the failure reading
+    assert len(kept) == 4 and sorted(set(kept["failure_variant"])) == ["method.rank=64", "method.rank=8"]
     t = perplexity_table(df)
     assert len(t) == 2 and list(t["n_seeds"]) == [2, 2]
-    by_rank = t.set_index("variant")["ppl_high"]
+    by_rank = t.set_index("failure_variant")["ppl_high"]
     assert by_rank["method.rank=8"] == pytest.approx(108.5) and by_rank["method.rank=64"] == pytest.approx(165.0)  # 164 and the rerun 166
-    assert t.set_index("variant").loc["method.rank=64", "ppl_high_ci95"] > 0  # two seeds: an interval
+    assert t.set_index("failure_variant").loc["method.rank=64", "ppl_high_ci95"] > 0  # two seeds: an interval
+
+
+def test_one_failure_free_run_is_the_baseline_of_every_value_of_a_degraded_step_setting(tmp_path):
+    """The ablation (method.skip_attention=false, ...): MeCeFO's switches change nothing without
+    failures, so one failure-free run per seed pairs with every switch's failure runs."""
+    for seed in (0, 1):
+        free = _cfg(seed=seed, failure="none")
+        _write_run(tmp_path / f"free{seed}", free, {"status": "ok", "final_val_ppl": 100.0 + seed})
+        for rank in (8, 64):
+            _write_run(tmp_path / f"r{rank}_{seed}", _cfg(seed=seed, rank=rank),
+                       {"status": "ok", "final_val_ppl": (100.0 + seed) * (1.01 if rank == 8 else 1.02)})
+    t = perplexity_table(collect([tmp_path])).set_index("failure_variant")
+    assert t.loc["method.rank=8", "change_high"] == pytest.approx(0.01)
+    assert t.loc["method.rank=64", "change_high"] == pytest.approx(0.02)
+    assert list(t["change_high_pairs"]) == [2, 2]
 
 
 def test_labels_keep_two_sweeps_apart(tmp_path):
