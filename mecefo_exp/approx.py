@@ -59,13 +59,18 @@ class LowRankWeightGradLinear(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_y: torch.Tensor):
+        # Under autocast (trainer.precision=bf16) the forward ran in bf16 while the weight and V
+        # are fp32 and backward runs outside autocast: compute in grad_y's dtype, return the
+        # weight gradient in the weight's (fp32 master) dtype. In fp32 every .to() is a no-op.
         kept, weight, v = ctx.saved_tensors
-        xv = kept if ctx.project_early or kept is None else kept @ v
-        grad_x = grad_y @ weight if ctx.needs_input_grad[0] else None
+        dtype = grad_y.dtype
+        v_ = v.to(dtype)
+        xv = kept if ctx.project_early or kept is None else kept.to(dtype) @ v_
+        grad_x = grad_y @ weight.to(dtype) if ctx.needs_input_grad[0] else None
         grad_w = None
         if ctx.needs_input_grad[1]:
             gy = grad_y.reshape(-1, grad_y.shape[-1])
-            grad_w = (gy.t() @ xv.reshape(-1, xv.shape[-1])) @ v.t()
+            grad_w = ((gy.t() @ xv.reshape(-1, xv.shape[-1]).to(dtype)) @ v_.t()).to(weight.dtype)
         return grad_x, grad_w, None, None
 
 

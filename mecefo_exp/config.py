@@ -228,6 +228,12 @@ class TrainerConfig:
     progress: str = "auto"  # auto (bar on a terminal, lines otherwise) | bar | lines | none
     log_every: int = 10  # plain progress lines every N steps
     log_events: int = 100  # console lines for failures, rollbacks, restarts ... per run (0: none); all are in events.jsonl
+    # fp32 | bf16 (autocast bf16 forward/backward, fp32 weights, optimizer state and loss) |
+    # tf32 (fp32 with TensorFloat-32 matmuls: CUDA only, fp32 elsewhere)
+    precision: str = "fp32"
+    # a worker's data.micro_batch sequences in grad_accum chunks of micro_batch / grad_accum
+    # (the same gradient, less activation memory)
+    grad_accum: int = 1
     # crash safety, whatever the method's checkpoint policy: every N steps the harness writes
     # <run>/resume/step_N.pt (the newest only; not charged on the simulated clock, never a
     # rollback target) unless the method's own checkpoint is at that step (0: off)
@@ -423,6 +429,10 @@ def validate(cfg: Any) -> None:
     _check(t.grad_clip >= 0, f"trainer.grad_clip={t.grad_clip}: must be >= 0 (0: no clipping)")
     _check(t.progress in ("auto", "bar", "lines", "none"),
            f"trainer.progress={t.progress!r}: allowed: auto, bar, lines, none")
+    _check(t.precision in ("fp32", "bf16", "tf32"), f"trainer.precision={t.precision!r}: allowed: fp32, bf16, tf32")
+    _check(t.grad_accum >= 1 and d.micro_batch % t.grad_accum == 0,
+           f"trainer.grad_accum={t.grad_accum}: must be >= 1 and divide data.micro_batch={d.micro_batch} "
+           f"(each chunk is micro_batch / grad_accum sequences)")
     _check(t.resume_every >= 0, f"trainer.resume_every={t.resume_every}: must be >= 0 steps (0: off)")
     _check(t.log_events >= 0, f"trainer.log_events={t.log_events}: must be >= 0 (0: no event lines)")
     _check(cfg.logger.name in ("none", "wandb"), f"logger.name={cfg.logger.name!r}: allowed: none, wandb")

@@ -167,6 +167,13 @@ class Experiment:
             torch.set_num_threads(cfg.trainer.threads)
         torch.manual_seed(cfg.seed)
         self.device = pick_device(cfg.cluster.device)
+        if cfg.trainer.precision == "tf32":
+            if self.device.type == "cuda":
+                torch.backends.cuda.matmul.allow_tf32 = True
+                torch.backends.cudnn.allow_tf32 = True
+            else:
+                log.warning("trainer.precision=tf32 acts on CUDA matmuls only: this %s run computes in fp32",
+                            self.device.type)
         if self.distributed:
             self.start_distributed()
         if self.is_main:
@@ -191,7 +198,8 @@ class Experiment:
             cluster_cls = LocalCluster
             if self.distributed:
                 from .cluster.torchrun import TorchrunCluster as cluster_cls
-            self.cluster = cluster_cls(self.model, self.stream, self.modes, self.device, cfg.cluster.chunk_microbatches)
+            self.cluster = cluster_cls(self.model, self.stream, self.modes, self.device, cfg.cluster.chunk_microbatches,
+                                       grad_accum=cfg.trainer.grad_accum, precision=cfg.trainer.precision)
         self.build_clock()
         self.method.setup()
         # the harness's own crash-safety checkpoints (trainer.resume_every), apart from the method's

@@ -7,12 +7,19 @@ micro-batch in the normal mode this is plain data-parallel averaging.
 Micro-batches that run in the same mode go through one forward/backward together: the
 sum of per-micro-batch mean losses of a concatenation has exactly the gradient
 sum_i g_i of the separate micro-batches, so n workers cost one big batch on two cores.
+
+Gradient accumulation (`grad_accum` = a): each micro-batch of b sequences goes through in a
+chunks of b/a sequences, each chunk's mean loss weighted 1/a, so the gradient is the same
+sum (up to float rounding) with a chunk's activations alive at a time. Precision: `bf16`
+runs forward and backward under torch.autocast (weights, gradients and the loss stay fp32).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Dict, List, Sequence
+
+import contextlib
 
 import torch
 import torch.nn.functional as F
@@ -43,13 +50,21 @@ def microbatch_losses(model: torch.nn.Module, batch: torch.Tensor) -> torch.Tens
 
 class LocalCluster:
     def __init__(self, model: torch.nn.Module, stream, modes: Dict[str, Mode], device: torch.device,
-                 chunk_microbatches: int = 0):
+                 chunk_microbatches: int = 0, grad_accum: int = 1, precision: str = "fp32"):
         self.model = model
         self.stream = stream
         self.modes = modes
         self.device = device
         self.chunk = chunk_microbatches
+        self.grad_accum = grad_accum
+        self.precision = precision
         self.params = dict(model.named_parameters())
+
+    def autocast(self):
+        """bf16 autocast where asked (not on the meta device: FLOPs do not depend on it)."""
+        if self.precision != "bf16" or self.device.type == "meta":
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
 
     def load(self, samples: Sequence[Sample]) -> torch.Tensor:
         return torch.stack([self.stream.micro_batch(s.step, s.owner) for s in samples]).to(self.device)
@@ -66,17 +81,23 @@ class LocalCluster:
         try:
             for start in range(0, len(samples), size):
                 batch = self.load(samples[start:start + size])
-                with mode.activate(self.model):
-                    if mode.backward:
-                        per_mb = microbatch_losses(self.model, batch)
-                        per_mb.sum().backward()
-                    else:
-                        with torch.no_grad():
-                            per_mb = microbatch_losses(self.model, batch)
+                per_mb = 0.0
+                # grad_accum chunks along the sequences of every micro-batch; the micro-batch's
+                # loss is the mean of its chunks' mean losses (equal chunks: its mean loss)
+                for part in batch.chunk(self.grad_accum, dim=1):
+                    part = part.contiguous()  # a slice across the sequences (a no-op when whole)
+                    with mode.activate(self.model), self.autocast():
+                        if mode.backward:
+                            part_losses = microbatch_losses(self.model, part) / self.grad_accum
+                            part_losses.sum().backward()
+                        else:
+                            with torch.no_grad():
+                                part_losses = microbatch_losses(self.model, part) / self.grad_accum
+                    per_mb = per_mb + part_losses.detach()
                 if per_mb.device.type == "meta":  # the FLOP counter's shape-only model has no values
                     losses.extend([float("nan")] * per_mb.shape[0])
                 else:
-                    losses.extend(per_mb.detach().cpu().tolist())
+                    losses.extend(per_mb.cpu().tolist())
         finally:
             for p in frozen:
                 p.requires_grad_(True)

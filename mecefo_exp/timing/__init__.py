@@ -74,10 +74,12 @@ def build_timing(cfg, method, modes, vocab_size: int, device: torch.device,
     dtype = torch.bfloat16 if hw.compute_dtype == "bf16" else torch.float32
     shape_model = build_model_on_meta(model_cfg, vocab_size, cfg.seed, dtype)
     n_params = sum(p.numel() for p in shape_model.parameters())
-    bench = KernelBench(shape_model, modes, torch.device("meta"), d.micro_batch, d.seq_len)
+    accum = cfg.trainer.grad_accum
+    bench = KernelBench(shape_model, modes, torch.device("meta"), d.micro_batch, d.seq_len, grad_accum=accum)
     kernels = build_kernels(bench, method, cfg.trainer)
     counts = cached_counts({"model": {k: model_cfg[k] for k in model_cfg}, "vocab": vocab_size, "dtype": str(dtype),
-                            "micro_batch": d.micro_batch, "seq_len": d.seq_len, "kernels": sorted(kernels)},
+                            "micro_batch": d.micro_batch, "seq_len": d.seq_len, "kernels": sorted(kernels),
+                            **({"grad_accum": accum} if accum > 1 else {})},
                            lambda: count_kernels(kernels, shape_model))
     n = cfg.cluster.n_workers
     info: Dict[str, object] = {"hardware": hw.name, "timed_model": model_cfg.name}
@@ -170,11 +172,16 @@ def build_model_on_meta(model_cfg, vocab_size: int, seed: int, dtype: torch.dtyp
 
 def measure(cfg, method, modes, real_model, stream, device, vocab_size: int, fresh: bool) -> Profile:
     """Time the kernels on a copy of the model (the training state is untouched), cached."""
-    bench = KernelBench(copy.deepcopy(real_model), modes, device, cfg.data.micro_batch, cfg.data.seq_len, stream)
+    t = cfg.trainer
+    bench = KernelBench(copy.deepcopy(real_model), modes, device, cfg.data.micro_batch, cfg.data.seq_len, stream,
+                        grad_accum=t.grad_accum, precision=t.precision)
     kernels = build_kernels(bench, method, cfg.trainer)
     m = cfg.model
     meta = {"model": {k: m[k] for k in m}, "vocab": vocab_size, "micro_batch": cfg.data.micro_batch,
-            "seq_len": cfg.data.seq_len, **machine_meta(device)}
+            "seq_len": cfg.data.seq_len, **machine_meta(device),
+            # only where not the default, so that existing cached profiles stay valid
+            **({"grad_accum": t.grad_accum} if t.grad_accum > 1 else {}),
+            **({"precision": t.precision} if t.precision != "fp32" else {})}
     with torch.random.fork_rng(devices=[]):
         return load_or_measure(kernels, meta, default_cache_dir() / "profiles", cfg.cluster.profile_warmup,
                                cfg.cluster.profile_repeats, device, use_cache=not fresh)

@@ -32,8 +32,9 @@ class KernelBench(LocalCluster):
     shape (zeros: FLOPs and saved bytes do not depend on the values)."""
 
     def __init__(self, model: torch.nn.Module, modes: Dict[str, Mode], device: torch.device,
-                 micro_batch: int, seq_len: int, stream=None):
-        super().__init__(model, stream, modes, device)
+                 micro_batch: int, seq_len: int, stream=None, grad_accum: int = 1, precision: str = "fp32"):
+        # what a worker really does per step: its micro-batch in grad_accum chunks, at the run's precision
+        super().__init__(model, stream, modes, device, grad_accum=grad_accum, precision=precision)
         self.micro_batch, self.seq_len = micro_batch, seq_len
 
     def load(self, samples):

@@ -1,0 +1,94 @@
+"""Issue 14 on the CPU: trainer.precision (bf16 autocast) and trainer.grad_accum."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from conftest import MICRO, compose_cfg, losses_by_step
+from mecefo_exp.approx import LowRankProjections, approximations, is_attention_parameter
+from mecefo_exp.cluster.local import LocalCluster
+from mecefo_exp.data import SampleStream
+from mecefo_exp.model import build_model
+from mecefo_exp.plan import NORMAL, Mode, Plan, Sample, WorkItem
+
+N, B, T = 4, 4, 16
+
+
+def _model(seed=0):
+    cfg = OmegaConf.create(dict(vocab_size=None, hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                                num_key_value_heads=None, num_hidden_layers=2, max_position_embeddings=64,
+                                rms_norm_eps=1e-6, initializer_range=0.02, attn_implementation="sdpa"))
+    return build_model(cfg, vocab_size=257, seed=seed)
+
+
+def _stream():
+    rng = np.random.default_rng(0)
+    return SampleStream(rng.integers(0, 257, size=5000).astype(np.int32), T, B, N, seed=3)
+
+
+def _modes(model, rank=8):
+    projections = LowRankProjections(model, rank, every=100)
+    projections.refresh(0)
+    mecefo = Mode("mecefo", contributes=lambda name: not is_attention_parameter(name),
+                  context=lambda m: approximations(m, projections=projections), kernel="mb:mecefo")
+    return {"normal": NORMAL, "mecefo": mecefo}
+
+
+def _grads_after(plan, grad_accum, precision="fp32"):
+    model = _model()
+    cluster = LocalCluster(model, _stream(), _modes(model), torch.device("cpu"), grad_accum=grad_accum,
+                           precision=precision)
+    result = cluster.execute(plan)
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, result
+
+
+# worker 1 failed: worker 2 (its neighbour) computes both micro-batches under MeCeFO's approximations
+NEIGHBOUR = Plan(3, {0: [WorkItem(Sample(3, 0))], 3: [WorkItem(Sample(3, 3))],
+                     2: [WorkItem(Sample(3, 2), "mecefo"), WorkItem(Sample(3, 1), "mecefo")]}, degraded=True)
+EXACT = Plan(3, {w: [WorkItem(Sample(3, w))] for w in range(N)})
+
+
+@pytest.mark.parametrize("plan", [EXACT, NEIGHBOUR], ids=["exact", "mecefo_neighbour"])
+def test_two_accumulation_chunks_give_the_gradient_of_one_micro_batch(plan):
+    one, r1 = _grads_after(plan, grad_accum=1)
+    two, r2 = _grads_after(plan, grad_accum=2)  # micro_batch 4 as two chunks of 2 sequences
+    four, _ = _grads_after(plan, grad_accum=4)
+    assert one.keys() == two.keys() == four.keys()
+    for name in one:
+        torch.testing.assert_close(two[name], one[name], rtol=1e-5, atol=1e-7, msg=name)
+        torch.testing.assert_close(four[name], one[name], rtol=1e-5, atol=1e-7, msg=name)
+    assert r2.loss == pytest.approx(r1.loss, rel=1e-6) and r2.tokens == r1.tokens
+
+
+def test_bf16_autocast_keeps_fp32_weights_and_grads_and_is_close_to_fp32():
+    for plan in (EXACT, NEIGHBOUR):
+        fp32, r32 = _grads_after(plan, grad_accum=1)
+        bf16, r16 = _grads_after(plan, grad_accum=2, precision="bf16")  # the low-rank backward mixes dtypes
+        assert all(g.dtype == torch.float32 for g in bf16.values())
+        assert r16.loss == pytest.approx(r32.loss, rel=2e-2)
+        total = torch.cat([g.flatten() for g in fp32.values()])
+        diff = torch.cat([(bf16[n] - fp32[n]).flatten() for n in fp32])
+        assert (diff.norm() / total.norm()).item() < 0.05  # bf16 rounding, not a different gradient
+
+
+def test_bf16_runs_train_and_the_exact_methods_stay_exact_against_bf16_failure_free(run_exp, fixed_profile):
+    common = ["trainer.precision=bf16", "trainer.max_steps=12", f"cluster.profile={fixed_profile()}"]
+    free, free_dir = run_exp("method=checkpoint", "failure=none", *common)
+    hit, hit_dir = run_exp("method=checkpoint", "failure=high", *common)
+    losses = losses_by_step(free_dir)
+    assert losses[11] < losses[0] - 0.1  # it trains
+    assert hit["rollbacks"] >= 1 and losses_by_step(hit_dir) == losses  # every committed step, bit for bit
+    assert hit["final_val_loss"] == free["final_val_loss"]
+
+
+def test_precision_and_accumulation_are_checked_before_compute():
+    from mecefo_exp.config import ConfigError, validate
+
+    with pytest.raises(ConfigError, match=r"trainer.precision='fp16': allowed: fp32, bf16, tf32"):
+        validate(compose_cfg([*MICRO, "trainer.precision=fp16"]))
+    with pytest.raises(ConfigError, match=r"trainer.grad_accum=3: must be >= 1 and divide data.micro_batch=2"):
+        validate(compose_cfg([*MICRO, "trainer.grad_accum=3"]))
+    validate(compose_cfg([*MICRO, "trainer.grad_accum=2"]))
