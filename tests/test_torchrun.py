@@ -51,3 +51,23 @@ def test_mecefo_under_a_forced_failure_matches_simulated_tier(run_exp, fixed_pro
     assert_same_losses(local, tmp_path / "tr")
     kinds = [e["kind"] for e in read_jsonl(tmp_path / "tr" / "events.jsonl")]
     assert "neighbor" in kinds and "neighbor_release" in kinds
+
+
+@pytest.mark.slow
+def test_mecefo_on_torchrun_drifts_no_more_than_an_exact_method(run_exp, fixed_profile, tmp_path):
+    """Issue 12 item 11: a 400-step MeCeFO run once ended at ppl 710.02 on torchrun vs 704.48
+    simulated. At this commit, 4 ranks x 100 steps under failure=high: MeCeFO's gap to the
+    simulated tier is float reordering, the size of checkpoint-restart's (docs/DESIGN.md)."""
+    prof = fixed_profile({"mb:mecefo[sa=1,rc=1,lr=1,r=8]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=8]": 0.016,
+                          "mecefo_svd[sa=1,rc=1,lr=1,r=8]": 0.004})
+    gaps = {}
+    for method in ("mecefo", "checkpoint"):
+        common = ["trainer.threads=1", f"method={method}", "failure=high", "trainer.max_steps=100",
+                  "trainer.eval_every=0", f"cluster.profile={prof}"] + (["method.rank=8"] if method == "mecefo" else [])
+        summary, local = run_exp(*common, "cluster.n_workers=4")
+        torchrun(tmp_path / f"tr_{method}", *common, nproc=4, timeout=600)
+        la, lb = losses_by_step(local), losses_by_step(tmp_path / f"tr_{method}")
+        gaps[method] = max(abs(la[s] - lb[s]) / abs(la[s]) for s in la)
+        if method == "mecefo":
+            assert summary["degraded_steps"] > 0
+    assert gaps["mecefo"] < 1e-4 and gaps["checkpoint"] < 1e-4, gaps
