@@ -20,6 +20,10 @@ from typing import Any, Dict, Optional
 
 log = logging.getLogger(__name__)
 
+#: record fields measured on this machine's wall clock: they differ between two runs of one
+#: configuration (and between a resumed run and the uninterrupted one); everything else is exact
+WALL_CLOCK_FIELDS = ("wall_time_s", "tflops_s", "mfu", "achieved_tflops_s")
+
 
 def _clean(value: Any) -> Any:
     """JSON has no NaN/inf: write them as null."""

@@ -40,6 +40,7 @@ from .methods.checkpointing import CheckpointStore
 from .metrics import RunRecords, git_sha, write_json_last_resort
 from .model import build_model, count_parameters
 from .optim import lr_factor, make_optimizer, make_scheduler
+from .timing.peaks import device_peak_tflops
 from .timing import CATEGORIES, CostModel, SimClock, build_timing, state_bytes
 
 log = logging.getLogger(__name__)
@@ -146,6 +147,7 @@ class Experiment:
         self.counters = {"failures": 0, "recoveries": 0, "rollbacks": 0, "lost_steps": 0, "interrupted_steps": 0}
         self.tokens_processed = 0
         self.wall_start = time.perf_counter()
+        self._flops_done, self._compute_s = 0.0, 0.0  # for the run's achieved TFLOP/s and MFU
         self.records: Optional[RunRecords] = None
         self.final_val_loss = float("nan")
         self.resumed = False
@@ -167,6 +169,8 @@ class Experiment:
             torch.set_num_threads(cfg.trainer.threads)
         torch.manual_seed(cfg.seed)
         self.device = pick_device(cfg.cluster.device)
+        # dense peak of this machine's device at the run's precision (None on a CPU): MFU's denominator
+        self.peak_tflops = device_peak_tflops(self.device, cfg.trainer.precision)
         if cfg.trainer.precision == "tf32":
             if self.device.type == "cuda":
                 torch.backends.cuda.matmul.allow_tf32 = True
@@ -536,7 +540,8 @@ class Experiment:
             self.step += 1
             with _signals_held():  # REFT's snapshot is a torch.save too
                 self.method.after_step(self.step - 1)  # the state is now that before step self.step
-            progress.update(self.step, row.get("loss"), self.clock.now, self.tokens_per_step, self.alive)
+            progress.update(self.step, row.get("loss"), self.clock.now, self.tokens_per_step, self.alive,
+                            tflops_s=self._flops_done / self._compute_s / 1e12 if self._compute_s > 0 else None)
             evaluated = False
             if tcfg.eval_every and self.step % tcfg.eval_every == 0 and self.step < self.max_steps:
                 evaluated = self.run_eval()
@@ -560,15 +565,31 @@ class Experiment:
             self._summary_at = time.perf_counter()
 
     def compute_step(self, plan) -> Dict:
-        """Forward/backward of the plan, the method's look at the gradients, clipping, AdamW."""
+        """Forward/backward of the plan, the method's look at the gradients, clipping, AdamW;
+        with the FLOP/s this process reached on it (wall clock) and its MFU where the device's
+        peak is known (timing/peaks.py)."""
         tcfg = self.cfg.trainer
+        started = time.perf_counter()
         result = self.cluster.execute(plan)
         self.method.before_optimizer(plan, result)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tcfg.grad_clip or float("inf"))
         lr = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
         self.scheduler.step()
-        return {"tokens": result.tokens, "loss": result.loss, "lr": lr, "grad_norm": float(grad_norm)}
+        seconds = time.perf_counter() - started
+        flops = self.executed_flops(plan)
+        self._flops_done += flops
+        self._compute_s += seconds
+        tflops = flops / max(seconds, 1e-12) / 1e12
+        return {"tokens": result.tokens, "loss": result.loss, "lr": lr, "grad_norm": float(grad_norm),
+                "tflops_s": tflops, "mfu": tflops / self.peak_tflops if self.peak_tflops else None}
+
+    def executed_flops(self, plan) -> float:
+        """FLOPs of the micro-batches this process ran for `plan` (its share under torchrun),
+        from the counted kernels (timing/flops.py: torch's FlopCounterMode on the model)."""
+        counts = self.timing.counts
+        return sum(len(samples) * counts.get(self.modes[mode].kernel, {}).get("flops", 0.0)
+                   for mode, samples in self.cluster.my_share(plan).items())
 
     def skip_compute(self, plan) -> Dict:
         """trainer.numerics=false: the method still sees the step (its counters), nothing is computed."""
@@ -598,6 +619,10 @@ class Experiment:
             "tokens_processed": self.tokens_processed, "tokens_committed": committed, "sim_time_s": sim,
             "wall_time_s": time.perf_counter() - self.wall_start,
             "throughput_tok_s": committed / sim if sim > 0 else None,
+            # this machine, wall clock, this segment's computed steps (evals and checkpoints excluded)
+            "achieved_tflops_s": self._flops_done / self._compute_s / 1e12 if self._compute_s > 0 else None,
+            "mfu": (self._flops_done / self._compute_s / 1e12 / self.peak_tflops
+                    if self._compute_s > 0 and self.peak_tflops else None),
             "final_val_loss": self.final_val_loss,
             "final_val_ppl": math.exp(self.final_val_loss) if math.isfinite(self.final_val_loss) else None,
             "numerics": self.numerics, "hardware": cfg.hardware.name,
@@ -695,7 +720,8 @@ class Progress:
             self._redirect = progress_redirect()
             self._redirect.__enter__()
 
-    def update(self, step: int, loss: Optional[float], sim_s: float, tokens_per_step: int, alive: int) -> None:
+    def update(self, step: int, loss: Optional[float], sim_s: float, tokens_per_step: int, alive: int,
+               tflops_s: Optional[float] = None) -> None:
         if self.mode == "none":
             return
         tok_s = step * tokens_per_step / max(1e-9, time.perf_counter() - self.t0)
@@ -710,11 +736,12 @@ class Progress:
         ppl = math.exp(min(loss, 50.0))
         if self.bar is not None:
             self.bar.n = step
-            self.bar.set_postfix(loss=f"{loss:.3f}", ppl=f"{ppl:.1f}", tok_s=f"{tok_s:.0f}", alive=alive, refresh=False)
+            self.bar.set_postfix(loss=f"{loss:.3f}", ppl=f"{ppl:.1f}", tok_s=f"{tok_s:.0f}",
+                                 tflops=f"{tflops_s or 0:.3g}", alive=alive, refresh=False)
             self.bar.refresh()
         elif step % self.every == 0 or step == self.total:
-            log.info("step %d/%d  loss %.4f  ppl %.1f  %.0f tok/s (wall)  sim %.1fs  alive %d",
-                     step, self.total, loss, ppl, tok_s, sim_s, alive)
+            log.info("step %d/%d  loss %.4f  ppl %.1f  %.0f tok/s  %.3g TFLOP/s (wall)  sim %.1fs  alive %d",
+                     step, self.total, loss, ppl, tok_s, tflops_s or 0.0, sim_s, alive)
 
     def close(self) -> None:
         if self.bar is not None:

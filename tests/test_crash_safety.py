@@ -15,6 +15,8 @@ import sys
 import time
 
 import pytest
+
+from mecefo_exp.metrics import WALL_CLOCK_FIELDS
 import torch
 
 from conftest import MICRO, ROOT, read_jsonl
@@ -33,7 +35,7 @@ METHODS = {
     "oobleck": ["method.checkpoint_interval=4"],
 }
 # what legitimately differs between a resumed and an uninterrupted run
-VOLATILE_SUMMARY = {"wall_time_s", "run_dir", "resumes", "updated_at"}
+VOLATILE_SUMMARY = {*WALL_CLOCK_FIELDS, "run_dir", "resumes", "updated_at"}
 
 
 def _common(method, prof):
@@ -47,7 +49,7 @@ def _records(run_dir):
         path = run_dir / f"{name}.jsonl"
         rows = read_jsonl(path) if path.exists() else []
         if name == "metrics":
-            rows = [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rows]
+            rows = [{k: v for k, v in r.items() if k not in WALL_CLOCK_FIELDS} for r in rows]
         if name == "events":
             rows = [r for r in rows if r["kind"] != "resume"]
         out[name] = rows

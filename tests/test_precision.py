@@ -1,13 +1,12 @@
 """Issue 14 on the CPU: trainer.precision (bf16 autocast) and trainer.grad_accum."""
 
-import copy
 
 import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import MICRO, compose_cfg, losses_by_step
+from conftest import MICRO, compose_cfg, losses_by_step, read_jsonl
 from mecefo_exp.approx import LowRankProjections, approximations, is_attention_parameter
 from mecefo_exp.cluster.local import LocalCluster
 from mecefo_exp.data import SampleStream
@@ -92,3 +91,21 @@ def test_precision_and_accumulation_are_checked_before_compute():
     with pytest.raises(ConfigError, match=r"trainer.grad_accum=3: must be >= 1 and divide data.micro_batch=2"):
         validate(compose_cfg([*MICRO, "trainer.grad_accum=3"]))
     validate(compose_cfg([*MICRO, "trainer.grad_accum=2"]))
+
+
+# ---------------------------------------------------------------- FLOP/s and MFU in the record (item 4)
+def test_the_peak_table_knows_the_paper_and_lent_gpus_by_their_cuda_names():
+    from mecefo_exp.timing.peaks import peak_tflops
+
+    assert peak_tflops("NVIDIA A100-SXM4-80GB", "bf16") == 312.0
+    assert peak_tflops("NVIDIA H100 80GB HBM3", "bf16") == 989.5
+    assert peak_tflops("NVIDIA H100 PCIe", "bf16") == 756.0  # the more specific entry wins
+    assert peak_tflops("NVIDIA H200", "tf32") == 494.5
+    assert peak_tflops("Tesla T4", "bf16") is None and peak_tflops("NVIDIA A100-SXM4-80GB", "fp8") is None
+
+
+def test_every_step_records_its_achieved_flops_and_a_cpu_has_no_mfu(run_exp, fixed_profile):
+    summary, run_dir = run_exp("method=checkpoint", "failure=none", f"cluster.profile={fixed_profile()}")
+    rows = read_jsonl(run_dir / "metrics.jsonl")
+    assert all(r["tflops_s"] > 0 and r["mfu"] is None for r in rows)
+    assert summary["achieved_tflops_s"] > 0 and summary["mfu"] is None

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from mecefo_exp.metrics import WALL_CLOCK_FIELDS
+
 from conftest import MICRO, ROOT, compose_cfg, losses_by_step, read_jsonl
 
 TAG = "[sa=1,rc=1,lr=1,r=4]"  # MeCeFO's kernels for method.rank=4
@@ -158,7 +160,7 @@ def test_a_crashed_run_resumes_to_the_uninterrupted_run(method, run_exp, fixed_p
     assert resumed["final_val_loss"] == whole["final_val_loss"]
     assert losses_by_step(tmp_path / "run2") == losses_by_step(whole_dir)
     assert resumed["sim_time_s"] == whole["sim_time_s"]
-    volatile = {"wall_time_s", "run_dir", "resumes", "updated_at"}
+    volatile = {*WALL_CLOCK_FIELDS, "run_dir", "resumes", "updated_at"}
     on_disk = [json.loads((d / "summary.json").read_text()) for d in (tmp_path / "run2", whole_dir)]
     # every counter (svd_refreshes, fatal, snapshots, ...) and the clock's breakdown
     assert [{k: v for k, v in s.items() if k not in volatile} for s in on_disk][0] == \
@@ -167,7 +169,7 @@ def test_a_crashed_run_resumes_to_the_uninterrupted_run(method, run_exp, fixed_p
         got, want = tmp_path / "run2" / f"{name}.jsonl", whole_dir / f"{name}.jsonl"
         rows = [r for r in read_jsonl(got) if r.get("kind") != "resume"] if got.exists() else []
         expected = read_jsonl(want) if want.exists() else []
-        strip = lambda rs: [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rs]  # noqa: E731
+        strip = lambda rs: [{k: v for k, v in r.items() if k not in WALL_CLOCK_FIELDS} for r in rs]  # noqa: E731
         assert strip(rows) == strip(expected), name
     assert (tmp_path / "run2" / "superseded" / "resume-1" / "metrics.jsonl").exists()  # the discarded rows, kept aside
     # wall time goes on from the checkpoint (#12 item 11): the kept segments summed, never back to 0
