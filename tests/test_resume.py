@@ -52,6 +52,7 @@ def test_resume_without_a_checkpoint_is_one_clear_error(tmp_path):
     assert out.stderr == f"config error: nothing to resume in {tmp_path}/empty: no such folder\n"
 
 
+@pytest.mark.slow  # ~60 s: torchrun starts the group twice
 @pytest.mark.skipif(TORCHRUN is None, reason="torchrun not installed next to this python")
 def test_sigkill_a_rank_torchrun_restarts_and_the_losses_are_failure_free(fixed_profile, tmp_path):
     prof = fixed_profile()
