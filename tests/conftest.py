@@ -33,6 +33,28 @@ FIXED_KERNELS = {"mb:normal": 0.010, "mb:forward": 0.0035, "optimizer": 0.001, "
                  "checkpoint_save": 0.002, "neighbor_pair": 0.015}
 
 
+def tiny_model(seed=0):
+    """A 2-layer, 32-wide LLaMA over a 257-token vocabulary, built without Hydra."""
+    from omegaconf import OmegaConf
+
+    from mecefo_exp.model import build_model
+
+    cfg = OmegaConf.create(dict(vocab_size=None, hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                                num_key_value_heads=None, num_hidden_layers=2, max_position_embeddings=64,
+                                rms_norm_eps=1e-6, initializer_range=0.02, attn_implementation="sdpa"))
+    return build_model(cfg, vocab_size=257, seed=seed)
+
+
+def tiny_stream(n_workers, micro_batch, seq_len):
+    """A SampleStream over 5,000 random tokens of tiny_model's vocabulary."""
+    import numpy as np
+
+    from mecefo_exp.data import SampleStream
+
+    rng = np.random.default_rng(0)
+    return SampleStream(rng.integers(0, 257, size=5000).astype(np.int32), seq_len, micro_batch, n_workers, seed=3)
+
+
 def compose_cfg(overrides=()):
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

@@ -1,31 +1,22 @@
 """Issue 14 on the CPU: trainer.precision (bf16 autocast) and trainer.grad_accum."""
 
-
-import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
-from conftest import MICRO, compose_cfg, losses_by_step, read_jsonl
+from conftest import MICRO, compose_cfg, losses_by_step, read_jsonl, tiny_model, tiny_stream
 from mecefo_exp.approx import LowRankProjections, approximations, is_attention_parameter
 from mecefo_exp.cluster.local import LocalCluster
-from mecefo_exp.data import SampleStream
-from mecefo_exp.model import build_model
 from mecefo_exp.plan import NORMAL, Mode, Plan, Sample, WorkItem
 
 N, B, T = 4, 4, 16
 
 
 def _model(seed=0):
-    cfg = OmegaConf.create(dict(vocab_size=None, hidden_size=32, intermediate_size=64, num_attention_heads=2,
-                                num_key_value_heads=None, num_hidden_layers=2, max_position_embeddings=64,
-                                rms_norm_eps=1e-6, initializer_range=0.02, attn_implementation="sdpa"))
-    return build_model(cfg, vocab_size=257, seed=seed)
+    return tiny_model(seed)
 
 
 def _stream():
-    rng = np.random.default_rng(0)
-    return SampleStream(rng.integers(0, 257, size=5000).astype(np.int32), T, B, N, seed=3)
+    return tiny_stream(N, B, T)
 
 
 def _modes(model, rank=8):

@@ -27,6 +27,29 @@ def _run_py(*args, timeout=180):
                           timeout=timeout)
 
 
+def crash_then_resume(run_exp, common, monkeypatch, tmp_path, step, before_crash=None):
+    """Run `common` (the second run, run2) until an exception at `step` (a crash that leaves the
+    folder as kill -9 would, minus the lock), then resume it (run3 -> run2); the resumed summary."""
+    from mecefo_exp.cluster.local import LocalCluster
+
+    execute = LocalCluster.execute
+
+    def crash_at_step(self, plan):
+        if plan.step == step:
+            if before_crash:
+                before_crash()
+            raise RuntimeError("crash")
+        return execute(self, plan)
+
+    monkeypatch.setattr(LocalCluster, "execute", crash_at_step)
+    with pytest.raises(RuntimeError, match="crash"):
+        run_exp(*common)
+    monkeypatch.setattr(LocalCluster, "execute", execute)
+    (tmp_path / "run3").symlink_to(tmp_path / "run2")  # run_exp numbers its folders: resume in run2
+    resumed, _ = run_exp(*common, "resume=true")
+    return resumed
+
+
 @pytest.fixture
 def no_hang():
     """Fail (instead of hanging the suite) if the code under test spins."""
@@ -131,8 +154,6 @@ RESUMABLE = {
 @pytest.mark.parametrize("method", [m if m != "bamboo" else pytest.param(m, marks=pytest.mark.slow)
                                     for m in RESUMABLE])
 def test_a_crashed_run_resumes_to_the_uninterrupted_run(method, run_exp, fixed_profile, tmp_path, monkeypatch):
-    from mecefo_exp.cluster.local import LocalCluster
-
     trace = tmp_path / "t.csv"
     trace.write_text(TRACE)
     common = [f"method={method}", *RESUMABLE[method], "failure=trace", "failure.unit=steps",
@@ -140,22 +161,14 @@ def test_a_crashed_run_resumes_to_the_uninterrupted_run(method, run_exp, fixed_p
               f"cluster.profile={fixed_profile(MECEFO_KERNELS)}"]
     whole, whole_dir = run_exp(*common)
 
-    execute, seen = LocalCluster.execute, {}
+    seen = {}
 
-    def crash_at_step_9(self, plan):
-        if plan.step == 9:
-            seen["summary"] = json.loads((tmp_path / "run2" / "summary.json").read_text())
-            raise RuntimeError("crash")
-        return execute(self, plan)
+    def look_at_the_summary():
+        seen["summary"] = json.loads((tmp_path / "run2" / "summary.json").read_text())
 
-    monkeypatch.setattr(LocalCluster, "execute", crash_at_step_9)
-    with pytest.raises(RuntimeError, match="crash"):
-        run_exp(*common)
-    monkeypatch.setattr(LocalCluster, "execute", execute)
+    resumed = crash_then_resume(run_exp, common, monkeypatch, tmp_path, step=9, before_crash=look_at_the_summary)
     # summary.json showed the progress while the run was alive (refreshed at evals and checkpoints)
     assert seen["summary"]["status"] == "running" and seen["summary"]["steps"] >= 8
-    (tmp_path / "run3").symlink_to(tmp_path / "run2")  # run_exp numbers its folders: resume in run2
-    resumed, _ = run_exp(*common, "resume=true")
 
     assert resumed["final_val_loss"] == whole["final_val_loss"]
     assert losses_by_step(tmp_path / "run2") == losses_by_step(whole_dir)
@@ -465,8 +478,6 @@ def test_failures_at_the_same_instant_restart_the_job_once(method, rollbacks, ru
 @pytest.mark.parametrize("method", ["reft", "oobleck"])
 def test_a_method_whose_auto_interval_writes_only_step_0_still_resumes_near_the_crash(method, run_exp, fixed_profile,
                                                                                       tmp_path, monkeypatch):
-    from mecefo_exp.cluster.local import LocalCluster
-
     common = [f"method={method}", "failure=none", "trainer.max_steps=14", "trainer.eval_every=5",
               "trainer.resume_every=4", f"cluster.profile={fixed_profile()}"]
     whole, whole_dir = run_exp(*common)
@@ -475,19 +486,7 @@ def test_a_method_whose_auto_interval_writes_only_step_0_still_resumes_near_the_
     assert not list((whole_dir / "resume").iterdir()) or \
         sorted(p.name for p in (whole_dir / "resume").iterdir()) == ["step_0000012.pt"]  # the newest only
 
-    execute = LocalCluster.execute
-
-    def crash_at_step_10(self, plan):
-        if plan.step == 10:
-            raise RuntimeError("crash")
-        return execute(self, plan)
-
-    monkeypatch.setattr(LocalCluster, "execute", crash_at_step_10)
-    with pytest.raises(RuntimeError, match="crash"):
-        run_exp(*common)
-    monkeypatch.setattr(LocalCluster, "execute", execute)
-    (tmp_path / "run3").symlink_to(tmp_path / "run2")
-    resumed, _ = run_exp(*common, "resume=true")
+    resumed = crash_then_resume(run_exp, common, monkeypatch, tmp_path, step=10)
     assert resumed["resumes"][-1]["from_step"] == 8 and resumed["resumes"][-1]["checkpoint"] == "resume/step_0000008.pt"
     assert resumed["final_val_loss"] == whole["final_val_loss"] and resumed["sim_time_s"] == whole["sim_time_s"]
     assert losses_by_step(tmp_path / "run2") == losses_by_step(whole_dir)
