@@ -234,6 +234,9 @@ class TrainerConfig:
     # a worker's data.micro_batch sequences in grad_accum chunks of micro_batch / grad_accum
     # (the same gradient, less activation memory)
     grad_accum: int = 1
+    # torch.compile the model for the micro-batches that run it unpatched (normal and forward-only
+    # modes); a mode that patches module forwards at run time (MeCeFO's neighbour) runs eagerly
+    compile: bool = False
     # crash safety, whatever the method's checkpoint policy: every N steps the harness writes
     # <run>/resume/step_N.pt (the newest only; not charged on the simulated clock, never a
     # rollback target) unless the method's own checkpoint is at that step (0: off)

@@ -203,7 +203,8 @@ class Experiment:
             if self.distributed:
                 from .cluster.torchrun import TorchrunCluster as cluster_cls
             self.cluster = cluster_cls(self.model, self.stream, self.modes, self.device, cfg.cluster.chunk_microbatches,
-                                       grad_accum=cfg.trainer.grad_accum, precision=cfg.trainer.precision)
+                                       grad_accum=cfg.trainer.grad_accum, precision=cfg.trainer.precision,
+                                       compile=cfg.trainer.compile)
         self.build_clock()
         self.method.setup()
         # the harness's own crash-safety checkpoints (trainer.resume_every), apart from the method's

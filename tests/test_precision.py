@@ -100,3 +100,22 @@ def test_every_step_records_its_achieved_flops_and_a_cpu_has_no_mfu(run_exp, fix
     rows = read_jsonl(run_dir / "metrics.jsonl")
     assert all(r["tflops_s"] > 0 and r["mfu"] is None for r in rows)
     assert summary["achieved_tflops_s"] > 0 and summary["mfu"] is None
+
+
+# ---------------------------------------------------------------- trainer.compile (item 3)
+@pytest.mark.slow  # torch.compile's first graph takes ~40 s on 2 cores
+def test_compile_on_and_off_give_the_same_loss_curve_with_mecefos_neighbour_running_eagerly(run_exp, fixed_profile,
+                                                                                              tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("time,worker,event\n2.5,1,fail\n6.5,1,recover\n")
+    prof = fixed_profile({"mb:mecefo[sa=1,rc=1,lr=1,r=8]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=8]": 0.016,
+                          "mecefo_svd[sa=1,rc=1,lr=1,r=8]": 0.004})
+    common = ["method=mecefo", "method.rank=8", "failure=trace", "failure.unit=steps", f"failure.path={trace}",
+              "trainer.max_steps=8", "trainer.eval_every=0", f"cluster.profile={prof}"]
+    eager, eager_dir = run_exp(*common)
+    compiled, compiled_dir = run_exp(*common, "trainer.compile=true")
+    assert compiled["degraded_steps"] == eager["degraded_steps"] > 0
+    a, b = losses_by_step(eager_dir), losses_by_step(compiled_dir)
+    assert a.keys() == b.keys()
+    for step in a:
+        assert b[step] == pytest.approx(a[step], rel=1e-4), step

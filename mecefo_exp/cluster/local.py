@@ -12,6 +12,9 @@ Gradient accumulation (`grad_accum` = a): each micro-batch of b sequences goes t
 chunks of b/a sequences, each chunk's mean loss weighted 1/a, so the gradient is the same
 sum (up to float rounding) with a chunk's activations alive at a time. Precision: `bf16`
 runs forward and backward under torch.autocast (weights, gradients and the loss stay fp32).
+`compile`: a torch.compile'd view of the model (the same parameters) runs the modes without
+a context; a mode whose context patches module forwards at run time (MeCeFO's neighbour)
+would invalidate the compiled graph at every switch, so it runs the eager model.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ def microbatch_losses(model: torch.nn.Module, batch: torch.Tensor) -> torch.Tens
 
 class LocalCluster:
     def __init__(self, model: torch.nn.Module, stream, modes: Dict[str, Mode], device: torch.device,
-                 chunk_microbatches: int = 0, grad_accum: int = 1, precision: str = "fp32"):
+                 chunk_microbatches: int = 0, grad_accum: int = 1, precision: str = "fp32", compile: bool = False):
         self.model = model
         self.stream = stream
         self.modes = modes
@@ -59,6 +62,7 @@ class LocalCluster:
         self.grad_accum = grad_accum
         self.precision = precision
         self.params = dict(model.named_parameters())
+        self.compiled = torch.compile(model) if compile and device.type != "meta" else None
 
     def autocast(self):
         """bf16 autocast where asked (not on the meta device: FLOPs do not depend on it)."""
@@ -86,13 +90,14 @@ class LocalCluster:
                 # loss is the mean of its chunks' mean losses (equal chunks: its mean loss)
                 for part in batch.chunk(self.grad_accum, dim=1):
                     part = part.contiguous()  # a slice across the sequences (a no-op when whole)
+                    runner = self.compiled if self.compiled is not None and mode.context is None else self.model
                     with mode.activate(self.model), self.autocast():
                         if mode.backward:
-                            part_losses = microbatch_losses(self.model, part) / self.grad_accum
+                            part_losses = microbatch_losses(runner, part) / self.grad_accum
                             part_losses.sum().backward()
                         else:
                             with torch.no_grad():
-                                part_losses = microbatch_losses(self.model, part) / self.grad_accum
+                                part_losses = microbatch_losses(runner, part) / self.grad_accum
                     per_mb = per_mb + part_losses.detach()
                 if per_mb.device.type == "meta":  # the FLOP counter's shape-only model has no values
                     losses.extend([float("nan")] * per_mb.shape[0])
