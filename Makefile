@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: setup run test test-slow bench figures paper-mini paper-table2 paper-table3 clean
+.PHONY: setup run test test-slow bench bench-gpu figures paper-mini paper-table2 paper-table3 clean
 
 setup: $(VENV)/.installed .cache/corpus/lee_background.cor
 
@@ -37,6 +37,10 @@ bench: setup
 	$(PY) bench/overhead.py
 	$(PY) bench/mecefo.py
 	$(PY) bench/numerics_free.py
+
+# on a GPU machine (one line and exit 0 elsewhere): MFU, harness/plain, neighbour ratios, NCCL
+bench-gpu: setup
+	$(PY) bench/gpu.py
 
 # collect every run under runs/ into analysis/out/{runs.csv,tables/,figures/}
 figures: setup

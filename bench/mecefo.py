@@ -89,6 +89,32 @@ def measure(cluster, samples, mode, device):
     return time.perf_counter() - t0, acct["bytes"]
 
 
+def neighbour_bench(model_name, seq_len, micro_batch, rank, repeats, warmup, device, precision="fp32",
+                    overrides=()):
+    """Median seconds and memory of every variant (see the module doc), measured round-robin."""
+    register_configs()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[f"model={model_name}", f"data.seq_len={seq_len}",
+                                           f"data.micro_batch={micro_batch}", *overrides])
+    corpus = load_corpus(cfg.data)
+    stream = SampleStream(corpus.train, seq_len, micro_batch, 2, seed=0)
+    model = build_model(cfg.model, corpus.vocab_size, seed=0).to(device)
+    projections = LowRankProjections(model, rank, every=10**9)
+    projections.refresh(0)
+    table = variants(model, projections)
+    cluster = LocalCluster(model, stream, {}, device, precision=precision)
+
+    times = {k: [] for k in table}
+    mem = {}
+    for r in range(warmup + repeats):
+        for name, (samples, mode) in table.items():
+            t, b = measure(cluster, samples, mode, device)
+            if r >= warmup:
+                times[name].append(t)
+                mem[name] = b
+    return {k: statistics.median(v) for k, v in times.items()}, mem
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="llama_60m")
@@ -98,34 +124,20 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     args = ap.parse_args()
 
-    register_configs()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[f"model={args.model}", f"data.seq_len={args.seq_len}",
-                                           f"data.micro_batch={args.micro_batch}"])
     device = torch.device(args.device)
-    corpus = load_corpus(cfg.data)
-    stream = SampleStream(corpus.train, args.seq_len, args.micro_batch, 2, seed=0)
-    model = build_model(cfg.model, corpus.vocab_size, seed=0).to(device)
-    projections = LowRankProjections(model, args.rank, every=10**9)
-    projections.refresh(0)
-    table = variants(model, projections)
-    cluster = LocalCluster(model, stream, {}, device)
-
-    times = {k: [] for k in table}
-    mem = {}
-    for r in range(args.warmup + args.repeats):
-        for name, (samples, mode) in table.items():
-            t, b = measure(cluster, samples, mode, device)
-            if r >= args.warmup:
-                times[name].append(t)
-                mem[name] = b
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med, mem = neighbour_bench(args.model, args.seq_len, args.micro_batch, args.rank, args.repeats, args.warmup,
+                               device, args.precision)
     print(f"# MeCeFO neighbour bench: model={args.model} micro-batch {args.micro_batch}x{args.seq_len} r={args.rank} "
-          f"device={device.type} threads={torch.get_num_threads()} repeats={args.repeats}")
+          f"device={device.type} {args.precision} threads={torch.get_num_threads()} repeats={args.repeats}")
+    print_neighbour_table(med, mem)
+
+
+def print_neighbour_table(med, mem):
     print(f"{'variant':<12} {'time s':>8} {'x normal':>9} {'x floor':>8} {'x naive':>8} {'act MiB':>8} {'mem x naive':>11}")
-    for name in table:
+    for name in med:
         print(f"{name:<12} {med[name]:>8.3f} {med[name] / med['normal']:>9.2f} {med[name] / med['floor']:>8.2f} "
               f"{med[name] / med['naive']:>8.2f} {mem[name] / 2**20:>8.1f} {mem[name] / mem['naive']:>11.2f}")
     ok_time = med["neighbor"] <= 1.1 * med["floor"]
