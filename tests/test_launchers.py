@@ -31,6 +31,7 @@ def test_multirun_gives_each_job_its_own_folder_named_with_its_seed(tmp_path):
     assert (tmp_path / "sweep" / "analysis" / "runs.csv").exists()
 
 
+@pytest.mark.slow  # ~15 s: submitit starts a local job per sweep point
 @pytest.mark.skipif(importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None,
                     reason="hydra-submitit-launcher not installed")
 def test_slurm_launcher_config_runs_through_submitit_locally(tmp_path):
