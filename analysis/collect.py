@@ -507,6 +507,20 @@ def roots_and_labels(parser: argparse.ArgumentParser, args, default: Sequence[st
     return roots, labels
 
 
+def parse_analysis_args(prog: str, doc: str, roots_help: str, argv: Optional[Sequence[str]] = None,
+                        default_roots: Sequence[str] = ()):
+    """The command line every `python -m analysis...` entry shares: run folders, --label,
+    --out, --no-figures. Returns (args, roots, labels)."""
+    p = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    p.add_argument("roots", nargs="*", help=roots_help)
+    add_label_argument(p)
+    p.add_argument("--out", default="analysis/out", help="output folder (default: analysis/out)")
+    p.add_argument("--no-figures", action="store_true", help="tables only")
+    args = p.parse_args(argv)
+    roots, labels = roots_and_labels(p, args, default=default_roots)
+    return args, roots, labels
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m analysis.collect", description=__doc__.split("\n\n")[0])
     p.add_argument("roots", nargs="*", help="folders to search for run folders (runs/, a sweep folder, ...)")

@@ -16,7 +16,6 @@ Writes, besides what `python -m analysis` writes (run table, tables, figures):
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
 import sys
@@ -164,15 +163,10 @@ def analyze(roots: Iterable, out, figures: bool = True, verbose: bool = True,
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from .collect import add_label_argument, roots_and_labels
+    from .collect import parse_analysis_args
 
-    p = argparse.ArgumentParser(prog="python -m analysis.convergence", description=__doc__.split("\n\n")[0])
-    p.add_argument("roots", nargs="*", help="sweep folders (e.g. runs/sweeps/paper_table3)")
-    add_label_argument(p)
-    p.add_argument("--out", default="analysis/out", help="output folder (default: analysis/out)")
-    p.add_argument("--no-figures", action="store_true")
-    args = p.parse_args(argv)
-    roots, labels = roots_and_labels(p, args)
+    args, roots, labels = parse_analysis_args("python -m analysis.convergence", __doc__,
+                                              "sweep folders (e.g. runs/sweeps/paper_table3)", argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     analyze(roots, args.out, figures=not args.no_figures, labels=labels)
     return 0

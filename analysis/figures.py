@@ -11,13 +11,12 @@ and <out>/figures/*.{png,pdf}; prints what it found, failed and unfinished runs 
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
-from .collect import add_label_argument, collect, describe, roots_and_labels, write_table
+from .collect import collect, describe, parse_analysis_args, write_table
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +44,9 @@ def analyze(roots: Iterable, out, figures: bool = True, verbose: bool = True,
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m analysis.figures", description=__doc__.split("\n\n")[0])
-    p.add_argument("roots", nargs="*", help="folders holding run folders (default: runs, unless --label is given)")
-    add_label_argument(p)
-    p.add_argument("--out", default="analysis/out", help="output folder (default: analysis/out)")
-    p.add_argument("--no-figures", action="store_true", help="only the table and the tables")
-    args = p.parse_args(argv)
-    roots, labels = roots_and_labels(p, args, default=["runs"])
+    args, roots, labels = parse_analysis_args("python -m analysis.figures", __doc__,
+                                              "folders holding run folders (default: runs, unless --label is given)",
+                                              argv, default_roots=["runs"])
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     analyze(roots, args.out, figures=not args.no_figures, labels=labels)
     return 0
