@@ -109,7 +109,16 @@ def _job(cfg: DictConfig, run_dir: Path):
     from .trainer import Experiment, Terminated  # torch and transformers load only for a valid config
 
     try:
-        summary = Experiment(cfg, run_dir).run()
+        if cfg.cluster.name == "torchft":  # this process starts and watches one process per worker
+            from .cluster.torchft_launch import launch
+
+            summary = launch(cfg, run_dir)
+        else:
+            summary = Experiment(cfg, run_dir).run()
+    except ConfigError as e:  # found once the config was valid (torchft missing): still one line
+        write_json_atomic(run_dir / "summary.json", {"status": "failed", "error": f"config: {e}"})
+        print(f"config error: {e}", file=sys.stderr)
+        sys.exit(2)
     except Terminated as e:  # summary.json already says failed, and why
         print(f"stopped: {e} ({run_dir})", file=sys.stderr)
         sys.exit(128 + e.signum)

@@ -155,7 +155,7 @@ class FailureConfig:
 # --------------------------------------------------------------------------- cluster
 @dataclass
 class ClusterConfig:
-    name: str = MISSING  # local | torchrun
+    name: str = MISSING  # local | torchrun | torchft
     n_workers: int = 8
     backend: str = "auto"  # torchrun: auto (nccl on GPU, gloo on CPU) | gloo | nccl
     device: str = "auto"  # auto | cpu | cuda
@@ -172,6 +172,12 @@ class ClusterConfig:
     profile: str = "auto"
     profile_warmup: int = 2
     profile_repeats: int = 5
+    # torchft tier (conf/cluster/torchft.yaml): one process per worker, torchft's quorum
+    lighthouse: Optional[str] = None  # None: start one on 127.0.0.1 for this run; else its http://host:port
+    heartbeat_timeout_ms: int = 1000  # the lighthouse's: a worker silent this long is out of the quorum
+    join_timeout_ms: int = 30000  # the lighthouse waits this long for a heartbeating worker to join a quorum
+    quorum_timeout_s: float = 120.0  # a worker gives up on a quorum after this long
+    restart_timeout_s: float = 300.0  # a restarted worker must be up (imports, model, torchft) by then
 
 
 # -------------------------------------------------------------------------- hardware
@@ -407,7 +413,7 @@ def validate(cfg: Any) -> None:
     _check(d.max_train_tokens >= 1 and d.max_val_tokens >= 1,
            f"data.max_train_tokens={d.max_train_tokens}, data.max_val_tokens={d.max_val_tokens}: must be >= 1")
     _check(d.vocab_size >= 256, f"data.vocab_size={d.vocab_size}: must be >= 256 (byte-level BPE)")
-    _check(c.name in ("local", "torchrun"), f"cluster.name={c.name!r}: allowed: local, torchrun")
+    _check(c.name in ("local", "torchrun", "torchft"), f"cluster.name={c.name!r}: allowed: local, torchrun, torchft")
     # the same test as cluster/torchrun.launched_by_torchrun, without importing torch here
     _check(c.name != "torchrun" or ("RANK" in os.environ and "WORLD_SIZE" in os.environ),
            "cluster=torchrun needs torchrun to start the ranks: torchrun --nproc-per-node=N run.py cluster=torchrun "
@@ -443,8 +449,7 @@ def validate(cfg: Any) -> None:
            f"logger.mode={cfg.logger.mode!r}: allowed: online, offline, disabled")
     _validate_hardware(cfg.hardware)
     h = cfg.hardware
-    measures = c.profile == "fresh" or (c.profile == "auto" and h.compute == "profile")
-    if measures:
+    if _measures_this_machine(c, h):
         _check(t.numerics, f"trainer.numerics=false with hardware={h.name}: measuring this machine needs the model's "
                            "numerics; use a FLOP preset (hardware=cpu_ref, a100_32, h100_8) or cluster.profile=<file>")
         _check(h.timing_model is None or h.timing_model == m.name,
@@ -456,11 +461,43 @@ def validate(cfg: Any) -> None:
         _check(c.name == "local", "trainer.numerics=false runs in one process: use cluster=local")
     _validate_failure(f, c.n_workers)
     _validate_method(cfg.method, c.n_workers)
-    if f.kill:
-        _check(c.name == "torchrun", "failure.kill=true kills real processes: it needs cluster=torchrun under torchrun")
+    if c.name == "torchft":
+        _validate_torchft(cfg)
+    if f.kill and c.name != "torchft":
+        _check(c.name == "torchrun", "failure.kill=true kills real processes: it needs cluster=torchrun under torchrun "
+                                     "(method=checkpoint) or cluster=torchft (any method)")
         _check(cfg.method.name == "checkpoint",
                f"failure.kill=true with method={cfg.method.name}: allowed only with method=checkpoint "
                "(in-place methods keep the dead rank's work alive, which a killed process cannot)")
+
+
+def _measures_this_machine(c: Any, h: Any) -> bool:
+    """Whether the clock's kernel seconds are measured on this machine (not a FLOP model or a file)."""
+    return c.profile == "fresh" or (c.profile == "auto" and h.compute == "profile")
+
+
+def _validate_torchft(cfg: Any) -> None:
+    """cluster=torchft: every process runs the same loop, so the clock must be the same
+    everywhere (no machine measurement), and one process at a time writes the record."""
+    c, h = cfg.cluster, cfg.hardware
+    _check(c.n_workers >= 2, f"cluster.n_workers={c.n_workers} with cluster=torchft: need >= 2 workers (processes)")
+    _check(cfg.trainer.numerics, "trainer.numerics=false runs in one process: use cluster=local")
+    _check(not cfg.resume, "resume=true with cluster=torchft: not supported (a torchft run heals workers from live "
+                           "peers; after the whole job dies, start it again)")
+    _check(not _measures_this_machine(c, h), f"hardware={h.name} with cluster=torchft: each process would measure its own clock and the "
+                         "workers' plans would drift apart; use a FLOP preset (hardware=cpu_ref, a100_32, h100_8) or "
+                         "cluster.profile=<file>")
+    _check(cfg.logger.name == "none", f"logger={cfg.logger.name} with cluster=torchft: not supported (the process that "
+                                      "writes the record can change during the run); metrics.jsonl has every row")
+    _check(c.backend in ("auto", "gloo", "nccl"), f"cluster.backend={c.backend!r}: allowed: auto, gloo, nccl")
+    _check(c.lighthouse is None or c.lighthouse.startswith(("http://", "https://")),
+           f"cluster.lighthouse={c.lighthouse!r}: give the lighthouse's address as http://host:port (or leave it "
+           "unset and the run starts one on 127.0.0.1)")
+    for key in ("heartbeat_timeout_ms", "join_timeout_ms", "quorum_timeout_s", "restart_timeout_s"):
+        _check(c[key] > 0, f"cluster.{key}={c[key]}: must be > 0")
+    ckpt = cfg.method.get("backend", "torch")
+    _check(ckpt == "torch", f"method.backend={ckpt} with cluster=torchft: only torch (torch.distributed.checkpoint "
+                            "needs one process group over all workers, which torchft replaces with its quorum)")
 
 
 def _check_known_keys(cfg: Any) -> None:

@@ -114,13 +114,22 @@ class RunRecords:
         self._event_counts: Dict[str, int] = {}
         if not enabled:
             return
+        self._open_streams()
+        if logger_cfg is not None and logger_cfg.name == "wandb":
+            self._wandb = _start_wandb(logger_cfg, config, self.dir)
+
+    def _open_streams(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         for path in sorted(self.dir.glob("*.jsonl")):
             drop_torn_line(path)  # a run killed mid-write and resumed must not glue two rows together
         for name in self.STREAMS:
             self._open(name)
-        if logger_cfg is not None and logger_cfg.name == "wandb":
-            self._wandb = _start_wandb(logger_cfg, config, self.dir)
+
+    def take_over(self) -> None:
+        """This process now owns the folder (torchft: the writer before it was killed)."""
+        if not self.enabled:
+            self.enabled = True
+            self._open_streams()
 
     def _open(self, name: str):
         f = self._files[name] = open(self.dir / f"{name}.jsonl", "a", buffering=1)

@@ -53,6 +53,10 @@ MAX_IDLE_ATTEMPTS = 3
 SUMMARY_EVERY_S = 30.0
 
 
+class StepNotCommitted(RuntimeError):
+    """torchft voted the step down (a collective failed): nothing of it is applied."""
+
+
 class NoProgress(RuntimeError):
     """The loop would spin: a step was attempted again with nothing changed."""
 
@@ -143,7 +147,10 @@ class Experiment:
         self.max_steps = cfg.trainer.max_steps
         self.cluster_cfg = plain(cfg.cluster)
         self.step = 0
-        self.rank = 0  # torchrun rank; 0 in the simulated tier
+        self.rank = 0  # torchrun rank or torchft worker; 0 in the simulated tier
+        self.leader = 0  # the process that writes the run record (torchft: moves when it dies)
+        self.torchft = cfg.cluster.name == "torchft"
+        self.membership = None  # torchft: who is alive comes from its quorum (cluster/torchft.py)
         self.counters = {"failures": 0, "recoveries": 0, "rollbacks": 0, "lost_steps": 0, "interrupted_steps": 0}
         self.tokens_processed = 0
         self.wall_start = time.perf_counter()
@@ -180,7 +187,12 @@ class Experiment:
                             self.device.type)
         if self.distributed:
             self.start_distributed()
-        if self.is_main:
+        if self.torchft:
+            from .cluster.torchft import ENV_INCARNATION, ENV_WORKER
+
+            self.rank = int(os.environ[ENV_WORKER])
+            self.leader = 0 if os.environ.get(ENV_INCARNATION, "0") == "0" else -1  # a restart learns it from a peer
+        if self.is_main and not self.torchft:  # torchft: the launcher holds the folder's lock
             runlock.acquire(self.run_dir)  # before anything is written: a second run refuses here
             self._locked = True
             for tmp in self.run_dir.glob("*.tmp"):  # a killed run's half-written summary/profile
@@ -199,12 +211,19 @@ class Experiment:
         self.method = build_method(plain(cfg.method), self)
         self.modes = self.method.modes()
         if self.numerics:
-            cluster_cls = LocalCluster
+            cluster_cls, extra = LocalCluster, {}
             if self.distributed:
                 from .cluster.torchrun import TorchrunCluster as cluster_cls
+            if self.torchft:
+                from .cluster.torchft import ENV_INCARNATION, ENV_LIGHTHOUSE, ENV_STORE, TorchftCluster as cluster_cls
+                from .cluster.torchft import TorchftMembership
+
+                self.membership = TorchftMembership(self, self.rank, int(os.environ.get(ENV_INCARNATION, "0")),
+                                                    os.environ[ENV_LIGHTHOUSE], os.environ[ENV_STORE])
+                extra = {"worker": self.rank, "manager": self.membership.manager}
             self.cluster = cluster_cls(self.model, self.stream, self.modes, self.device, cfg.cluster.chunk_microbatches,
                                        grad_accum=cfg.trainer.grad_accum, precision=cfg.trainer.precision,
-                                       compile=cfg.trainer.compile)
+                                       compile=cfg.trainer.compile, **extra)
         self.build_clock()
         self.method.setup()
         # the harness's own crash-safety checkpoints (trainer.resume_every), apart from the method's
@@ -214,9 +233,12 @@ class Experiment:
                 log.warning("%s: removed half-written checkpoints a killed run left", store.root)
         if cfg.resume:
             self.resume()
-        if cfg.failure.kill:
+        if cfg.failure.kill and not self.torchft:
             kills = self.run_dir / "kills.txt"
             self.kills_done = set(kills.read_text().split()) if kills.exists() else set()
+        if self.membership is not None:
+            self.membership.start()
+            self.resumed = self.membership.joining  # a restarted worker's state comes from a peer
         self.log_start()
 
     def build_training_state(self) -> None:
@@ -331,12 +353,53 @@ class Experiment:
 
     @property
     def is_main(self) -> bool:
-        return self.rank == 0
+        return self.rank == self.leader
 
     def barrier(self) -> None:
         if self.distributed:
             import torch.distributed as dist
             dist.barrier()
+        elif self.membership is not None:
+            self.membership.barrier()
+
+    # ------------------------------------------------------------- torchft tier
+    def books(self) -> Dict:
+        """What a later step reads besides the training state: clock, counters, trace, method."""
+        return {"clock": self.clock.state_dict(), "counters": dict(self.counters),
+                "tokens_processed": self.tokens_processed, "trace_next": self.trace._next,
+                "method": self.method.state_dict(), "final_val_loss": self.final_val_loss}
+
+    def load_books(self, h: Dict) -> None:
+        self.clock.load_state_dict(h["clock"])
+        self.counters.update(h["counters"])
+        self.tokens_processed = h["tokens_processed"]
+        self.trace._next = h["trace_next"]
+        self.final_val_loss = h["final_val_loss"]
+        self.method.load_state_dict(h["method"])
+
+    def load_peer_state(self, training: Dict, books: Dict) -> None:
+        """torchft heals this restarted worker with a live peer's state (no disk)."""
+        self._load_training_state(training)
+        self.step = training["step"]
+        self.load_books(books)
+
+    def set_leader(self, worker: int) -> None:
+        """torchft: the record's writer died; the lowest live worker takes the record over."""
+        was = self.is_main
+        self.leader = worker
+        if self.is_main and not was:
+            self.records.take_over()
+            if self.progress is not None and self.progress.mode == "none":
+                self.progress.mode = "lines"
+            for handler in logging.getLogger().handlers:  # the console says what the leader says
+                if type(handler) is logging.StreamHandler:
+                    handler.setLevel(logging.INFO)
+            log.info("worker %d now writes the run record", worker)
+
+    def membership_event(self, kind: str, worker: int, detail: Dict) -> None:
+        """A failure or recovery the method is about to hear of: the event row and counters."""
+        self.event(kind, worker, detail)
+        self.counters["failures" if kind == FAIL else "recoveries"] += 1
 
     # ------------------------------------------------------- what methods may use
     def state_dict(self, harness: bool = False) -> Dict:
@@ -351,9 +414,7 @@ class Experiment:
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "scheduler": self.scheduler.state_dict(), "step": self.step, "rng": torch.get_rng_state()}
         if harness:
-            state["harness"] = {"clock": self.clock.state_dict(), "counters": dict(self.counters),
-                                "tokens_processed": self.tokens_processed, "trace_next": self.trace._next,
-                                "method": self.method.state_dict(), "final_val_loss": self.final_val_loss,
+            state["harness"] = {**self.books(),
                                 # how long each jsonl stream was: a resume cuts back to this
                                 "records": self.records.sizes(),
                                 "wall_time_s": time.perf_counter() - self.wall_start}
@@ -375,14 +436,9 @@ class Experiment:
         self._load_training_state(state)
         self.step = state["step"]
         h = state["harness"]
-        self.clock.load_state_dict(h["clock"])
-        self.counters.update(h["counters"])
-        self.tokens_processed = h["tokens_processed"]
-        self.trace._next = h["trace_next"]
-        self.final_val_loss = h["final_val_loss"]
+        self.load_books(h)
         # wall_time_s goes on from the checkpoint: the kept segments' wall time, summed
         self.wall_start = time.perf_counter() - h.get("wall_time_s", 0.0)
-        self.method.load_state_dict(h["method"])
         store.saved = steps[-store.keep:]
         if self.resume_store is not None:
             self.resume_store.saved = harness_steps[-1:]
@@ -461,7 +517,13 @@ class Experiment:
 
     # ------------------------------------------------------------------ the loop
     def apply_due_events(self) -> None:
-        """Hand the method every event due by now, including those that fall in its stalls."""
+        """Hand the method every event due by now, including those that fall in its stalls.
+
+        torchft: the events go to the membership, which kills this process if it is the one
+        failing and otherwise waits for the quorum to show them (cluster/torchft.py).
+        """
+        if self.membership is not None and self.membership.joining:
+            return  # a restarted worker: its trace position comes from the peer that heals it
         while True:
             due = self.trace.pop_until(self.clock.now)
             if not due:
@@ -470,11 +532,13 @@ class Experiment:
             # restart happens once for all of them
             for (_, kind), same in itertools.groupby(due, key=lambda ev: (ev.time, ev.kind)):
                 same = list(same)
+                if self.membership is not None and self._kill:
+                    self.membership.on_trace_events(kind, same)
+                    continue
                 for ev in same:
                     if kind == FAIL and self._kill:
                         self.kill_if_mine(ev)
-                    self.event(kind, ev.worker, {"trace_time_s": ev.time})
-                    self.counters["failures" if kind == FAIL else "recoveries"] += 1
+                    self.membership_event(kind, ev.worker, {"trace_time_s": ev.time})
                 if kind == FAIL:
                     self.method.on_failures([ev.worker for ev in same])
                 else:
@@ -517,6 +581,8 @@ class Experiment:
                                  f"(next failure at {self.trace.next_failure_time()!r} s)")
             last = here
             self.apply_due_events()
+            if self.membership is not None:
+                self.membership.sync()  # torchft: the quorum shows who is alive; the method hears it
             plan = self.method.plan(self.step)
             if not plan.computing_workers:  # nobody can compute: wait for the next event
                 nxt = self.trace.next_event_time()
@@ -531,7 +597,12 @@ class Experiment:
                 self.method.interrupted(plan, t_fail - self.clock.now)
                 continue
 
-            numbers = self.compute_step(plan) if self.numerics else self.skip_compute(plan)
+            try:
+                numbers = self.compute_step(plan) if self.numerics else self.skip_compute(plan)
+            except StepNotCommitted as e:  # torchft: a peer died mid-step; the next quorum shows it
+                log.warning("step %d not applied: %s", self.step, e)
+                self.event("uncommitted", detail={"reason": str(e)})
+                continue
             self.clock.commit_step(self.step, cost)
             self.tokens_processed += numbers.pop("tokens")
             row = {"step": self.step, "tokens": (self.step + 1) * self.tokens_per_step, **numbers,
@@ -572,6 +643,8 @@ class Experiment:
         tcfg = self.cfg.trainer
         started = time.perf_counter()
         result = self.cluster.execute(plan)
+        if not self.cluster.commit():
+            raise StepNotCommitted("torchft's should_commit said no (a collective of this step failed)")
         self.method.before_optimizer(plan, result)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tcfg.grad_clip or float("inf"))
         lr = self.scheduler.get_last_lr()[0]
@@ -649,6 +722,8 @@ class Experiment:
             data["memory"] = self.timing.memory
         if hasattr(self, "method"):
             data.update(self.method.summary())
+        if self.membership is not None:
+            data["torchft"] = self.membership.summary()
         if error:
             data["error"] = error
         return data
@@ -673,6 +748,8 @@ class Experiment:
             if self._locked:
                 runlock.release(self.run_dir)
                 self._locked = False
+            if self.membership is not None:
+                self.membership.shutdown()
         ppl = summary["final_val_ppl"]
         log.info("done: %d steps, final val ppl %s, throughput %.0f tokens/s simulated (%.1f s), wall %.1f s -> %s",
                  summary["steps"], f"{ppl:.2f}" if ppl is not None else "n/a (numerics off)",

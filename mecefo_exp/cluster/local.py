@@ -124,13 +124,17 @@ class LocalCluster:
         average_gradients(self.params, counts)
         return StepResult(loss_sum / n_losses if n_losses else float("nan"), losses, counts, tokens)
 
-    # The two hooks the torchrun tier overrides: which micro-batches this process runs,
-    # and how the partial sums of gradients and losses are combined.
+    # The hooks the torchrun and torchft tiers override: which micro-batches this process
+    # runs, how the partial sums of gradients and losses are combined, and whether the
+    # step may be applied (torchft: every live worker's vote).
     def my_share(self, plan: Plan) -> Dict[str, List[Sample]]:
         return plan.by_mode()
 
     def reduce(self, losses: Dict[Sample, float], tokens: int):
         return sum(losses.values()), len(losses), tokens
+
+    def commit(self) -> bool:
+        return True
 
 
 def contributor_counts(plan: Plan, modes: Dict[str, Mode], params: Dict[str, torch.nn.Parameter]) -> Dict[str, int]:

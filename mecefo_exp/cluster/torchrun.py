@@ -66,10 +66,12 @@ def agree_run_dir(proposed: str, root: Path) -> str:
 
 
 class TorchrunCluster(LocalCluster):
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, rank: Optional[int] = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.rank = dist.get_rank()
-        self.world = dist.get_world_size()
+        self.rank = dist.get_rank() if rank is None else rank  # torchft passes its worker id
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> None:
+        dist.all_reduce(tensor)
 
     def my_share(self, plan: Plan) -> Dict[str, List[Sample]]:
         mine = Plan(plan.step, {self.rank: plan.work.get(self.rank, [])})
@@ -79,7 +81,7 @@ class TorchrunCluster(LocalCluster):
         """Sum every rank's gradient contributions (zeros where a rank has none) and losses."""
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params.values()]
         flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat)
+        self.all_reduce_sum(flat)
         offset = 0
         for p in self.params.values():
             n = p.numel()
@@ -87,7 +89,7 @@ class TorchrunCluster(LocalCluster):
             offset += n
         stats = torch.tensor([sum(losses.values()), float(len(losses)), float(tokens)], dtype=torch.float64,
                              device=flat.device)
-        dist.all_reduce(stats)
+        self.all_reduce_sum(stats)
         return stats[0].item(), int(stats[1].item()), int(stats[2].item())
 
 

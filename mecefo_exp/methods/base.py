@@ -64,6 +64,11 @@ class Method:
     def on_recover(self, worker: int) -> None:
         self.down.discard(worker)
 
+    def needs_workers(self) -> set:
+        """Workers the next plan may give work to. Here all of them: a failed worker's work
+        runs on its replacement (the torchft tier starts a spare process for it)."""
+        return set(range(self.n))
+
     def plan(self, step: int) -> Plan:
         """Failure-free data parallelism: every worker computes its own micro-batch."""
         return Plan(step, {w: [WorkItem(Sample(step, w))] for w in range(self.n)})
@@ -206,6 +211,9 @@ class InPlaceMethod(RollbackMethod):
         self.counts: Dict[str, int] = {"fatal": 0}
 
     on_failures = Method.on_failures  # each failure is covered in place, one by one
+
+    def needs_workers(self) -> set:
+        return set(range(self.n)) - self.down  # the survivors cover the failed workers' work
 
     def on_failure(self, worker: int) -> None:
         Method.on_failure(self, worker)  # mark down; RollbackMethod would restart the job

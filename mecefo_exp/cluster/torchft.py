@@ -1,0 +1,358 @@
+"""One process per worker, membership from torchft's quorum: real kills, real rejoins (issue 15).
+
+Every worker process runs the loop of the torchrun tier (the same trace, the same method
+books, the same plan; it computes only its own micro-batches). What changes is who is alive.
+torchft's lighthouse keeps a quorum of the workers whose processes heartbeat, and the
+survivors act only on what the quorum shows:
+
+    trace: worker w fails     -> w's process SIGKILLs itself. The others keep the event pending;
+                                 at their next quorum w is missing (the lighthouse's heartbeat
+                                 timeout: a real detection), and only then `method.on_failures`.
+    trace: worker w recovers  -> the launcher starts w's process again. The others wait until
+                                 its torchft Manager is up; the next quorum includes it, torchft
+                                 heals it from a live peer (model, optimizer and the harness's
+                                 books over HTTP, no disk), then everyone runs `method.on_recover`.
+    a plan needs a dead one   -> a spare (checkpoint-restart's replacement, an in-place method's
+                                 fall-back): started and healed the same way, no method hook.
+    a worker dies unplanned   -> the quorum misses it: `on_failures` as for a trace failure.
+
+The trace says *when*; the quorum says *whether*. Gradients are summed with torchft's
+allreduce (ReduceOp.SUM, not its default average) and divided by the plan's contributor
+counts, as on every tier; a step is applied only when torchft's `should_commit` agrees.
+
+One process writes the run record: the leader, worker 0 at the start, the lowest live worker
+after the leader dies. The launcher (torchft_launch.py) owns the lighthouse, the small
+coordination store below and the processes:
+
+    ready/<w>/<n>    worker w's n-th process has its Manager up (time)
+    restart/<w>      the incarnation of worker w the survivors want running
+    killed/<w>/<n>   worker w's n-th process is about to SIGKILL itself (time): a planned death
+    heal/<w>/<n>     what healing cost worker w's n-th process (json)
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import signal
+import time
+from typing import Dict, List, Optional, Set
+
+import torch
+
+from ..faults import FAIL, RECOVER
+from .torchrun import TorchrunCluster
+
+log = logging.getLogger(__name__)
+
+#: the environment the launcher gives each worker process
+ENV_WORKER, ENV_INCARNATION = "MECEFO_TORCHFT_WORKER", "MECEFO_TORCHFT_INCARNATION"
+ENV_LIGHTHOUSE, ENV_STORE, ENV_STARTED = "MECEFO_TORCHFT_LIGHTHOUSE", "MECEFO_TORCHFT_STORE", "MECEFO_TORCHFT_STARTED"
+
+
+def require_torchft() -> None:
+    try:
+        import torchft  # noqa: F401
+    except ImportError as e:
+        from ..config import ConfigError
+
+        raise ConfigError("cluster=torchft needs torchft (optional): pip install -c constraints.txt torchft==0.2.0 "
+                          f"({e})") from None
+
+
+def connect_store(address: str, timeout_s: float, is_master: bool = False):
+    from torch.distributed import TCPStore
+
+    host, port = address.rsplit(":", 1)
+    return TCPStore(host, int(port), is_master=is_master, wait_for_workers=False,
+                    timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def tensor_bytes(obj) -> int:
+    """Bytes of every tensor in a nested state dict: what a heal moved over the wire."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0
+
+
+class TorchftCluster(TorchrunCluster):
+    """This worker's micro-batches; sums through torchft's allreduce; commits through its vote."""
+
+    def __init__(self, *args, worker: int, manager, **kwargs):
+        super().__init__(*args, rank=worker, **kwargs)
+        self.manager = manager
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> None:
+        from torch.distributed import ReduceOp
+
+        self.manager.allreduce(tensor, reduce_op=ReduceOp.SUM).wait()
+
+    def commit(self) -> bool:
+        return self.manager.should_commit()
+
+
+class TorchftMembership:
+    """Which workers are alive, as torchft's quorum says; the method hears it from here.
+
+    Its books (`state_dict`) travel with the model when a worker heals, so a rejoining
+    process knows what its peers know.
+    """
+
+    def __init__(self, run, worker: int, incarnation: int, lighthouse: str, store_address: str):
+        self.run, self.me, self.n = run, worker, run.n_workers
+        cfg = run.cfg.cluster
+        self.store = connect_store(store_address, cfg.restart_timeout_s)
+        self.restart_timeout_s = cfg.restart_timeout_s
+        self.joining = incarnation > 0  # a restarted process: it enters where its peers are
+        # the books (identical on every live worker)
+        self.live: Set[int] = set(range(self.n))
+        self.incarnation: Dict[int, int] = {w: 0 for w in range(self.n)}
+        self.incarnation[worker] = incarnation
+        self.awaiting: Dict[int, float] = {}  # restarted workers not yet in a quorum -> when asked
+        self.pending: List[dict] = []  # trace events the quorum has not shown yet, in trace order
+        self.leader = 0
+        self.real: Dict[str, list] = {"failures": [], "recoveries": [], "spares": []}
+        self.manager = self._start_manager(lighthouse, cfg)
+
+    # ------------------------------------------------------------ torchft
+    def _start_manager(self, lighthouse: str, cfg):
+        from torch.distributed import TCPStore
+        from torchft import Manager, ProcessGroupGloo
+
+        backend = cfg.backend
+        if backend == "nccl" or (backend == "auto" and self.run.device.type == "cuda"):
+            from torchft import ProcessGroupNCCL as pg_cls
+        else:
+            pg_cls = ProcessGroupGloo
+        # the replica group's own store (one process per group here)
+        self._group_store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        timeout = datetime.timedelta(seconds=cfg.quorum_timeout_s)
+        return Manager(pg=pg_cls(timeout=timeout), min_replica_size=1, load_state_dict=self._load_from_peer,
+                       state_dict=self._state_for_peer, replica_id=f"worker{self.me}", store_addr="127.0.0.1",
+                       store_port=self._group_store.port, rank=0, world_size=1, lighthouse_addr=lighthouse, port=0,
+                       use_async_quorum=False, init_sync=False, timeout=timeout, quorum_timeout=timeout,
+                       connect_timeout=timeout)
+
+    def _state_for_peer(self) -> dict:
+        """What a healing peer receives: the training state and every book a later step reads."""
+        return {"training": self.run.state_dict(), "books": self.run.books(), "membership": self.state_dict()}
+
+    def _load_from_peer(self, state: dict) -> None:
+        self._healed_bytes = tensor_bytes(state)
+        self.run.load_peer_state(state["training"], state["books"])
+        self.load_state_dict(state["membership"])
+
+    def state_dict(self) -> dict:
+        return {"live": sorted(self.live), "incarnation": dict(self.incarnation), "awaiting": dict(self.awaiting),
+                "pending": [dict(e) for e in self.pending], "leader": self.leader,
+                "real": json.loads(json.dumps(self.real))}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.live, self.awaiting = set(s["live"]), dict(s["awaiting"])
+        self.incarnation = {int(k): v for k, v in s["incarnation"].items()}
+        self.pending, self.leader, self.real = list(s["pending"]), s["leader"], s["real"]
+        self.run.leader = self.leader
+
+    def start(self) -> None:
+        """First processes: wait until every worker's Manager heartbeats, then one empty
+        committed step, so that a process started later (torchft step 0) is behind its
+        peers and heals from them."""
+        if self.joining:
+            return
+        self._ready()
+        self.store.wait([f"ready/{w}/0" for w in range(self.n)], datetime.timedelta(seconds=self.restart_timeout_s))
+        self.manager.start_quorum()
+        if not self.manager.should_commit():
+            raise RuntimeError("torchft: the first quorum did not commit")
+
+    def _ready(self) -> None:
+        self.store.set(f"ready/{self.me}/{self.incarnation[self.me]}", repr(time.time()))
+
+    def _quorum(self) -> Set[int]:
+        """torchft's quorum (healing this process if it is behind), as a set of workers."""
+        started = time.time()
+        self.manager.start_quorum()
+        self._quorum_at, self._quorum_s = time.time(), time.time() - started
+        if self.joining:
+            healed = getattr(self, "_healed_bytes", None)
+            if healed is None:
+                raise RuntimeError(f"torchft: worker {self.me} rejoined without healing from a peer")
+            me, n = self.me, self.incarnation[self.me]
+            self.store.set(f"heal/{me}/{n}", json.dumps({
+                "started_at": float(os.environ.get(ENV_STARTED, started)), "quorum_and_heal_s": self._quorum_s,
+                "state_bytes": healed}))
+            self.joining = False
+        onehot = torch.zeros(self.n, dtype=torch.float64, device=self.run.device)
+        onehot[self.me] = 1.0
+        from torch.distributed import ReduceOp
+
+        self.manager.allreduce(onehot, reduce_op=ReduceOp.SUM).wait()
+        if self.manager.errored() is not None:
+            raise RuntimeError(f"torchft: the membership allreduce failed: {self.manager.errored()}")
+        return {w for w in range(self.n) if onehot[w].item() > 0.5}
+
+    def barrier(self) -> None:
+        """Every live worker gets here (a checkpoint file is complete before anyone reads it)."""
+        from torch.distributed import ReduceOp
+
+        self.manager.allreduce(torch.zeros(1, device=self.run.device), reduce_op=ReduceOp.SUM).wait()
+
+    # ------------------------------------------------------------ the trace
+    def on_trace_events(self, kind: str, events) -> None:
+        """Events of one instant from the trace: deaths happen now, hooks wait for the quorum."""
+        workers = [ev.worker for ev in events]
+        if kind == FAIL:
+            if self.me in workers:
+                self._die(events[0].time)
+            self.pending.append({"kind": FAIL, "workers": workers, "time": events[0].time, "confirm": True})
+            return
+        for ev in events:
+            dead = ev.worker not in self.live
+            if dead:
+                self._request_restart(ev.worker)
+            self.pending.append({"kind": RECOVER, "workers": [ev.worker], "time": ev.time, "confirm": dead})
+
+    def _die(self, trace_time: float) -> None:
+        me, n = self.me, self.incarnation[self.me]
+        self.store.set(f"killed/{me}/{n}", repr(time.time()))
+        log.warning("failure.kill: worker %d (process %d) is killed at simulated %.3f s", me, os.getpid(), trace_time)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def _request_restart(self, worker: int) -> None:
+        self.incarnation[worker] += 1
+        self.awaiting[worker] = time.time()
+        self.store.set(f"restart/{worker}", str(self.incarnation[worker]))
+
+    # ------------------------------------------------------------ the quorum
+    def sync(self) -> None:
+        """Before planning a step: a quorum; the method hears what it shows; spares if needed."""
+        if self.joining:
+            self._ready()  # the peers wait for this before their quorum
+        while True:
+            self._wait_for_restarts()
+            quorum = self._quorum()
+            self._apply(quorum)
+            spares = self.run.method.needs_workers() - self.live - set(self.awaiting)
+            if not spares and not self.awaiting:
+                return
+            for w in sorted(spares):
+                log.info("worker %d is needed by the plan but down: starting a spare", w)
+                self._request_restart(w)
+
+    def _wait_for_restarts(self) -> None:
+        keys = [f"ready/{w}/{self.incarnation[w]}" for w in sorted(self.awaiting)]
+        if not keys:
+            return
+        try:
+            self.store.wait(keys, datetime.timedelta(seconds=self.restart_timeout_s))
+        except Exception as e:  # the store's own timeout error names no worker
+            raise RuntimeError(f"torchft: restarted workers {sorted(self.awaiting)} were not up within "
+                               f"cluster.restart_timeout_s={self.restart_timeout_s:g} s ({e})") from None
+
+    def _apply(self, quorum: Set[int]) -> None:
+        if self.leader not in quorum:  # the writer died: the lowest live worker takes the record over
+            self.leader = min(quorum)
+            self.run.set_leader(self.leader)
+        run = self.run
+        while self.pending:
+            ev = self.pending[0]
+            workers = ev["workers"]
+            if ev["kind"] == FAIL:
+                still = [w for w in workers if w in quorum]
+                if still:
+                    raise RuntimeError(f"torchft: workers {still} were killed by the trace at {ev['time']:.3f} s but "
+                                       "are still in the quorum")
+                for w in workers:
+                    killed_at = float(self.store.get(f"killed/{w}/{self.incarnation[w]}").decode())
+                    real = {"worker": w, "step": run.step, "detection_s": self._quorum_at - killed_at,
+                            "quorum_s": self._quorum_s, "survivors": len(quorum)}
+                    self.real["failures"].append(real)
+                    run.membership_event(FAIL, w, {"trace_time_s": ev["time"], "membership": "torchft", **real})
+                self.live -= set(workers)
+                run.method.on_failures(workers)
+            else:
+                (w,) = workers
+                if ev["confirm"] and w not in quorum:
+                    break  # not back yet (it was slower than the quorum): keep the trace's order
+                detail = {"trace_time_s": ev["time"], "membership": "torchft"}
+                if ev["confirm"]:
+                    detail.update(self._rejoined(w))
+                    self.real["recoveries"].append({"worker": w, "step": run.step, **detail})
+                else:
+                    detail["note"] = "its process already ran as a spare"
+                self.live.add(w)
+                run.membership_event(RECOVER, w, detail)
+                run.method.on_recover(w)
+            self.pending.pop(0)
+        for w in sorted(self.live - quorum):  # a real fault the trace did not plan
+            real = {"worker": w, "step": run.step, "unplanned": True, "survivors": len(quorum)}
+            self.real["failures"].append(real)
+            run.membership_event(FAIL, w, {"membership": "torchft", **real})
+            self.live.discard(w)
+            run.method.on_failures([w])
+        for w in sorted(quorum - self.live):  # spares the plan asked for
+            if not any(e["kind"] == RECOVER and w in e["workers"] for e in self.pending):
+                spare = {"worker": w, "step": run.step, **self._rejoined(w)}
+                self.real["spares"].append(spare)
+                run.event("spare", w, {"membership": "torchft", **spare})
+                self.live.add(w)
+
+    def _rejoined(self, w: int) -> dict:
+        """The real cost of worker w's restart: request -> Manager up -> quorum and heal."""
+        asked = self.awaiting.pop(w, self._quorum_at)
+        n = self.incarnation[w]
+        ready_at = float(self.store.get(f"ready/{w}/{n}").decode())
+        heal = json.loads(self.store.get(f"heal/{w}/{n}").decode())
+        return {"process_start_to_ready_s": ready_at - heal["started_at"], "heal_s": heal["quorum_and_heal_s"],
+                "state_bytes": heal["state_bytes"], "requested_to_rejoined_s": self._quorum_at - asked}
+
+    def summary(self) -> dict:
+        det = [f["detection_s"] for f in self.real["failures"] if "detection_s" in f]
+        heal = [r["heal_s"] for r in self.real["recoveries"] + self.real["spares"]]
+        return {"membership": "torchft", **self.real,
+                "detection_s_mean": sum(det) / len(det) if det else None,
+                "heal_s_mean": sum(heal) / len(heal) if heal else None}
+
+    def shutdown(self) -> None:
+        self.manager.shutdown(wait=False)
+
+
+def worker_main() -> int:
+    """One worker process (started by torchft_launch.launch): the run's config from its folder."""
+    import sys
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    run_dir = Path(sys.argv[1])
+    worker = int(os.environ[ENV_WORKER])
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    log_file = run_dir / "torchft" / f"worker-{worker}.log"
+    fmt = f"[%(asctime)s][worker {worker}][%(name)s][%(levelname)s] - %(message)s"
+    console = logging.StreamHandler()
+    console.setLevel(logging.INFO if worker == 0 and os.environ.get(ENV_INCARNATION, "0") == "0" else logging.WARNING)
+    file = logging.FileHandler(log_file)
+    for h in (console, file):
+        h.setFormatter(logging.Formatter(fmt))
+    logging.basicConfig(level=logging.INFO, handlers=[console, file])
+    for noisy in ("torchft", "torchft_quorums", "torchft_commits", "torchft_errors"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from ..trainer import Experiment, Terminated
+
+    try:
+        Experiment(cfg, run_dir).run()
+    except Terminated as e:
+        return 128 + e.signum
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(worker_main())
