@@ -57,6 +57,7 @@ class Launcher:
         self.lighthouse = None
         self.store = None
         self.lighthouse_address: Optional[str] = None
+        self.started_lighthouse = False
 
     def start_services(self) -> None:
         c = self.cfg.cluster
@@ -71,6 +72,7 @@ class Launcher:
             self.lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=1, join_timeout_ms=c.join_timeout_ms,
                                                heartbeat_timeout_ms=c.heartbeat_timeout_ms)
             self.lighthouse_address = self.lighthouse.address()
+            self.started_lighthouse = True
         log.info("torchft: lighthouse %s%s, %d workers, logs in %s", self.lighthouse_address,
                  " (started for this run)" if self.lighthouse else "", self.n, self.run_dir / "torchft")
 
@@ -156,7 +158,11 @@ def launch(cfg, run_dir: Path) -> dict:
             error = "every worker process ended, but none wrote a finished record"
         if error is not None:
             summary.update(status="failed", error=f"torchft launcher: {error}")
-            write_json_atomic(run_dir / "summary.json", summary)
+        # what only the launcher knows: where the lighthouse was, how many processes each worker had
+        summary.setdefault("torchft", {}).update(
+            lighthouse=launcher.lighthouse_address, lighthouse_started_here=launcher.started_lighthouse,
+            processes_started={str(w): n + 1 for w, n in launcher.incarnation.items()})
+        write_json_atomic(run_dir / "summary.json", summary)
     if summary.get("status") != "ok":
         raise WorkerFailed(summary.get("error", "failed"))
     return summary

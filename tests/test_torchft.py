@@ -1,0 +1,117 @@
+"""cluster=torchft (issue 15): real SIGKILLs, membership from torchft's quorum, heals from a
+live peer, and the same losses as the simulated tier on the same trace."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import MICRO, ROOT, losses_by_step, read_jsonl
+
+pytest.importorskip("torchft", reason="torchft is optional: pip install -c constraints.txt torchft==0.2.0")
+pytestmark = pytest.mark.slow
+
+WORKERS = 3
+TRACE = "time,worker,event\n3.5,2,fail\n8.5,2,recover\n"  # in steps: worker 2 dies in step 3, is back ~5 steps later
+
+
+def torchft_cmd(run_dir, *overrides):
+    micro = [o for o in MICRO if not o.startswith("cluster.n_workers")]
+    return [sys.executable, "run.py", "cluster=torchft", f"cluster.n_workers={WORKERS}", *micro, *overrides,
+            f"hydra.run.dir={run_dir}"]
+
+
+def env():
+    return dict(os.environ, OMP_NUM_THREADS="1", RUST_LOG="warn")
+
+
+def worker_processes(run_dir: Path):
+    """Live processes of this run's workers (their command line names the run folder)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"mecefo_exp.cluster.torchft" in cmd and str(run_dir).encode() in cmd:
+            found.append(int(proc.name))
+    return found
+
+
+def lighthouse_is_gone(address: str) -> bool:
+    port = int(address.rsplit(":", 1)[1])
+    with socket.socket() as s:
+        s.settimeout(1.0)
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+@pytest.mark.parametrize("method,covers", [("mecefo", "neighbor"), ("oobleck", "reconfigure")])
+def test_a_real_sigkill_matches_the_simulated_tier(method, covers, run_exp, fixed_profile, tmp_path):
+    trace = tmp_path / "one.csv"
+    trace.write_text(TRACE)
+    prof = fixed_profile({"mb:mecefo[sa=1,rc=1,lr=1,r=8]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=8]": 0.016,
+                          "mecefo_svd[sa=1,rc=1,lr=1,r=8]": 0.004})
+    common = ["trainer.threads=1", f"method={method}", "failure=trace", "failure.unit=steps", f"failure.path={trace}",
+              f"cluster.profile={prof}"] + (["method.rank=8"] if method == "mecefo" else [])
+    simulated, local = run_exp(*common, f"cluster.n_workers={WORKERS}")
+    run_dir = tmp_path / "ft"
+    out = subprocess.run(torchft_cmd(run_dir, *common, "failure.kill=true"), cwd=ROOT, capture_output=True, text=True,
+                         timeout=240, env=env())
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["steps"] == simulated["steps"]
+    ft = summary["torchft"]
+    # the job was never restarted: workers 0 and 1 ran in one process each, worker 2 in two
+    assert ft["processes_started"] == {"0": 1, "1": 1, "2": 2}
+    assert [f["worker"] for f in ft["failures"]] == [2] and 0 < ft["failures"][0]["detection_s"] < 30
+    (rec,) = ft["recoveries"]
+    assert rec["worker"] == 2 and rec["state_bytes"] > 0 and rec["heal_s"] > 0
+    events = read_jsonl(run_dir / "events.jsonl")
+    kinds = [(e["kind"], e["worker"]) for e in events]
+    fail = kinds.index(("fail", 2))
+    assert events[fail]["detail"]["membership"] == "torchft"
+    assert (covers, 2) in kinds[fail:] and kinds.index(("recover", 2)) > fail
+    # the same books as the simulated tier: events at the same steps, and the same losses
+    same = lambda rows: [(e["kind"], e["worker"], e["step"]) for e in rows if e["kind"] != "checkpoint"]
+    assert same(events) == same(read_jsonl(local / "events.jsonl"))
+    la, lb = losses_by_step(run_dir), losses_by_step(local)
+    assert la.keys() == lb.keys()
+    for step in la:
+        assert la[step] == pytest.approx(lb[step], rel=1e-5), step
+    assert summary["final_val_loss"] == pytest.approx(simulated["final_val_loss"], rel=1e-5)
+    assert not worker_processes(run_dir) and lighthouse_is_gone(ft["lighthouse"])
+
+
+def test_a_failing_worker_ends_the_run_and_leaves_no_process(tmp_path):
+    """A worker that dies of an error (here: SIGTERM from outside) fails the run: the launcher
+    stops every other worker and the lighthouse, and summary.json says failed and why."""
+    run_dir = tmp_path / "ft"
+    launcher = subprocess.Popen(torchft_cmd(run_dir, "trainer.threads=1", "method=mecefo", "failure=none",
+                                            "trainer.max_steps=5000", "trainer.eval_every=0"),
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env())
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline and len(read_jsonl(run_dir / "metrics.jsonl")
+                                             if (run_dir / "metrics.jsonl").exists() else []) < 3:
+            time.sleep(0.5)
+        workers = worker_processes(run_dir)
+        assert len(workers) == WORKERS, "the workers did not start"
+        os.kill(max(workers), signal.SIGTERM)  # one of them (not the launcher)
+        out, _ = launcher.communicate(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode != 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and "exited with code" in summary["error"], summary.get("error")
+    assert not worker_processes(run_dir), "a worker outlived the run"
+    assert lighthouse_is_gone(summary["torchft"]["lighthouse"])
