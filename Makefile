@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: setup run test test-slow bench bench-gpu figures paper-mini paper-table2 paper-table3 clean
+.PHONY: setup run test test-slow test-torchft bench bench-gpu figures paper-mini paper-table2 paper-table3 clean
 
 setup: $(VENV)/.installed .cache/corpus/lee_background.cor
 
@@ -32,6 +32,11 @@ test: setup
 test-slow: setup
 	$(PY) -m pip install -q -c constraints.txt -r requirements-notebook.txt
 	$(PY) -m pytest -q -m slow
+
+# cluster=torchft: installs the optional torchft, then its tests (real SIGKILLs, ~1-2 min here)
+test-torchft: setup
+	$(PY) -m pip install -q -c constraints.txt -r requirements-torchft.txt
+	$(PY) -m pytest -q -m slow tests/test_torchft.py
 
 bench: setup
 	$(PY) bench/overhead.py
