@@ -365,9 +365,12 @@ class Experiment:
     # ------------------------------------------------------------- torchft tier
     def books(self) -> Dict:
         """What a later step reads besides the training state: clock, counters, trace, method."""
+        store = getattr(self.method, "store", None)
         return {"clock": self.clock.state_dict(), "counters": dict(self.counters),
                 "tokens_processed": self.tokens_processed, "trace_next": self.trace._next,
-                "method": self.method.state_dict(), "final_val_loss": self.final_val_loss}
+                "method": self.method.state_dict(), "final_val_loss": self.final_val_loss,
+                # the method's checkpoints on disk it may roll back to (a resume reads the folder instead)
+                "checkpoints_saved": list(store.saved) if store is not None else []}
 
     def load_books(self, h: Dict) -> None:
         self.clock.load_state_dict(h["clock"])
@@ -382,6 +385,9 @@ class Experiment:
         self._load_training_state(training)
         self.step = training["step"]
         self.load_books(books)
+        store = getattr(self.method, "store", None)
+        if store is not None:
+            store.saved = list(books["checkpoints_saved"])
 
     def set_leader(self, worker: int) -> None:
         """torchft: the record's writer died; the lowest live worker takes the record over."""

@@ -91,6 +91,29 @@ def test_a_real_sigkill_matches_the_simulated_tier(method, covers, run_exp, fixe
     assert not worker_processes(run_dir) and lighthouse_is_gone(ft["lighthouse"])
 
 
+def test_the_record_writer_dies_and_spares_replace_workers_under_a_rollback_method(run_exp, fixed_profile, tmp_path):
+    """BAFT rolls the job back to its checkpoint after each failure and runs on spares. Worker 0
+    (which writes the record) dies first, then worker 1 (the next writer): the record moves
+    on, each spare heals from a live peer, and the losses are the simulated tier's."""
+    trace = tmp_path / "two.csv"
+    trace.write_text("time,worker,event\n2.5,0,fail\n4.5,1,fail\n7.5,0,recover\n9.5,1,recover\n")
+    common = ["trainer.threads=1", "method=baft", "failure=trace", "failure.unit=steps", f"failure.path={trace}",
+              f"cluster.profile={fixed_profile()}", "cluster.n_workers=4"]
+    simulated, local = run_exp(*common)
+    run_dir = tmp_path / "ft"
+    out = subprocess.run(torchft_cmd(run_dir, *common, "failure.kill=true"), cwd=ROOT, capture_output=True, text=True,
+                         timeout=240, env=env())
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["torchft"]["processes_started"] == {"0": 2, "1": 2, "2": 1, "3": 1}
+    assert [s["worker"] for s in summary["torchft"]["spares"]] == [0, 1]
+    events = read_jsonl(run_dir / "events.jsonl")
+    same = lambda rows: [(e["kind"], e["worker"], e["step"]) for e in rows if e["kind"] != "spare"]
+    assert same(events) == same(read_jsonl(local / "events.jsonl"))
+    la, lb = losses_by_step(run_dir), losses_by_step(local)
+    assert la.keys() == lb.keys() and all(la[k] == pytest.approx(lb[k], rel=1e-5) for k in la)
+
+
 def test_a_failing_worker_ends_the_run_and_leaves_no_process(tmp_path):
     """A worker that dies of an error (here: SIGTERM from outside) fails the run: the launcher
     stops every other worker and the lighthouse, and summary.json says failed and why."""
