@@ -123,3 +123,33 @@ def _hydra_cfg(overrides):
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return compose("config", overrides=list(overrides), return_hydra_config=True).hydra
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    (["cluster=torchft", "cluster.n_workers=1"], "need >= 2 workers"),
+    (["cluster=torchft", "hardware=measured"], "each process would measure its own clock"),
+    (["cluster=torchft", "logger=wandb"], "logger=wandb with cluster=torchft"),
+    (["cluster=torchft", "cluster.lighthouse=127.0.0.1:29510"], "http://host:port"),
+    (["cluster=torchft", "cluster.heartbeat_timeout_ms=0"], "cluster.heartbeat_timeout_ms=0"),
+    (["cluster=torchft", "method=checkpoint", "method.backend=dcp"], "only torch"),
+    (["failure.kill=true"], "cluster=torchft (any method)"),
+])
+def test_torchft_settings_are_checked_before_anything_starts(overrides, needle):
+    cfg = compose_cfg(overrides)
+    with pytest.raises(ConfigError) as err:
+        validate(cfg)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_torchft_default_config_is_valid():
+    cfg = compose_cfg(["cluster=torchft", "failure.kill=true", "method=oobleck"])
+    validate(cfg)
+    assert cfg.cluster.n_workers == 3 and cfg.cluster.lighthouse is None
+
+
+def test_torchft_missing_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torchft", None)  # `import torchft` raises ImportError
+    from mecefo_exp.cluster.torchft import require_torchft
+
+    with pytest.raises(ConfigError, match=r"pip install -c constraints.txt torchft==0.2.0"):
+        require_torchft()
