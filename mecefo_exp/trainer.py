@@ -395,8 +395,8 @@ class Experiment:
         self.leader = worker
         if self.is_main and not was:
             self.records.take_over()
-            if self.progress is not None and self.progress.mode == "none":
-                self.progress.mode = "lines"
+            if self.progress is not None and self.cfg.trainer.progress != "none":
+                self.progress.mode = "lines"  # a bar would fight the dead writer's on the terminal
             for handler in logging.getLogger().handlers:  # the console says what the leader says
                 if type(handler) is logging.StreamHandler:
                     handler.setLevel(logging.INFO)
@@ -572,7 +572,8 @@ class Experiment:
 
     def train(self) -> None:
         tcfg = self.tcfg = plain(self.cfg.trainer)
-        progress = self.progress = Progress(tcfg, self.max_steps)
+        # one console per run: under torchrun and torchft only the record's writer reports
+        progress = self.progress = Progress(tcfg, self.max_steps, quiet=not self.is_main)
         if not self.resumed:
             with _signals_held():  # REFT's snapshot is a torch.save too
                 self.method.start()
@@ -789,8 +790,8 @@ class Experiment:
 class Progress:
     """A tqdm bar on a terminal, plain log lines otherwise (CI, files, sweeps)."""
 
-    def __init__(self, tcfg, total: int):
-        mode = tcfg.progress
+    def __init__(self, tcfg, total: int, quiet: bool = False):
+        mode = "none" if quiet else tcfg.progress
         if mode == "auto":
             mode = "bar" if sys.stderr.isatty() else "lines"
         self.mode, self.every, self.total = mode, max(1, tcfg.log_every), total

@@ -238,6 +238,10 @@ class TorchftMembership:
             self._ready()  # the peers wait for this before their quorum
         while True:
             self._wait_for_restarts()
+            late = [w for w, asked in self.awaiting.items() if time.time() - asked > self.restart_timeout_s]
+            if late:  # up (its Manager said so) but never in a quorum: it died after starting
+                raise RuntimeError(f"torchft: restarted workers {late} did not join a quorum within "
+                                   f"cluster.restart_timeout_s={self.restart_timeout_s:g} s")
             quorum = self._quorum()
             self._apply(quorum)
             spares = self.run.method.needs_workers() - self.live - set(self.awaiting)
