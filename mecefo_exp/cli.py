@@ -110,7 +110,7 @@ def _job(cfg: DictConfig, run_dir: Path):
 
     try:
         if cfg.cluster.name == "torchft":  # this process starts and watches one process per worker
-            from .cluster.torchft_launch import launch
+            from .torchft_launch import launch
 
             summary = launch(cfg, run_dir)
         else:

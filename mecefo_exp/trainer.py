@@ -92,7 +92,7 @@ def _signals_held():
 
 
 @contextlib.contextmanager
-def _signals_end_the_run():
+def signals_end_the_run():
     """Turn SIGTERM/SIGHUP into `Terminated` while the run is on (main thread only: Python's rule)."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -739,7 +739,7 @@ class Experiment:
         """Train and write the record; summary.json says `failed` if anything goes wrong
         (an exception, a full disk, SIGTERM/SIGHUP/Ctrl-C), with the reason."""
         try:
-            with _signals_end_the_run():
+            with signals_end_the_run():
                 try:
                     self.setup()
                     self.train()

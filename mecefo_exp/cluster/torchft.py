@@ -21,7 +21,7 @@ allreduce (ReduceOp.SUM, not its default average) and divided by the plan's cont
 counts, as on every tier; a step is applied only when torchft's `should_commit` agrees.
 
 One process writes the run record: the leader, worker 0 at the start, the lowest live worker
-after the leader dies. The launcher (torchft_launch.py) owns the lighthouse, the small
+after the leader dies. The launcher (mecefo_exp/torchft_launch.py) owns the lighthouse, the small
 coordination store below and the processes:
 
     ready/<w>/<n>    worker w's n-th process has its Manager up (time)
@@ -327,36 +327,3 @@ class TorchftMembership:
 
     def shutdown(self) -> None:
         self.manager.shutdown(wait=False)
-
-
-def worker_main() -> int:
-    """One worker process (started by torchft_launch.launch): the run's config from its folder."""
-    import sys
-    from pathlib import Path
-
-    from omegaconf import OmegaConf
-
-    run_dir = Path(sys.argv[1])
-    worker = int(os.environ[ENV_WORKER])
-    cfg = OmegaConf.load(run_dir / "config.yaml")
-    log_file = run_dir / "torchft" / f"worker-{worker}.log"
-    fmt = f"[%(asctime)s][worker {worker}][%(name)s][%(levelname)s] - %(message)s"
-    console = logging.StreamHandler()
-    console.setLevel(logging.INFO if worker == 0 and os.environ.get(ENV_INCARNATION, "0") == "0" else logging.WARNING)
-    file = logging.FileHandler(log_file)
-    for h in (console, file):
-        h.setFormatter(logging.Formatter(fmt))
-    logging.basicConfig(level=logging.INFO, handlers=[console, file])
-    for noisy in ("torchft", "torchft_quorums", "torchft_commits", "torchft_errors"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    from ..trainer import Experiment, Terminated
-
-    try:
-        Experiment(cfg, run_dir).run()
-    except Terminated as e:
-        return 128 + e.signum
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(worker_main())

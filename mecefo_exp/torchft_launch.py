@@ -2,7 +2,8 @@
 
 This process trains nothing. It starts torchft's lighthouse on 127.0.0.1 (unless
 cluster.lighthouse names a running one), a small store the workers coordinate through, and
-one process per worker (`python -m mecefo_exp.cluster.torchft <run dir>`); then it watches:
+one process per worker (`python -m mecefo_exp.torchft_launch <run dir>`: `worker_main` below);
+then it watches:
 
 - a worker that SIGKILLed itself for the trace (it says so first in the store) is gone as
   planned; the survivors go on without it (cluster/torchft.py);
@@ -28,8 +29,10 @@ import time
 from pathlib import Path
 from typing import Dict, Optional
 
-from ..metrics import write_json_atomic
-from .torchft import ENV_INCARNATION, ENV_LIGHTHOUSE, ENV_STARTED, ENV_STORE, ENV_WORKER, connect_store, require_torchft
+from .cluster.torchft import (ENV_INCARNATION, ENV_LIGHTHOUSE, ENV_STARTED, ENV_STORE, ENV_WORKER, connect_store,
+                              require_torchft)
+from .metrics import write_json_atomic
+from .trainer import Experiment, Terminated, signals_end_the_run
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +83,7 @@ class Launcher:
         env = dict(os.environ, **{ENV_WORKER: str(w), ENV_INCARNATION: str(incarnation),
                                   ENV_LIGHTHOUSE: self.lighthouse_address, ENV_STORE: self.store_address,
                                   ENV_STARTED: repr(time.time())})
-        self.procs[w] = subprocess.Popen([sys.executable, "-m", "mecefo_exp.cluster.torchft", str(self.run_dir)],
+        self.procs[w] = subprocess.Popen([sys.executable, "-m", "mecefo_exp.torchft_launch", str(self.run_dir)],
                                          env=env, preexec_fn=_die_with_parent)
         self.incarnation[w] = incarnation
         if incarnation:
@@ -132,8 +135,6 @@ def launch(cfg, run_dir: Path) -> dict:
     """Run `cfg` on torchft; returns the run's summary (status ok), or raises with it failed."""
     from omegaconf import OmegaConf
 
-    from ..trainer import _signals_end_the_run
-
     # torchft's lighthouse and managers log every quorum at info (read once, at torchft's import)
     os.environ.setdefault("RUST_LOG", "warn")
     require_torchft()
@@ -143,7 +144,7 @@ def launch(cfg, run_dir: Path) -> dict:
     launcher = Launcher(cfg, run_dir)
     error: Optional[str] = None
     try:
-        with _signals_end_the_run():
+        with signals_end_the_run():
             launcher.start_services()
             for w in range(launcher.n):
                 launcher.start_worker(w, 0)
@@ -175,3 +176,32 @@ def _read_summary(run_dir: Path) -> dict:
         return json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return {"run_dir": str(run_dir)}
+
+
+def worker_main() -> int:
+    """One worker process (`python -m mecefo_exp.torchft_launch <run dir>`, started by `launch`):
+    the run's config from its folder, who it is from the environment."""
+    from omegaconf import OmegaConf
+
+    run_dir = Path(sys.argv[1])
+    worker = int(os.environ[ENV_WORKER])
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    log_file = run_dir / "torchft" / f"worker-{worker}.log"
+    fmt = f"[%(asctime)s][worker {worker}][%(name)s][%(levelname)s] - %(message)s"
+    console = logging.StreamHandler()
+    console.setLevel(logging.INFO if worker == 0 and os.environ.get(ENV_INCARNATION, "0") == "0" else logging.WARNING)
+    file = logging.FileHandler(log_file)
+    for h in (console, file):
+        h.setFormatter(logging.Formatter(fmt))
+    logging.basicConfig(level=logging.INFO, handlers=[console, file])
+    for noisy in ("torchft", "torchft_quorums", "torchft_commits", "torchft_errors"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        Experiment(cfg, run_dir).run()
+    except Terminated as e:
+        return 128 + e.signum
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(worker_main())
