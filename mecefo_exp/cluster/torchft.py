@@ -321,7 +321,8 @@ class TorchftMembership:
     def summary(self) -> dict:
         det = [f["detection_s"] for f in self.real["failures"] if "detection_s" in f]
         heal = [r["heal_s"] for r in self.real["recoveries"] + self.real["spares"]]
-        return {"membership": "torchft", **self.real,
+        # failure.kill=false: every process stays up and the trace masks failed workers (simulated membership)
+        return {"membership": "torchft" if self.run.cfg.failure.kill else "trace", **self.real,
                 "detection_s_mean": sum(det) / len(det) if det else None,
                 "heal_s_mean": sum(heal) / len(heal) if heal else None}
 
