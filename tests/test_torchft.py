@@ -91,6 +91,22 @@ def test_a_real_sigkill_matches_the_simulated_tier(method, covers, run_exp, fixe
     assert not worker_processes(run_dir) and lighthouse_is_gone(ft["lighthouse"])
 
 
+def test_without_kills_every_process_stays_up_and_the_trace_masks_the_failed_worker(run_exp, fixed_profile, tmp_path):
+    """failure.kill=false on torchft: the simulated membership (as on torchrun), real collectives."""
+    trace = tmp_path / "one.csv"
+    trace.write_text(TRACE)
+    common = ["trainer.threads=1", "method=oobleck", "failure=trace", "failure.unit=steps", f"failure.path={trace}",
+              f"cluster.profile={fixed_profile()}"]
+    _, local = run_exp(*common, f"cluster.n_workers={WORKERS}")
+    run_dir = tmp_path / "ft"
+    out = subprocess.run(torchft_cmd(run_dir, *common), cwd=ROOT, capture_output=True, text=True, timeout=240, env=env())
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    ft = json.loads((run_dir / "summary.json").read_text())["torchft"]
+    assert ft["membership"] == "trace" and ft["processes_started"] == {"0": 1, "1": 1, "2": 1} and not ft["failures"]
+    la, lb = losses_by_step(run_dir), losses_by_step(local)
+    assert la.keys() == lb.keys() and all(la[k] == pytest.approx(lb[k], rel=1e-5) for k in la)
+
+
 def test_the_record_writer_dies_and_spares_replace_workers_under_a_rollback_method(run_exp, fixed_profile, tmp_path):
     """BAFT rolls the job back to its checkpoint after each failure and runs on spares. Worker 0
     (which writes the record) dies first, then worker 1 (the next writer): the record moves
