@@ -87,10 +87,7 @@ def _job(cfg: DictConfig, run_dir: Path):
     try:
         validate(cfg)
     except ConfigError as e:
-        # One line, before any compute; the folder says it did not run.
-        write_json_atomic(run_dir / "summary.json", {"status": "failed", "error": f"config: {e}"})
-        print(f"config error: {e}", file=sys.stderr)
-        sys.exit(2)
+        _config_error(run_dir, e)
     install_console(hc)  # sweep jobs' lines start with [job N]
     if cfg.data.name == "local" or cfg.data.path:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -101,9 +98,7 @@ def _job(cfg: DictConfig, run_dir: Path):
         try:
             check_tokenizer(cfg.data)
         except ConfigError as e:
-            write_json_atomic(run_dir / "summary.json", {"status": "failed", "error": f"config: {e}"})
-            print(f"config error: {e}", file=sys.stderr)
-            sys.exit(2)
+            _config_error(run_dir, e)
     log.info("run folder %s; after a crash or kill -9 continue it with:  %s", run_dir,
              resume_command(run_dir, program=_program()))
     from .trainer import Experiment, Terminated  # torch and transformers load only for a valid config
@@ -116,13 +111,18 @@ def _job(cfg: DictConfig, run_dir: Path):
         else:
             summary = Experiment(cfg, run_dir).run()
     except ConfigError as e:  # found once the config was valid (torchft missing): still one line
-        write_json_atomic(run_dir / "summary.json", {"status": "failed", "error": f"config: {e}"})
-        print(f"config error: {e}", file=sys.stderr)
-        sys.exit(2)
+        _config_error(run_dir, e)
     except Terminated as e:  # summary.json already says failed, and why
         print(f"stopped: {e} ({run_dir})", file=sys.stderr)
         sys.exit(128 + e.signum)
     return summary["final_val_ppl"]
+
+
+def _config_error(run_dir: Path, e: ConfigError) -> None:
+    """One line, before any compute; the folder says it did not run."""
+    write_json_atomic(run_dir / "summary.json", {"status": "failed", "error": f"config: {e}"})
+    print(f"config error: {e}", file=sys.stderr)
+    sys.exit(2)
 
 
 def _writes_record() -> bool:

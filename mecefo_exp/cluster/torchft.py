@@ -70,6 +70,13 @@ def connect_store(address: str, timeout_s: float, is_master: bool = False):
                     timeout=datetime.timedelta(seconds=timeout_s))
 
 
+def sum_over_quorum(manager, tensor: torch.Tensor) -> None:
+    """Sum `tensor` over the live workers in place (torchft's default would average it)."""
+    from torch.distributed import ReduceOp
+
+    manager.allreduce(tensor, reduce_op=ReduceOp.SUM).wait()
+
+
 def tensor_bytes(obj) -> int:
     """Bytes of every tensor in a nested state dict: what a heal moved over the wire."""
     if isinstance(obj, torch.Tensor):
@@ -89,9 +96,7 @@ class TorchftCluster(TorchrunCluster):
         self.manager = manager
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> None:
-        from torch.distributed import ReduceOp
-
-        self.manager.allreduce(tensor, reduce_op=ReduceOp.SUM).wait()
+        sum_over_quorum(self.manager, tensor)
 
     def commit(self) -> bool:
         return self.manager.should_commit()
@@ -122,7 +127,6 @@ class TorchftMembership:
 
     # ------------------------------------------------------------ torchft
     def _start_manager(self, lighthouse: str, cfg):
-        from torch.distributed import TCPStore
         from torchft import Manager, ProcessGroupGloo
 
         backend = cfg.backend
@@ -131,7 +135,7 @@ class TorchftMembership:
         else:
             pg_cls = ProcessGroupGloo
         # the replica group's own store (one process per group here)
-        self._group_store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        self._group_store = connect_store("127.0.0.1:0", cfg.quorum_timeout_s, is_master=True)
         timeout = datetime.timedelta(seconds=cfg.quorum_timeout_s)
         return Manager(pg=pg_cls(timeout=timeout), min_replica_size=1, load_state_dict=self._load_from_peer,
                        state_dict=self._state_for_peer, replica_id=f"worker{self.me}", store_addr="127.0.0.1",
@@ -178,7 +182,8 @@ class TorchftMembership:
         """torchft's quorum (healing this process if it is behind), as a set of workers."""
         started = time.time()
         self.manager.start_quorum()
-        self._quorum_at, self._quorum_s = time.time(), time.time() - started
+        self._quorum_at = time.time()
+        self._quorum_s = self._quorum_at - started
         if self.joining:
             healed = getattr(self, "_healed_bytes", None)
             if healed is None:
@@ -190,18 +195,14 @@ class TorchftMembership:
             self.joining = False
         onehot = torch.zeros(self.n, dtype=torch.float64, device=self.run.device)
         onehot[self.me] = 1.0
-        from torch.distributed import ReduceOp
-
-        self.manager.allreduce(onehot, reduce_op=ReduceOp.SUM).wait()
+        sum_over_quorum(self.manager, onehot)
         if self.manager.errored() is not None:
             raise RuntimeError(f"torchft: the membership allreduce failed: {self.manager.errored()}")
         return {w for w in range(self.n) if onehot[w].item() > 0.5}
 
     def barrier(self) -> None:
         """Every live worker gets here (a checkpoint file is complete before anyone reads it)."""
-        from torch.distributed import ReduceOp
-
-        self.manager.allreduce(torch.zeros(1, device=self.run.device), reduce_op=ReduceOp.SUM).wait()
+        sum_over_quorum(self.manager, torch.zeros(1, device=self.run.device))
 
     # ------------------------------------------------------------ the trace
     def on_trace_events(self, kind: str, events) -> None:
