@@ -8,6 +8,9 @@ restart or reconfiguration, so a run that degrades does not look like one that d
 from __future__ import annotations
 
 import logging
+import math
+import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -105,3 +108,62 @@ def progress_redirect():
     from tqdm.contrib.logging import logging_redirect_tqdm
 
     return logging_redirect_tqdm()
+
+
+class Progress:
+    """A tqdm bar on a terminal, plain log lines otherwise (CI, files, sweeps).
+
+    Its lines go to `logger` (the trainer's, so that a run's console reads as one voice).
+    """
+
+    def __init__(self, tcfg, total: int, quiet: bool = False, logger: Optional[logging.Logger] = None):
+        self.wanted = tcfg.progress
+        mode = "none" if quiet else tcfg.progress
+        if mode == "auto":
+            mode = "bar" if sys.stderr.isatty() else "lines"
+        self.mode, self.every, self.total = mode, max(1, tcfg.log_every), total
+        self.log = logger or logging.getLogger(__name__)
+        self.bar = None
+        self.t0 = time.perf_counter()
+        if mode == "bar":
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="step", dynamic_ncols=True)
+            # log lines (events, evaluations) go through tqdm.write while the bar is drawn
+            self._redirect = progress_redirect()
+            self._redirect.__enter__()
+
+    def update(self, step: int, loss: Optional[float], sim_s: float, tokens_per_step: int, alive: int,
+               tflops_s: Optional[float] = None) -> None:
+        if self.mode == "none":
+            return
+        tok_s = step * tokens_per_step / max(1e-9, time.perf_counter() - self.t0)
+        if loss is None:  # numerics off
+            if self.bar is not None:
+                self.bar.n = step
+                self.bar.set_postfix(sim=f"{sim_s:.0f}s", alive=alive, refresh=False)
+                self.bar.refresh()
+            elif step % self.every == 0 or step == self.total:
+                self.log.info("step %d/%d  sim %.1fs  alive %d", step, self.total, sim_s, alive)
+            return
+        ppl = math.exp(min(loss, 50.0))
+        if self.bar is not None:
+            self.bar.n = step
+            self.bar.set_postfix(loss=f"{loss:.3f}", ppl=f"{ppl:.1f}", tok_s=f"{tok_s:.0f}",
+                                 tflops=f"{tflops_s or 0:.3g}", alive=alive, refresh=False)
+            self.bar.refresh()
+        elif step % self.every == 0 or step == self.total:
+            self.log.info("step %d/%d  loss %.4f  ppl %.1f  %.0f tok/s  %.3g TFLOP/s (wall)  sim %.1fs  alive %d",
+                          step, self.total, loss, ppl, tok_s, tflops_s or 0.0, sim_s, alive)
+
+    def lines_only(self) -> None:
+        """This process now speaks for the run, after another drew the bar: plain lines, which do
+        not fight the other's bar on the terminal."""
+        if self.wanted != "none":
+            self.mode = "lines"
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self._redirect.__exit__(None, None, None)
+            self.bar = None

@@ -95,24 +95,30 @@ class Trace:
         # failure-free run; expected_how names the formula (module docstring)
         self.expected = expected
         self.expected_how = expected_how
-        self._next = 0
+        self.position = 0  # index of the first event not yet handed out: the cursor a resume restores
+
+    def state_dict(self) -> Dict[str, int]:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: Dict[str, int]) -> None:
+        self.position = state["position"]
 
     def pop_until(self, t: float) -> List[FailureEvent]:
         out = []
-        while self._next < len(self.events) and self.events[self._next].time <= t:
-            out.append(self.events[self._next])
-            self._next += 1
+        while self.position < len(self.events) and self.events[self.position].time <= t:
+            out.append(self.events[self.position])
+            self.position += 1
         return out
 
     def next_failure_time(self) -> Optional[float]:
         """Time of the first pending `fail` event, if any (pending = not yet popped)."""
-        for e in self.events[self._next:]:
+        for e in self.events[self.position:]:
             if e.kind == FAIL:
                 return e.time
         return None
 
     def next_event_time(self) -> Optional[float]:
-        return self.events[self._next].time if self._next < len(self.events) else None
+        return self.events[self.position].time if self.position < len(self.events) else None
 
     def write_csv(self, path: Path) -> None:
         with open(path, "w", newline="") as f:

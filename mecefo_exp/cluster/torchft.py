@@ -109,9 +109,11 @@ class TorchftMembership:
     process knows what its peers know.
     """
 
-    def __init__(self, run, worker: int, incarnation: int, lighthouse: str, store_address: str):
+    def __init__(self, run, worker: int, incarnation: int, lighthouse: str, store_address: str, cfg,
+                 membership_from_quorum: bool):
         self.run, self.me, self.n = run, worker, run.n_workers
-        cfg = run.cfg.cluster
+        # failure.kill=false: every process stays up and the trace masks failed workers (simulated membership)
+        self.from_quorum = membership_from_quorum
         self.store = connect_store(store_address, cfg.restart_timeout_s)
         self.restart_timeout_s = cfg.restart_timeout_s
         self.joining = incarnation > 0  # a restarted process: it enters where its peers are
@@ -145,7 +147,7 @@ class TorchftMembership:
 
     def _state_for_peer(self) -> dict:
         """What a healing peer receives: the training state and every book a later step reads."""
-        return {"training": self.run.state_dict(), "books": self.run.books(), "membership": self.state_dict()}
+        return {"training": self.run.state_dict(), "books": self.run.books.state_dict(), "membership": self.state_dict()}
 
     def _load_from_peer(self, state: dict) -> None:
         self._healed_bytes = tensor_bytes(state)
@@ -322,8 +324,7 @@ class TorchftMembership:
     def summary(self) -> dict:
         det = [f["detection_s"] for f in self.real["failures"] if "detection_s" in f]
         heal = [r["heal_s"] for r in self.real["recoveries"] + self.real["spares"]]
-        # failure.kill=false: every process stays up and the trace masks failed workers (simulated membership)
-        return {"membership": "torchft" if self.run.cfg.failure.kill else "trace", **self.real,
+        return {"membership": "torchft" if self.from_quorum else "trace", **self.real,
                 "detection_s_mean": sum(det) / len(det) if det else None,
                 "heal_s_mean": sum(heal) / len(heal) if heal else None}
 

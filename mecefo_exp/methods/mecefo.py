@@ -82,7 +82,7 @@ class Mecefo(InPlaceMethod):
         cfg = self.cfg
         if cfg.lowrank_ffn:
             self.projections = LowRankProjections(self.run.model, cfg.rank, cfg.svd_every, cfg.lowrank_modules)
-            warn_if_rank_saturates(cfg, self.run.cfg.model)
+            warn_if_rank_saturates(cfg, self.run.model_cfg)
         contributes = (lambda name: not is_attention_parameter(name)) if cfg.skip_attention else (lambda name: True)
         # kernel names carry the switches, so a profile never mixes two configurations
         self.tag = f"[sa={int(cfg.skip_attention)},rc={int(cfg.recompute_ffn)},lr={int(cfg.lowrank_ffn)},r={cfg.rank}]"

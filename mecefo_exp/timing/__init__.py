@@ -20,7 +20,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import torch
 
@@ -154,14 +154,52 @@ def cached_counts(key: Dict, count) -> Dict[str, Dict[str, float]]:
     return counts
 
 
+#: where a FLOP count starts: the counting itself, the kernels it runs, the model, and every
+#: method file (methods bring kernels of their own: MeCeFO's neighbour pair, Bamboo's forward)
+COUNTING_ROOTS = ("timing/__init__.py", "timing/flops.py", "timing/kernels.py", "model.py", "methods/*.py")
+
+
+def counting_sources(package_root: Optional[Path] = None) -> List[str]:
+    """The package's source files a FLOP count can run through: the roots and every module of
+    the package they import, followed transitively (so a move or a rename follows the code)."""
+    import ast
+
+    root = Path(package_root) if package_root is not None else Path(__file__).resolve().parent.parent
+    seen = set()
+    todo = [str(p.relative_to(root)) for pattern in COUNTING_ROOTS for p in sorted(root.glob(pattern))]
+    while todo:
+        rel = todo.pop()
+        if rel in seen:
+            continue
+        seen.add(rel)
+        here = (root / rel).parent
+        for node in ast.walk(ast.parse((root / rel).read_text())):
+            if not isinstance(node, ast.ImportFrom) or not node.level:
+                continue  # the package imports itself relatively; absolute imports are other packages
+            base = here
+            for _ in range(node.level - 1):
+                base = base.parent
+            parts = node.module.split(".") if node.module else []
+            targets = [parts] if node.module else [[alias.name] for alias in node.names]
+            if node.module:  # `from .pkg import module` names modules too
+                targets += [parts + [alias.name] for alias in node.names]
+            for target in targets:
+                path = base.joinpath(*target)
+                for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+                    if candidate.is_file():
+                        todo.append(str(candidate.relative_to(root)))
+    return sorted(seen)
+
+
 def _counting_code_hash() -> str:
     """The source of everything a count runs through: a change to it must not reuse old counts."""
     import hashlib
 
     root = Path(__file__).resolve().parent.parent
-    files = ["timing/flops.py", "timing/kernels.py", "approx.py", "cluster/local.py", "model.py",
-             "methods/mecefo.py", "methods/bamboo.py", "plan.py", "optim.py"]
-    return hashlib.sha1(b"".join((root / f).read_bytes() for f in files)).hexdigest()[:12]
+    digest = hashlib.sha1()
+    for rel in counting_sources():
+        digest.update(rel.encode() + b"\0" + (root / rel).read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def build_model_on_meta(model_cfg, vocab_size: int, seed: int, dtype: torch.dtype):

@@ -1,0 +1,90 @@
+"""The harness's books: everything a later step reads besides the training state, in one object.
+
+The clock, the trace's cursor, the counters, the tokens processed, the last evaluation, the
+method's own state and the method's list of checkpoints on disk. One `state_dict` feeds the
+checkpoint's harness part (so a killed run resumes), and torchft's heal of a restarted worker
+from a live peer: resume and heal read the same books, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+from .faults import FAIL, Trace
+from .timing import SimClock
+
+
+@dataclass
+class Counters:
+    """What happened to the run so far; summary.json reports each by name."""
+
+    failures: int = 0
+    recoveries: int = 0
+    rollbacks: int = 0
+    lost_steps: int = 0
+    interrupted_steps: int = 0
+
+    def count_event(self, kind: str) -> None:
+        """A failure or recovery the method is about to hear of."""
+        if kind == FAIL:
+            self.failures += 1
+        else:
+            self.recoveries += 1
+
+    def as_dict(self) -> Dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+class Books:
+    """Stateful-like: `state_dict()` / `load_state_dict()` with the checkpoint's historical keys."""
+
+    def __init__(self, clock: SimClock, trace: Optional[Trace] = None, method=None, store=None):
+        self.clock = clock
+        self.trace = trace
+        self.method = method
+        self.store = store  # the method's disk checkpoints (None for a method that writes none)
+        self.counters = Counters()
+        self.tokens_processed = 0
+        self.final_val_loss = float("nan")
+
+    def state_dict(self) -> Dict:
+        return {"clock": self.clock.state_dict(), "counters": self.counters.as_dict(),
+                "tokens_processed": self.tokens_processed, "trace_next": self.trace.position,
+                "method": self.method.state_dict(), "final_val_loss": self.final_val_loss,
+                # the method's checkpoints on disk it may roll back to (a resume reads the folder instead)
+                "checkpoints_saved": list(self.store.saved) if self.store is not None else []}
+
+    def load_state_dict(self, state: Dict) -> None:
+        self.clock.load_state_dict(state["clock"])
+        for name, value in state["counters"].items():  # in place: the loop holds the counters
+            setattr(self.counters, name, value)
+        self.tokens_processed = state["tokens_processed"]
+        self.trace.position = state["trace_next"]
+        self.final_val_loss = state["final_val_loss"]
+        self.method.load_state_dict(state["method"])
+        if self.store is not None and "checkpoints_saved" in state:
+            self.store.saved = list(state["checkpoints_saved"])
+
+    # ---- what summary.json says of them
+    def summary(self) -> Dict:
+        c = self.counters
+        loss = self.final_val_loss
+        return {"tokens_processed": self.tokens_processed, "final_val_loss": loss,
+                "final_val_ppl": math.exp(loss) if math.isfinite(loss) else None,
+                "failures": c.failures, "rollbacks": c.rollbacks, "lost_steps": c.lost_steps,
+                "interrupted_steps": c.interrupted_steps, "time_breakdown": dict(self.clock.breakdown)}
+
+    def trace_summary(self) -> Dict:
+        sim = self.clock.now
+        actual = self.trace.stats_until(sim) if sim > 0 else {"failures": 0, "mean_workers_down": 0.0}
+        return {"failures_expected": self.trace.expected["failures"],
+                "mean_workers_down_expected": self.trace.expected["mean_workers_down"],
+                "mean_workers_down": actual["mean_workers_down"]}
+
+
+def optional_store(method) -> Optional[object]:
+    """The method's disk checkpoint store, if it keeps one."""
+    return getattr(method, "store", None)

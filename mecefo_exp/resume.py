@@ -1,0 +1,71 @@
+"""Continuing a run folder (`resume=true`): which checkpoint, what it restores, which rows it supersedes.
+
+A resume loads the newest complete checkpoint, the method's own or the harness's crash-safety
+one (`trainer.resume_every`), restores the training state and the books, and moves the rows
+written after that checkpoint (a killed segment's) to `superseded/resume-N/`, so that the
+run's files read as one uninterrupted run. summary.json keeps one record per resume.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from .config import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def previous_resumes(run_dir: Path) -> List[Dict]:
+    """The resumes the folder's summary.json already records (before it is rewritten)."""
+    try:
+        return list(json.loads((Path(run_dir) / "summary.json").read_text()).get("resumes") or [])
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
+@dataclass
+class ResumePoint:
+    step: int
+    wall_time_s: float  # the kept segments' wall time, summed: wall_time_s goes on from here
+    record: Dict  # summary.json's entry for this resume
+
+
+def resume_from_folder(run_dir: Path, method_name: str, store, resume_store, training, books, records,
+                       n_previous: int) -> ResumePoint:
+    """Restore the newest complete checkpoint into `training` and `books`; supersede later rows."""
+    if store is None:
+        raise ConfigError(f"resume=true: method={method_name} writes no checkpoints to resume from")
+    steps = store.on_disk()
+    harness_steps = resume_store.on_disk() if resume_store is not None else []
+    if not steps and not harness_steps:
+        raise ConfigError(f"resume=true but {store.root} holds no complete checkpoint")
+    # the newest of the method's checkpoints and the harness's own (trainer.resume_every);
+    # the method's stay its rollback targets either way
+    source = resume_store if harness_steps and (not steps or harness_steps[-1] > steps[-1]) else store
+    state = source.load(source.on_disk()[-1])
+    training.load_state_dict(state)
+    step = state["step"]
+    harness = state["harness"]
+    books.load_state_dict(harness)
+    store.saved = steps[-store.keep:]
+    if resume_store is not None:
+        resume_store.saved = harness_steps[-1:]
+    n = n_previous + 1
+    superseded: Dict[str, int] = {}
+    if "records" in harness:  # rows written after the checkpoint belong to the discarded segment
+        superseded = records.supersede(harness["records"], label=f"resume-{n}")
+    else:
+        log.warning("%s predates record lengths in checkpoints: rows after it are not cut", source.path(step))
+    record = {"n": n, "at": datetime.datetime.now().isoformat(timespec="seconds"), "from_step": step,
+              "checkpoint": str(source.path(step).relative_to(run_dir)), "sim_time_s": books.clock.now,
+              "superseded_rows": superseded}
+    return ResumePoint(step=step, wall_time_s=harness.get("wall_time_s", 0.0), record=record)
+
+
+def checkpoint_path(run_dir: Path, record: Dict) -> Optional[Path]:
+    return Path(run_dir) / record["checkpoint"] if record.get("checkpoint") else None

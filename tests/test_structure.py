@@ -1,0 +1,122 @@
+"""The trainer's seams: methods see only RunContext, and old run folders still resume.
+
+- Every method runs against a strict proxy of the run that refuses any member RunContext does
+  not declare (methods/base.py), and a static read of the sources finds no other `run.` member
+  in the methods, the checkpoint store or the torchft membership.
+- A run folder written by the trainer before it was taken apart into components
+  (tests/fixtures/run_before_restructuring: checkpoint-restart under failure=high, checkpoint at
+  step 4, before three failures) resumes to the same losses, clock and counters as that
+  uninterrupted run.
+"""
+
+import ast
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import MICRO, ROOT, losses_by_step
+from mecefo_exp.methods.base import run_context_members
+
+MEMBERS = run_context_members()
+FIXTURE = ROOT / "tests" / "fixtures" / "run_before_restructuring"
+
+
+class StrictRun:
+    """The run as a method sees it, with every member outside RunContext refused."""
+
+    def __init__(self, run, seen):
+        object.__setattr__(self, "_run", run)
+        object.__setattr__(self, "_seen", seen)
+
+    def __getattr__(self, name):
+        if name not in MEMBERS:
+            raise AssertionError(f"a method read run.{name}, which RunContext does not declare")
+        self._seen.add(name)
+        return getattr(self._run, name)
+
+    def __setattr__(self, name, value):
+        if name not in MEMBERS:
+            raise AssertionError(f"a method set run.{name}, which RunContext does not declare")
+        setattr(self._run, name, value)
+
+
+@pytest.mark.parametrize("method", ["checkpoint", "bamboo", "oobleck", "mecefo", "reft", "baft"])
+def test_every_method_runs_against_the_declared_context_alone(method, run_exp, monkeypatch):
+    import mecefo_exp.trainer as trainer
+
+    seen = set()
+    real_build = trainer.build_method
+    monkeypatch.setattr(trainer, "build_method", lambda cfg, run: real_build(cfg, StrictRun(run, seen)))
+    summary, _ = run_exp(f"method={method}", "failure=high", "seed=1")
+    assert summary["status"] == "ok" and summary["failures"] > 0
+    assert {"clock", "costs", "event", "n_workers"} <= seen  # the proxy was really in the way
+
+
+def _run_members_read(path: Path) -> set:
+    """Attribute names read or written on `run` / `self.run` in one source file."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute):
+            owner = node.value
+            if (isinstance(owner, ast.Name) and owner.id == "run") or (
+                    isinstance(owner, ast.Attribute) and owner.attr == "run"
+                    and isinstance(owner.value, ast.Name) and owner.value.id == "self"):
+                names.add(node.attr)
+    return names
+
+
+def test_methods_stores_and_the_membership_name_only_declared_members():
+    pkg = ROOT / "mecefo_exp"
+    files = sorted((pkg / "methods").glob("*.py")) + [pkg / "cluster" / "torchft.py"]
+    undeclared = {f.name: sorted(_run_members_read(f) - MEMBERS) for f in files}
+    assert not any(undeclared.values()), undeclared
+    assert "restore" in _run_members_read(pkg / "methods" / "base.py")  # the reader sees real uses
+
+
+def test_a_run_folder_written_before_the_restructuring_still_resumes_exactly(tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(FIXTURE, run_dir, ignore=shutil.ignore_patterns("expected.json"))
+    expected = json.loads((FIXTURE / "expected.json").read_text())
+    out = subprocess.run([sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["resumes"][0]["from_step"] == 4
+    for key in ("steps", "failures", "rollbacks", "lost_steps"):
+        assert summary[key] == expected[key], key
+    assert summary["sim_time_s"] == pytest.approx(expected["sim_time_s"], rel=1e-12)
+    assert summary["final_val_loss"] == pytest.approx(expected["final_val_loss"], rel=1e-6)
+    losses = losses_by_step(run_dir)
+    assert [losses[s] for s in sorted(losses)] == pytest.approx(expected["losses"], rel=1e-6)
+
+
+def test_the_flop_cache_key_hashes_what_counting_imports_and_follows_a_rename(tmp_path):
+    from mecefo_exp.timing import counting_sources
+
+    reached = set(counting_sources())
+    # what the count runs through: the counter, its kernels, the model, MeCeFO's approximations
+    assert {"timing/flops.py", "timing/kernels.py", "approx.py", "cluster/local.py", "model.py",
+            "methods/mecefo.py", "methods/bamboo.py", "plan.py", "optim.py"} <= reached
+    assert "trainer.py" not in reached and "data.py" not in reached  # the loop and the corpus are not counted
+
+    pkg = tmp_path / "pkg"
+    (pkg / "timing").mkdir(parents=True)
+    (pkg / "methods").mkdir()
+    (pkg / "timing" / "__init__.py").write_text("")
+    (pkg / "timing" / "flops.py").write_text("from ..helpers import f\n")
+    (pkg / "timing" / "kernels.py").write_text("from .. import model\n")
+    (pkg / "model.py").write_text("")
+    (pkg / "methods" / "mine.py").write_text("import os\nfrom ..plan import Plan\n")
+    (pkg / "plan.py").write_text("")
+    (pkg / "helpers.py").write_text("from .deep import g\n")
+    (pkg / "deep.py").write_text("g = 1\n")
+    (pkg / "unrelated.py").write_text("")
+    assert set(counting_sources(pkg)) == {"timing/__init__.py", "timing/flops.py", "timing/kernels.py", "model.py",
+                                          "methods/mine.py", "plan.py", "helpers.py", "deep.py"}
+    (pkg / "deep.py").rename(pkg / "deeper.py")  # a rename follows the code instead of crashing
+    (pkg / "helpers.py").write_text("from .deeper import g\n")
+    assert "deeper.py" in counting_sources(pkg) and "deep.py" not in counting_sources(pkg)
