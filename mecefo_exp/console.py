@@ -167,3 +167,13 @@ class Progress:
             self.bar.close()
             self._redirect.__exit__(None, None, None)
             self.bar = None
+
+
+def speak_for_the_run(progress: Optional[Progress]) -> None:
+    """This process now writes the record (a torchft worker whose writer died): its console says
+    what the writer said, in lines rather than a second bar."""
+    if progress is not None:
+        progress.lines_only()
+    for handler in logging.getLogger().handlers:
+        if type(handler) is logging.StreamHandler:
+            handler.setLevel(logging.INFO)

@@ -127,6 +127,19 @@ class Trace:
             for e in self.events:
                 w.writerow([f"{e.time:.6f}", e.worker, e.kind])
 
+    def expected_down_fraction(self) -> float:
+        """Expected share of workers down at a time (0 without failures)."""
+        down = self.expected["mean_workers_down"]
+        return down / self.n_workers if down and math.isfinite(down) else 0.0
+
+    def expected_mtbf_s(self, run_s: float) -> float:
+        """Mean time between failure instants over a run of run_s seconds (a whole 8-GPU unit
+        failing is one event for the job, not eight)."""
+        expected = self.expected.get("unit_failures", self.expected["failures"])
+        if not expected or not math.isfinite(expected):
+            return math.inf
+        return run_s / expected
+
     def stats_until(self, t_end: float) -> Dict[str, float]:
         """Failures that happened before t_end and the time-averaged number of workers down."""
         failures = sum(1 for e in self.events if e.kind == FAIL and e.time < t_end)

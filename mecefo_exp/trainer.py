@@ -16,35 +16,30 @@ console (console.py). Methods see the run only through `RunContext` (methods/bas
 from __future__ import annotations
 
 import itertools
-import logging
 import math
 import time
-from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 import torch
 
 from . import runlock
 from .books import Books, optional_store
 from .config import plain
-from .console import EventPrinter, Progress
-from .faults import FAIL, Trace, make_trace
+from .console import Progress
+from .context import Context, log
+from .faults import make_trace
 from .methods import build_method
-from .methods.base import Method
 from .methods.checkpointing import CheckpointStore
-from .metrics import RunRecords, git_sha
+from .metrics import RunRecords
 from .record import (clock_summary, identity, log_done, log_start, now_iso, record_failure,
                      warn_if_memory_does_not_fit)
 from .resume import previous_resumes, resume_from_folder
 from .signals import Terminated, signals_end_the_run, signals_held
-from .tiers import LocalTier, build_tier
-from .timing import CostModel, SimClock, Timing, build_timing, state_bytes
+from .timing import CostModel, build_timing, state_bytes
 from .training import StepNotCommitted, build_training_state, prepare_device
 from .timing.peaks import device_peak_tflops
 
 __all__ = ["Experiment", "NoProgress", "Progress", "StepNotCommitted", "Terminated", "signals_end_the_run"]
-
-log = logging.getLogger(__name__)
 
 #: attempts at one step that change nothing (same step, clock and trace position) before the
 #: loop gives up: each attempt must at least hand the method the event that interrupted it
@@ -58,58 +53,11 @@ class NoProgress(RuntimeError):
     """The loop would spin: a step was attempted again with nothing changed."""
 
 
-class Experiment:
+class Experiment(Context):
     """Builds every part from the config, then `run()` trains and leaves the run record.
 
-    It is the `RunContext` that methods, checkpoint stores and the torchft membership see.
+    Its attributes are declared on `Context` (context.py), which is what methods see of it.
     """
-
-    # ---- what the run is (fixed at construction)
-    cfg: object
-    run_dir: Path
-    n_workers: int
-    max_steps: int
-    tokens_per_step: int
-    cluster_cfg: object  # plain cluster settings (detection_s, restart_s, reconfigure_s, ...)
-    model_cfg: object
-    tier: LocalTier
-    # ---- the parts, built by setup(); None until then
-    records: Optional[RunRecords]
-    training: Optional[object]  # TrainingState, or ShapeOnlyState without numerics
-    device: Optional[torch.device]
-    method: Optional[Method]
-    timing: Optional[Timing]
-    costs: Optional[CostModel]
-    trace: Optional[Trace]
-    books: Books
-    resume_store: Optional[CheckpointStore]  # the harness's own crash-safety checkpoints
-    progress: Optional[Progress]
-    # ---- where the run is
-    step: int
-    resumed: bool
-    resumes: List[Dict]  # one record per resume of this folder, oldest first (summary.json)
-    wall_start: float
-
-    def __init__(self, cfg, run_dir: Path):
-        self.cfg = cfg
-        self.run_dir = Path(run_dir)
-        self.n_workers = cfg.cluster.n_workers
-        self.max_steps = cfg.trainer.max_steps
-        self.tokens_per_step = self.n_workers * cfg.data.micro_batch * cfg.data.seq_len
-        self.cluster_cfg = plain(cfg.cluster)
-        self.model_cfg = cfg.model
-        self.tier = build_tier(cfg, self.run_dir)
-        self.records = self.training = self.device = self.method = None
-        self.timing = self.costs = self.trace = self.resume_store = self.progress = None
-        self.books = Books(clock=SimClock())
-        self.step = 0
-        self.resumed = False
-        self.resumes = []
-        self.wall_start = time.perf_counter()
-        self._locked = False
-        self._git_sha = git_sha()  # once: summary.json is rewritten during the run
-        self._summary_at = time.perf_counter()
-        self.print_event = EventPrinter(log, cfg.trainer.log_events)  # failures, rollbacks ... on the console
 
     # ------------------------------------------------------------------ building
     def setup(self) -> None:
@@ -171,119 +119,6 @@ class Experiment:
             self.trace.write_csv(self.run_dir / "trace.csv")
         self.records.write_json("profile.json", self.timing.profile.to_json())
         warn_if_memory_does_not_fit(log, self.timing)
-
-    # ------------------------------------------------------- what methods may use (RunContext)
-    @property
-    def clock(self):
-        return self.books.clock
-
-    @property
-    def model(self):
-        return self.training.model
-
-    @property
-    def cluster(self):
-        return self.training.cluster
-
-    @property
-    def numerics(self) -> bool:
-        return self.cfg.trainer.numerics
-
-    @property
-    def is_main(self) -> bool:
-        return self.tier.is_main
-
-    @property
-    def leader(self) -> int:
-        return self.tier.leader
-
-    @leader.setter
-    def leader(self, worker: int) -> None:
-        self.tier.leader = worker
-
-    @property
-    def alive(self) -> int:
-        return self.n_workers - len(self.method.down)
-
-    @property
-    def failure_units(self) -> int:
-        """How many independent failure units the workers form (failure.unit_gpus workers each)."""
-        return self.n_workers // self.cfg.failure.unit_gpus
-
-    def expected_down_fraction(self) -> float:
-        """Expected share of workers down at a time (the trace's expectation; 0 without failures)."""
-        down = self.trace.expected["mean_workers_down"]
-        return down / self.n_workers if down and math.isfinite(down) else 0.0
-
-    def cluster_mtbf_s(self) -> float:
-        """Mean time between failures of the whole cluster, from the trace's expectation."""
-        run_s = self.costs.failure_free_step(self.n_workers).total * self.max_steps
-        # failure instants (a whole 8-GPU unit failing is one event for the job, not eight)
-        expected = self.trace.expected.get("unit_failures", self.trace.expected["failures"])
-        if not expected or not math.isfinite(expected):
-            return math.inf
-        return run_s / expected
-
-    def barrier(self) -> None:
-        self.tier.barrier()
-
-    def state_dict(self, harness: bool = False) -> Dict:
-        """References to the live state; torch.save copies it, in-memory snapshots must clone.
-
-        With `harness`, also the books a resumed run needs (clock, counters, trace position,
-        the method's state); a rollback restores only the training state. Without numerics
-        there is no training state: only the step (and no resume: such a run takes seconds).
-        """
-        state = {**self.training.state_dict(), "step": self.step}
-        if harness and self.training.numerics:
-            state["harness"] = {**self.books.state_dict(),
-                                # how long each jsonl stream was: a resume cuts back to this
-                                "records": self.records.sizes(),
-                                "wall_time_s": time.perf_counter() - self.wall_start}
-        return state
-
-    def restore(self, state: Dict, to_step: int, reason: str, worker: Optional[int] = None) -> None:
-        """Roll back for real: load the saved state, discard the steps after it."""
-        if state["step"] != to_step:
-            raise RuntimeError(f"saved state is of step {state['step']}, asked to restore step {to_step}")
-        self.training.load_state_dict(state)
-        lost = self.step - to_step
-        lost_s = self.clock.discard_steps_from(to_step)
-        self.books.counters.rollbacks += 1
-        self.books.counters.lost_steps += lost
-        self.event("rollback", worker, {"reason": reason, "from_step": self.step, "to_step": to_step,
-                                        "lost_steps": lost, "lost_s": lost_s})
-        self.step = to_step
-
-    def event(self, kind: str, worker: Optional[int] = None, detail: Optional[dict] = None) -> None:
-        row = {"sim_time_s": self.clock.now, "step": self.step, "kind": kind, "worker": worker, "detail": detail or {}}
-        self.records.event(row)
-        if self.is_main:
-            self.print_event(row)
-
-    def membership_event(self, kind: str, worker: int, detail: Dict) -> None:
-        """A failure or recovery the method is about to hear of: the event row and counters."""
-        self.event(kind, worker, detail)
-        self.books.counters.count_event(kind)
-
-    def load_peer_state(self, training: Dict, books: Dict) -> None:
-        """torchft heals this restarted worker with a live peer's state (no disk)."""
-        self.training.load_state_dict(training)
-        self.step = training["step"]
-        self.books.load_state_dict(books)
-
-    def set_leader(self, worker: int) -> None:
-        """torchft: the record's writer died; the lowest live worker takes the record over."""
-        was = self.is_main
-        self.leader = worker
-        if self.is_main and not was:
-            self.records.take_over()
-            if self.progress is not None:
-                self.progress.lines_only()
-            for handler in logging.getLogger().handlers:  # the console says what the leader says
-                if type(handler) is logging.StreamHandler:
-                    handler.setLevel(logging.INFO)
-            log.info("worker %d now writes the run record", worker)
 
     # ------------------------------------------------------------------ resume
     def resume(self) -> None:
@@ -363,7 +198,7 @@ class Experiment:
             with signals_held():  # REFT's snapshot is a torch.save too
                 method.after_step(self.step - 1)  # the state is now that before step self.step
             progress.update(self.step, row.get("loss"), clock.now, self.tokens_per_step, self.alive,
-                            tflops_s=getattr(self.training, "achieved_tflops_s", None))
+                            tflops_s=self.training.achieved_tflops_s)
             evaluated = bool(eval_every) and self.step % eval_every == 0 and self.step < self.max_steps \
                 and self.run_eval()
             self.end_of_boundary(evaluated)

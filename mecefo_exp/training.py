@@ -13,7 +13,6 @@ nothing needs saving. The loop treats both the same way.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from typing import Dict, Optional
 
@@ -24,7 +23,6 @@ from .config import ConfigError, plain
 from .data import SampleStream, load_corpus, validation_blocks
 from .model import build_model, count_parameters
 from .optim import lr_factor, make_optimizer, make_scheduler
-from .timing.peaks import device_peak_tflops
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +153,7 @@ class ShapeOnlyState:
 
     numerics = False
     stream = None  # no sample stream: nothing is computed
+    achieved_tflops_s = None
 
     def __init__(self, cfg, n_workers: int, device: torch.device, peak_tflops: Optional[float]):
         self.tcfg = plain(cfg.trainer)
