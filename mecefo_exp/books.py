@@ -38,6 +38,25 @@ class Counters:
         return dataclasses.asdict(self)
 
 
+@dataclass
+class Window:
+    """From the start of the first step to the end of the last committed one: the window the
+    Oobleck artifact divides its credited samples by (downtime inside it counts, after it not)."""
+
+    first_step_s: Optional[float] = None
+    last_step_end_s: Optional[float] = None
+
+    def commit(self, start_s: float, cost_s: float) -> None:
+        if self.first_step_s is None:
+            self.first_step_s = start_s
+        self.last_step_end_s = start_s + cost_s
+
+    def open(self, now_s: float) -> None:
+        """Training begins (the first step's earliest start, even if a failure interrupts it)."""
+        if self.first_step_s is None:
+            self.first_step_s = now_s
+
+
 class Books:
     """Stateful-like: `state_dict()` / `load_state_dict()` with the checkpoint's historical keys."""
 
@@ -49,13 +68,15 @@ class Books:
         self.counters = Counters()
         self.tokens_processed = 0
         self.final_val_loss = float("nan")
+        self.window = Window()
 
     def state_dict(self) -> Dict:
         return {"clock": self.clock.state_dict(), "counters": self.counters.as_dict(),
                 "tokens_processed": self.tokens_processed, "trace_next": self.trace.position,
                 "method": self.method.state_dict(), "final_val_loss": self.final_val_loss,
                 # the method's checkpoints on disk it may roll back to (a resume reads the folder instead)
-                "checkpoints_saved": list(self.store.saved) if self.store is not None else []}
+                "checkpoints_saved": list(self.store.saved) if self.store is not None else [],
+                "window": dataclasses.asdict(self.window)}
 
     def load_state_dict(self, state: Dict) -> None:
         self.clock.load_state_dict(state["clock"])
@@ -65,6 +86,7 @@ class Books:
         self.trace.position = state["trace_next"]
         self.final_val_loss = state["final_val_loss"]
         self.method.load_state_dict(state["method"])
+        self.window = Window(**state.get("window", {}))  # absent from checkpoints written before it existed
         if self.store is not None and "checkpoints_saved" in state:
             self.store.saved = list(state["checkpoints_saved"])
 

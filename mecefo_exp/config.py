@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
@@ -79,6 +80,14 @@ class CheckpointMethodConfig(MethodConfig):
     interval: Any = "auto"
     backend: str = "torch"  # torch (torch.save) | dcp (torch.distributed.checkpoint)
     keep: int = 2  # checkpoints kept on disk
+    # where the job restarts after a failure: on spares for the failed workers (the global batch
+    # on n workers) | on the survivors (Varuna's job morphing: the global batch on fewer workers)
+    restart_on: str = "spares"
+    checkpoint_after_failure: bool = False  # Varuna: also checkpoint on the first step after a restart
+    charge_initial_checkpoint: bool = True  # false: the step-0 state (the seeded initialisation) costs no write
+    restart_s: Optional[float] = None  # seconds of a restart (None: cluster.detection_s + cluster.restart_s)
+    # the Oobleck artifact's behaviours that are physically questionable (docs/ARTIFACT.md), as options
+    artifact_quirks: bool = False
 
 
 @dataclass
@@ -106,6 +115,7 @@ class MecefoMethodConfig(MethodConfig):
     lowrank_modules: List[str] = field(default_factory=lambda: ["gate_proj", "up_proj", "down_proj"])
     grad_error_every: int = 10  # degraded steps between gradient-error measurements (0: off)
     checkpoint_interval: Any = "auto"  # the fallback when no neighbour is eligible
+    charge_initial_checkpoint: bool = True  # false: the step-0 state (the seeded initialisation) costs no write
 
 
 @dataclass
@@ -114,19 +124,31 @@ class BambooMethodConfig(MethodConfig):
     rebalance_after_s: Optional[float] = None  # paper seconds degraded before a rebalance (None: never)
     rebalance_stall_s: float = 20.0  # Bamboo simulator, GPT-2/BERT class (METHODS.md)
     checkpoint_interval: Any = "auto"
+    # under a throughput table (hardware.compute=table): the step time while a shadow covers a
+    # failed node, as a multiple of the failure-free one (None: the shadow's two micro-batches)
+    fallback_slowdown: Optional[float] = None
+    rebalance_after_steps: Optional[int] = None  # steps degraded before a rebalance (None: rebalance_after_s)
+    fatal_restart_s: Optional[float] = None  # seconds of the restart after adjacent failures (None: cluster's)
+    charge_initial_checkpoint: bool = True  # false: the step-0 state (the seeded initialisation) costs no write
 
 
 @dataclass
 class OobleckMethodConfig(MethodConfig):
     reconfigure_s: Optional[float] = None  # None: cluster.reconfigure_s
     checkpoint_interval: Any = "auto"
+    # a recovered (or added) worker joins: at once, with a reconfiguration (on_recover) | at the
+    # next failure's reconfiguration (the Oobleck artifact: new nodes wait)
+    admit_nodes: str = "on_recover"
+    # the Oobleck artifact's behaviours that are physically questionable (docs/ARTIFACT.md), as options
+    artifact_quirks: bool = False
+    charge_initial_checkpoint: bool = True  # false: the step-0 state (the seeded initialisation) costs no write
 
 
 # --------------------------------------------------------------------------- failure
 @dataclass
 class FailureConfig:
     name: str = MISSING
-    kind: str = "none"  # none | paper | poisson | trace
+    kind: str = "none"  # none | paper | poisson | trace | nodes
     # paper (MeCeFO Table 1): one failure every `every_h` hours somewhere in a cluster of
     # `paper_workers` GPUs, each failed GPU back after `recover_h` hours.
     every_h: Optional[float] = None
@@ -142,8 +164,9 @@ class FailureConfig:
     unit_gpus: int = 1  # workers one failure takes down: 1 (a GPU) or 8 (a whole 8-GPU machine: 8 consecutive workers)
     repair: str = "fixed"  # fixed: back after recover_h | tick: back at the next multiple of recover_h | replace: a spare after replace_s
     replace_s: float = 300.0  # repair=replace: seconds (paper seconds) until a spare takes the failed unit's place
-    # trace: replay a CSV of time, worker, event (time in `unit`)
+    # trace: replay a CSV of time, worker, event (time in `unit`); nodes: t_ms,add|remove,name
     path: Optional[str] = None
+    node_ready_s: float = 45.0  # nodes: an added node is usable this long after it is added (the Oobleck artifact)
     # which workers may fail (None: all); the paper's asymmetric experiment uses a subset
     workers: Optional[List[int]] = None
     horizon_factor: float = 50.0  # draw the trace up to this multiple of the failure-free run
@@ -190,7 +213,14 @@ class HardwareConfig:
     `compute=profile` times the kernels on this machine (cached).
     """
     name: str = MISSING
-    compute: str = "flops"  # flops | profile (measure this machine; cluster.profile says how)
+    compute: str = "flops"  # flops | profile (measure this machine; cluster.profile says how) | table
+    # compute=table: a failure-free throughput per usable node count, per method (`default` for
+    # the others): {method: {nodes: samples_per_s}}; 0 = out of memory. Outside the table's
+    # range the nearest entry is used. A step is samples_per_step samples.
+    tables: Dict[str, Any] = field(default_factory=dict)
+    samples_per_step: int = 0
+    step_ms_integer: bool = False  # truncate step times to whole milliseconds (the Oobleck artifact does)
+    checkpoint_s: Optional[float] = None  # a checkpoint's seconds, replacing bytes / storage_GBps
     peak_tflops: float = 1.0  # dense bf16 (or the preset's compute dtype) per worker
     efficiency: float = 0.4  # MFU of the forward/backward kernels, in (0, 1]
     # calibrate=true: where `calibration` has the timed model, solve the efficiency so that the
@@ -274,6 +304,9 @@ class Config:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     seed: int = 0
     experiment: Optional[str] = None  # name of the experiment preset, if any
+    # a scenario preset (conf/scenario/): per-method constants the method presets read
+    # (`${oc.select:scenario.<method>.<key>,default}`), so a single run gets them too
+    scenario: Dict[str, Any] = field(default_factory=lambda: {"name": None})
     # continue the run in hydra.run.dir from its newest checkpoint (after a crash or kill -9)
     resume: bool = False
 
@@ -344,6 +377,13 @@ def hydra_output_subdir(resume: Any, output_dir: str) -> str:
     return f".hydra/resume-{n}"
 
 
+def conf_file(relative: str) -> str:
+    """The absolute path of a file shipped in conf/ (a checkout's or the wheel's), for presets."""
+    from .paths import conf_dir
+
+    return str(conf_dir() / relative)
+
+
 def user_groups() -> str:
     """The config groups a user picks from, one line each (for --help): the folders of conf/,
     without hydra/ (Hydra's own), local/ (personal) and the schema/ groups registered below."""
@@ -367,6 +407,8 @@ def register_configs() -> None:
         OmegaConf.register_new_resolver("hydra_output_subdir", hydra_output_subdir)
     if not OmegaConf.has_resolver("mecefo_groups"):
         OmegaConf.register_new_resolver("mecefo_groups", user_groups)
+    if not OmegaConf.has_resolver("conf_file"):
+        OmegaConf.register_new_resolver("conf_file", conf_file)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     cs.store(group="schema/model", name="base", node=ModelConfig)
@@ -461,6 +503,7 @@ def validate(cfg: Any) -> None:
         _check(c.name == "local", "trainer.numerics=false runs in one process: use cluster=local")
     _validate_failure(f, c.n_workers)
     _validate_method(cfg.method, c.n_workers)
+    _validate_table_fits(cfg)
     if c.name == "torchft":
         _validate_torchft(cfg)
     if f.kill and c.name != "torchft":
@@ -533,7 +576,17 @@ def model_presets() -> List[str]:
 
 
 def _validate_hardware(h: Any) -> None:
-    _check(h.compute in ("flops", "profile"), f"hardware.compute={h.compute!r}: allowed: flops, profile")
+    _check(h.compute in ("flops", "profile", "table"), f"hardware.compute={h.compute!r}: allowed: flops, profile, table")
+    if h.compute == "table":
+        _check(h.samples_per_step >= 1, f"hardware.samples_per_step={h.samples_per_step}: must be >= 1 with compute=table")
+        _check(bool(h.tables), "hardware.tables is empty: compute=table needs {method or default: {nodes: samples_per_s}}")
+        for method, table in h.tables.items():
+            _check(bool(table), f"hardware.tables.{method} is empty")
+            for nodes, tput in table.items():
+                ok = str(nodes).isdigit() and isinstance(tput, (int, float)) and math.isfinite(tput) and tput >= 0
+                _check(ok, f"hardware.tables.{method}: {nodes}: {tput!r}: expected a node count and samples/s >= 0")
+    if h.checkpoint_s is not None:
+        _check(h.checkpoint_s >= 0, f"hardware.checkpoint_s={h.checkpoint_s}: must be >= 0 seconds")
     _check(0 < h.efficiency <= 1, f"hardware.efficiency={h.efficiency}: must be in (0, 1]")
     for key in ("peak_tflops", "intra_node_GBps", "inter_node_GBps", "hbm_GBps", "host_GBps", "storage_GBps",
                 "memory_GB", "bucket_MB", "svd_efficiency"):
@@ -552,7 +605,7 @@ def _validate_hardware(h: Any) -> None:
 
 
 def _validate_failure(f: Any, n_workers: int) -> None:
-    kinds = ("none", "paper", "poisson", "trace")
+    kinds = ("none", "paper", "poisson", "trace", "nodes")
     _check(f.kind in kinds, f"failure.kind={f.kind!r}: allowed: {', '.join(kinds)}")
     _check(f.unit in ("hours", "steps", "seconds"), f"failure.unit={f.unit!r}: allowed: hours, steps, seconds")
     _check(f.process in ("per_worker", "cluster"), f"failure.process={f.process!r}: allowed: per_worker, cluster")
@@ -580,10 +633,34 @@ def _validate_failure(f: Any, n_workers: int) -> None:
             read_trace_csv(f.path, n_workers, 1.0)
         except TraceError as e:
             raise ConfigError(str(e)) from None
+    if f.kind == "nodes":
+        _check(bool(f.path), "failure.path is required for failure=nodes (a CSV of t_ms,add|remove,name)")
+        _check(f.node_ready_s >= 0, f"failure.node_ready_s={f.node_ready_s}: must be >= 0 seconds")
+        from .faults import TraceError, read_node_trace
+
+        try:
+            read_node_trace(f.path, n_workers, f.node_ready_s)
+        except TraceError as e:
+            raise ConfigError(str(e)) from None
     if f.workers is not None:
         bad = [w for w in f.workers if not 0 <= w < n_workers]
         _check(not bad, f"failure.workers={list(f.workers)}: workers {bad} do not exist (0..{n_workers - 1})")
     _check(f.horizon_factor >= 1, f"failure.horizon_factor={f.horizon_factor}: must be >= 1")
+
+
+def _validate_table_fits(cfg: Any) -> None:
+    """compute=table: the method must have a table, and fit at the run's starting node count."""
+    h = cfg.hardware
+    if h.compute != "table":
+        return
+    from .throughput import table_for
+
+    table = table_for(h.tables, cfg.method.name, h.samples_per_step)
+    _check(table is not None, f"hardware.tables has no table for method={cfg.method.name} and no default; "
+                              f"tables: {', '.join(h.tables)}")
+    _check(table.fits(cfg.cluster.n_workers),
+           f"method={cfg.method.name} cannot run here: {table.label} is 0 (out of memory) at "
+           f"{cfg.cluster.n_workers} nodes")
 
 
 def _validate_method(m: Any, n_workers: int) -> None:
@@ -600,6 +677,19 @@ def _validate_method(m: Any, n_workers: int) -> None:
         _check(m.checkpoint_every >= 1, f"method.checkpoint_every={m.checkpoint_every}: must be >= 1")
         _check(m.stages >= 1 and m.microbatches >= 1,
                f"method.stages={m.stages}, microbatches={m.microbatches}: must be >= 1")
+    if m.name == "checkpoint":
+        _check(m.restart_on in ("spares", "survivors"), f"method.restart_on={m.restart_on!r}: allowed: spares, survivors")
+        _check(m.restart_s is None or m.restart_s >= 0, f"method.restart_s={m.restart_s}: must be >= 0 seconds")
+    if m.name == "oobleck":
+        _check(m.admit_nodes in ("on_recover", "next_reconfiguration"),
+               f"method.admit_nodes={m.admit_nodes!r}: allowed: on_recover, next_reconfiguration")
+    if m.name == "bamboo":
+        _check(m.fallback_slowdown is None or m.fallback_slowdown >= 1,
+               f"method.fallback_slowdown={m.fallback_slowdown}: must be >= 1 (a multiple of the failure-free step)")
+        _check(m.rebalance_after_steps is None or m.rebalance_after_steps >= 1,
+               f"method.rebalance_after_steps={m.rebalance_after_steps}: must be >= 1")
+        _check(m.fatal_restart_s is None or m.fatal_restart_s >= 0,
+               f"method.fatal_restart_s={m.fatal_restart_s}: must be >= 0 seconds")
     if m.name == "mecefo":
         _check(m.rank >= 1, f"method.rank={m.rank}: must be >= 1")  # above the model's widths: a warning (methods/mecefo.py)
         _check(m.svd_every >= 1, f"method.svd_every={m.svd_every}: must be >= 1")

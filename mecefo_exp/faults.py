@@ -27,6 +27,14 @@ readings") choose:
   recover_h (ticks at recover_h, 2 recover_h, ... from time 0); `repair=replace`: a spare
   takes the unit's place after `replace_s` seconds (the unit recovers then).
 
+`failure=nodes` replays a node add/remove trace in the format of the Oobleck artifact's
+simulator (`t_ms,add|remove,name`, no header; docs/ARTIFACT.md): the nodes added at t=0 start
+the run and occupy the worker slots 0..n-1 in file order; a removed node never returns under its
+name (its slot fails); an added name takes the lowest free slot and becomes usable
+`failure.node_ready_s` later (its slot recovers then; removed before that, it never does). The
+replay stops at the time of the trace's last row, which is not applied (the artifact's hard
+stop): the run ends with the last step that completes before it (`Trace.stop_s`).
+
 `failure=poisson` uses the same readings with `mtbf` for every_h (per unit for per_worker,
 cluster-wide for cluster; paper_workers is not used) and `mttr` for recover_h.
 
@@ -95,6 +103,8 @@ class Trace:
         # failure-free run; expected_how names the formula (module docstring)
         self.expected = expected
         self.expected_how = expected_how
+        self.stop_s: Optional[float] = None  # the run ends here (a node trace's hard stop); None: at max_steps
+        self.start_s: Optional[float] = None  # a node trace: when the first nodes are usable (then the job starts)
         self.position = 0  # index of the first event not yet handed out: the cursor a resume restores
 
     def state_dict(self) -> Dict[str, int]:
@@ -323,6 +333,77 @@ def read_trace_csv(path: str, n_workers: int, unit_s: float) -> List[FailureEven
     return events
 
 
+def read_node_trace(path: str, n_workers: int, ready_s: float, unit_s: float = 1e-3) -> Tuple[List[FailureEvent], float]:
+    """A node add/remove trace (`t,add|remove,name` per row, no header, t in `unit_s` seconds)
+    as worker-slot events, and the hard stop (the last row's time, not applied)."""
+    p = Path(path)
+    if not p.is_file():
+        raise TraceError(f"failure.path={path}: no such file")
+    try:
+        with open(p, newline="", encoding="utf-8-sig") as f:
+            rows = [(n, r) for n, r in enumerate(csv.reader(f), start=1) if r and any(c.strip() for c in r)]
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise TraceError(f"failure.path={path}: cannot be read as a CSV of t_ms,add|remove,name ({e})") from None
+    if not rows:
+        raise TraceError(f"{path}: empty file, expected rows t_ms,add|remove,name")
+    parsed, last_t = [], 0.0
+    for lineno, row in rows:
+        if len(row) != 3:
+            raise TraceError(f"{path} line {lineno}: expected 3 fields t_ms,add|remove,name, got {len(row)}")
+        try:
+            t = float(row[0])
+        except ValueError:
+            raise TraceError(f"{path} line {lineno}: time must be a number (got {row[0]!r})") from None
+        if not math.isfinite(t) or t < 0:
+            raise TraceError(f"{path} line {lineno}: time must be a finite number >= 0 (got {row[0]!r})")
+        if t < last_t:
+            raise TraceError(f"{path} line {lineno}: time {row[0]} is before the previous row's (rows must be in time order)")
+        verb = row[1].strip().lower()
+        if verb not in ("add", "remove"):
+            raise TraceError(f"{path} line {lineno}: event {row[1]!r} unknown; allowed: add, remove")
+        parsed.append((lineno, t * unit_s, verb, row[2].strip()))
+        last_t = t
+    stop_s = parsed[-1][1]
+    initial = [name for _, t, verb, name in parsed if t == 0 and verb == "add"]
+    if len(initial) != n_workers:
+        raise TraceError(f"{path}: {len(initial)} nodes are added at t=0 but cluster.n_workers={n_workers}; "
+                         f"set cluster.n_workers={len(initial)} (one worker slot per node)")
+    slot_of: Dict[str, int] = {name: w for w, name in enumerate(initial)}
+    free: List[int] = []  # slots of removed nodes, for nodes added later
+    seen = set(initial)
+    events: List[FailureEvent] = []
+    ready_at: Dict[int, float] = {}  # slot -> when its added node becomes usable
+    for lineno, t, verb, name in parsed:
+        if t >= stop_s:
+            break  # the hard stop: the last row (and anything at its time) is not applied
+        if t == 0 and verb == "add":
+            continue
+        if verb == "add":
+            if name in seen:
+                raise TraceError(f"{path} line {lineno}: node {name!r} was added before (a removed node never "
+                                 "returns under its name)")
+            if not free:
+                raise TraceError(f"{path} line {lineno}: node {name!r} is added while all {n_workers} worker slots "
+                                 "hold nodes; the harness keeps cluster.n_workers slots (the nodes at t=0)")
+            seen.add(name)
+            slot = heapq.heappop(free)
+            slot_of[name] = slot
+            ready_at[slot] = t + ready_s
+            if t + ready_s < stop_s:
+                events.append(FailureEvent(t + ready_s, slot, RECOVER))
+        else:
+            if name not in slot_of:
+                raise TraceError(f"{path} line {lineno}: node {name!r} is removed but is not in the cluster")
+            slot = slot_of.pop(name)
+            pending = ready_at.pop(slot, None)
+            if pending is not None and pending > t:  # removed before it was ready: it never joins
+                events = [e for e in events if not (e.worker == slot and e.time == pending and e.kind == RECOVER)]
+            else:
+                events.append(FailureEvent(t, slot, FAIL))
+            heapq.heappush(free, slot)
+    return events, stop_s
+
+
 def make_trace(failure_cfg, n_workers: int, step_s: float, max_steps: int, seed: int,
                paper_run_h: float = 12.4, real_time: bool = False) -> Trace:
     """Draw (or read) the trace for a run whose failure-free step takes `step_s` seconds.
@@ -346,11 +427,17 @@ def make_trace(failure_cfg, n_workers: int, step_s: float, max_steps: int, seed:
     if kind == "none":
         return Trace([], n_workers, horizon, {"failures": 0.0, "unit_failures": 0.0, "mean_workers_down": 0.0},
                      "no failures")
-    if kind == "trace":
-        events = read_trace_csv(failure_cfg.path, n_workers, unit_s)
+    if kind in ("trace", "nodes"):
         nan = float("nan")
-        return Trace(events, n_workers, horizon, {"failures": nan, "unit_failures": nan, "mean_workers_down": nan},
-                     "a replayed trace: no expectation")
+        no_expectation = {"failures": nan, "unit_failures": nan, "mean_workers_down": nan}
+        if kind == "trace":
+            events = read_trace_csv(failure_cfg.path, n_workers, unit_s)
+            return Trace(events, n_workers, horizon, no_expectation, "a replayed trace: no expectation")
+        ready_s = float(_get(failure_cfg, "node_ready_s", 45.0))
+        events, stop_s = read_node_trace(failure_cfg.path, n_workers, ready_s)
+        trace = Trace(events, n_workers, stop_s, no_expectation, "a replayed node trace: no expectation")
+        trace.stop_s, trace.start_s = stop_s, ready_s
+        return trace
 
     process = _get(failure_cfg, "process", "per_worker")
     unit_gpus = int(_get(failure_cfg, "unit_gpus", 1))
@@ -370,7 +457,7 @@ def make_trace(failure_cfg, n_workers: int, step_s: float, max_steps: int, seed:
         unit_rate = cluster_rate = 1.0 / (failure_cfg.mtbf * unit_s)
         recover_s = failure_cfg.mttr * unit_s
     else:
-        raise ValueError(f"failure.kind={kind!r}: allowed: none, paper, poisson, trace")
+        raise ValueError(f"failure.kind={kind!r}: allowed: none, paper, poisson, trace, nodes")
     rate = unit_rate if process == "per_worker" else cluster_rate
 
     if repair == "replace":

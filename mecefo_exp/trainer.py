@@ -32,7 +32,7 @@ from .methods import build_method
 from .methods.checkpointing import CheckpointStore
 from .metrics import RunRecords
 from .record import (clock_summary, identity, log_done, log_start, now_iso, record_failure,
-                     warn_if_memory_does_not_fit)
+                     warn_if_memory_does_not_fit, window_summary)
 from .resume import previous_resumes, resume_from_folder
 from .signals import Terminated, signals_end_the_run, signals_held
 from .timing import CostModel, build_timing, state_bytes
@@ -111,7 +111,8 @@ class Experiment(Context):
         self.tier.share_profile(self.timing)
         self.training.kernel_counts = self.timing.counts
         self.costs = CostModel(self.timing.profile, cfg.cluster, cfg.hardware, self.timing.n_params,
-                               state_bytes=state_bytes(self.timing.n_params), modes=modes, max_steps=self.max_steps)
+                               state_bytes=state_bytes(self.timing.n_params), modes=modes, max_steps=self.max_steps,
+                               method=cfg.method.name)
         step_s = self.costs.failure_free_step(self.n_workers).total
         self.trace = make_trace(cfg.failure, self.n_workers, step_s, self.max_steps, cfg.seed, cfg.cluster.paper_run_h,
                                 real_time=self.costs.real_time)
@@ -155,9 +156,7 @@ class Experiment(Context):
         progress = self.progress = Progress(self.cfg.trainer, self.max_steps, quiet=not self.is_main, logger=log)
         eval_every = self.cfg.trainer.eval_every
         if not self.resumed:
-            with signals_held():  # REFT's snapshot is a torch.save too
-                method.start()
-            self.end_of_boundary(evaluated=False)
+            self.start_job()
         last, idle = None, 0
         while self.step < self.max_steps:
             here = (self.step, trace.position, clock.now)
@@ -182,12 +181,15 @@ class Experiment(Context):
                 counters.interrupted_steps += 1
                 method.interrupted(plan, t_fail - clock.now)
                 continue
+            if trace.stop_s is not None and clock.now + cost.total > trace.stop_s:
+                break  # a node trace's hard stop: this step would not complete
             try:
                 numbers = self.training.compute(plan, method, self.step)
             except StepNotCommitted as e:  # torchft: a peer died mid-step; the next quorum shows it
                 log.warning("step %d not applied: %s", self.step, e)
                 self.event("uncommitted", detail={"reason": str(e)})
                 continue
+            self.books.window.commit(clock.now, cost.total)
             clock.commit_step(self.step, cost)
             self.books.tokens_processed += numbers.pop("tokens")
             row = {"step": self.step, "tokens": (self.step + 1) * self.tokens_per_step, **numbers,
@@ -204,6 +206,16 @@ class Experiment(Context):
             self.end_of_boundary(evaluated)
         progress.close()
         self.run_eval()
+
+    def start_job(self) -> None:
+        """Before the first step of a fresh run: under a node trace the nodes provision and the
+        job starts on them; the method's start (an initial checkpoint); the window opens."""
+        if self.trace.start_s is not None:
+            self.clock.charge("stall", self.trace.start_s + self.method.job_start_s())
+        with signals_held():  # REFT's snapshot is a torch.save too
+            self.method.start()
+        self.end_of_boundary(evaluated=False)
+        self.books.window.open(self.clock.now)
 
     def end_of_boundary(self, evaluated: bool) -> None:
         """Between two steps, after all end-of-step work: write the checkpoint saved at this
@@ -248,6 +260,9 @@ class Experiment(Context):
         if self.costs is not None:
             data["clock"] = clock_summary(self.timing, self.costs, self.cfg.hardware, self.n_workers)
             data["memory"] = self.timing.memory
+            if self.costs.table is not None:
+                data["window"] = window_summary(self.books.window, self.trace, self.costs.table, self.step,
+                                                self.n_workers)
         if self.method is not None:
             data.update(self.method.summary())
         data.update(self.tier.summary())

@@ -63,6 +63,13 @@ Readings where the papers are silent (ours):
 - A step interrupted twice accumulates both elapsed parts; the rest is clamped at zero.
 - method.checkpoint_interval=auto: Young/Daly with the mean time between *fatal*
   failures, the cluster MTBF over `rollback_share` (a neighbour down at failure time).
+
+Under a throughput table (hardware.compute=table, the Oobleck artifact's model of Bamboo's
+pipelines) the table already holds the redundant computation, so no forward is added; a step
+runs at the table's throughput for the node count of the last (re)configuration, times
+`method.fallback_slowdown` while a shadow covers a failed node; the part of the interrupted
+step after the failure runs at that slowdown too; `rebalance_after_steps` rebalances after that
+many degraded steps, and `fatal_restart_s` is the restart after adjacent failures.
 """
 
 from __future__ import annotations
@@ -86,6 +93,7 @@ class Bamboo(InPlaceMethod):
         self.credit: Optional[Tuple[int, float]] = None  # (step, seconds done before a survived failure)
         self.cover_since: Optional[float] = None  # clock time of the oldest cover since the last rebalance
         self.degraded_steps = 0
+        self.degraded_since_cover = 0  # degraded steps since the current cover began
         self.counts.update(neighbor_assignments=0, rebalances=0, survived_interruptions=0)
         self._reset_ring()
 
@@ -94,6 +102,16 @@ class Bamboo(InPlaceMethod):
         self.load: Dict[int, List[int]] = {w: [w] for w in range(self.n)}  # worker -> owners it computes
         self.cover: Dict[int, int] = {}  # failed ring member -> its shadow
         self.cover_since = None
+        self.table_nodes = len(self.ring)  # compute=table: nodes at the last (re)configuration
+        self.degraded_since_cover = 0
+
+    def job_start_s(self) -> float:
+        own = self.cfg.get("fatal_restart_s")
+        return super().job_start_s() if own is None else self.run.costs.stall_s(own)
+
+    def restart_s(self) -> float:
+        own = self.cfg.get("fatal_restart_s")
+        return super().restart_s() if own is None else self.run.costs.stall_s(own)
 
     def modes(self) -> Dict[str, Mode]:
         return {"normal": NORMAL, "forward": FORWARD}
@@ -149,6 +167,8 @@ class Bamboo(InPlaceMethod):
             self.load[target].append(orphan)
         self.cover = {}
         self.cover_since = None
+        self.degraded_since_cover = 0
+        self.table_nodes = len(alive)
         self.counts["rebalances"] += 1
         self.run.event("rebalance", worker, {"reason": reason, "ring": alive, "stall_s": stall,
                                              "extra": {w: o[1:] for w, o in self.load.items() if len(o) > 1}})
@@ -177,12 +197,26 @@ class Bamboo(InPlaceMethod):
         return extra
 
     def step_cost(self, plan: Plan) -> StepCost:
+        if self.run.costs.table is not None:
+            return self._table_step_cost(plan)
         base = self.run.costs.step(plan.worker_modes(), n_allreduce=len(plan.computing_workers))
         cost = StepCost(compute=base.compute, comm=base.comm, ft_overhead=self.redundant_forward_s(plan),
                         degraded_extra=base.degraded_extra)
         if self.credit and self.credit[0] == plan.step:
             cost = _minus(cost, self.credit[1])
         return cost
+
+    def _table_step_cost(self, plan: Plan) -> StepCost:
+        """The table's step at the last configuration's node count; slowed while covering. The
+        part of an interrupted step done before the failure ran at the speed it was started at;
+        what remains runs at the slowdown."""
+        slow = (self.cfg.get("fallback_slowdown") or 2.0) if self.cover else 1.0
+        costs = self.run.costs
+        if not (self.credit and self.credit[0] == plan.step):
+            return costs.table_step(self.table_nodes, slow)
+        normal = costs.table.step_s(self.table_nodes)
+        left = max(0.0, normal - self.credit[1])
+        return StepCost(compute=left, degraded_extra=(slow - 1.0) * left)
 
     def interrupted(self, plan: Plan, elapsed: float) -> None:
         """The step survives the failure: what was done is booked to it, not lost.
@@ -197,14 +231,17 @@ class Bamboo(InPlaceMethod):
     def before_optimizer(self, plan: Plan, result) -> None:
         if plan.degraded:
             self.degraded_steps += 1
+            self.degraded_since_cover += 1
 
     def after_step(self, step: int) -> None:
         if self.credit and self.credit[0] == step:  # an interrupted step committed: it survived
             self.credit = None
             self.counts["survived_interruptions"] += 1
         super().after_step(step)  # checkpoints
-        after = self.cfg.rebalance_after_s
-        if self.cover and after is not None and self.run.clock.now - self.cover_since >= self.run.costs.stall_s(after):
+        after, after_steps = self.cfg.rebalance_after_s, self.cfg.get("rebalance_after_steps")
+        if self.cover and after_steps is not None and self.degraded_since_cover >= after_steps:
+            self._rebalance("degraded steps", None)
+        elif self.cover and after is not None and self.run.clock.now - self.cover_since >= self.run.costs.stall_s(after):
             self._rebalance("timer", None)
 
     def summary(self) -> Dict[str, object]:

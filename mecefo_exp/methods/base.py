@@ -105,6 +105,11 @@ class Method:
     def start(self) -> None:
         """Called before the first step (an initial checkpoint, for instance)."""
 
+    def job_start_s(self) -> float:
+        """Seconds from the nodes being ready to the first step (a node trace charges it): the
+        job's launch, cluster.restart_s; methods with their own start (a rendezvous) override it."""
+        return self.run.costs.stall_s(self.run.cluster_cfg.restart_s)
+
     def on_failure(self, worker: int) -> None:
         self.down.add(worker)
 
@@ -179,6 +184,7 @@ class RollbackMethod(Method):
         super().__init__(cfg, run)
         self.store = CheckpointStore(run, keep=cfg.get("keep", 2), backend=cfg.get("backend", "torch"))
         self.interval = 0
+        self.checkpoint_due = False  # checkpoint_after_failure: save after the first step of a restart
 
     def setup(self) -> None:
         self.interval = self.resolve_interval(self.cfg[self.interval_key])
@@ -203,7 +209,18 @@ class RollbackMethod(Method):
         return 1.0
 
     def start(self) -> None:
-        self.save_checkpoint(step=0)
+        # the initial state is the seeded initialisation: a preset may say it costs no write
+        self.save_checkpoint(step=0, charge_s=None if self.cfg.get("charge_initial_checkpoint", True) else 0.0)
+
+    def restart_s(self) -> float:
+        """A job restart: method.restart_s where the method states it, else detection + restart."""
+        own = self.cfg.get("restart_s")
+        cc = self.run.cluster_cfg
+        return self.run.costs.stall_s(cc.detection_s + cc.restart_s if own is None else own)
+
+    def job_start_s(self) -> float:
+        own = self.cfg.get("restart_s")
+        return super().job_start_s() if own is None else self.run.costs.stall_s(own)
 
     def save_checkpoint(self, step: int, charge_s: Optional[float] = None) -> None:
         """Write a real checkpoint of the state before step `step`; charge its time.
@@ -220,7 +237,8 @@ class RollbackMethod(Method):
         self.run.event("checkpoint", detail={"step": step, "cost_s": cost})
 
     def after_step(self, step: int) -> None:
-        if (step + 1) % self.interval == 0:
+        if (step + 1) % self.interval == 0 or self.checkpoint_due:
+            self.checkpoint_due = False
             self.save_checkpoint(step + 1)
 
     def on_failure(self, worker: int) -> None:
@@ -241,9 +259,8 @@ class RollbackMethod(Method):
         return {"checkpoint_interval": self.interval}
 
     def restart_from_checkpoint(self, worker: int, reason: str) -> None:
-        costs = self.run.costs
-        self.run.clock.charge("stall", costs.stall_s(self.run.cluster_cfg.detection_s + self.run.cluster_cfg.restart_s)
-                              + costs.storage_read_s())
+        self.run.clock.charge("stall", self.restart_s() + self.run.costs.storage_read_s())
+        self.checkpoint_due = bool(self.cfg.get("checkpoint_after_failure", False))
         saved = self.store.latest_step()
         self.run.restore(self.store.load(saved), to_step=saved, reason=reason, worker=worker)
         self.run.event("restart", worker, {"from_step": saved})
@@ -291,6 +308,29 @@ class InPlaceMethod(RollbackMethod):
 
     def after_fall_back(self) -> None:
         """Forget the method's own assignments: every worker is up again."""
+
+
+def resplit_plan(step: int, n: int, down: set) -> Plan:
+    """Elastic data parallelism that keeps the global batch: every alive worker computes its own
+    micro-batch and the down workers' micro-batches, in owner order, are dealt round-robin over
+    the alive workers. Samples are named by their owner and run in canonical order whoever
+    computes them, so the loss curve is the failure-free one, bit for bit."""
+    alive = [w for w in range(n) if w not in down]
+    work = {w: [WorkItem(Sample(step, w))] for w in alive}
+    for i, orphan in enumerate(sorted(down)):
+        work[alive[i % len(alive)]].append(WorkItem(Sample(step, orphan)))
+    return Plan(step, work, degraded=True, notes={"down": sorted(down)})
+
+
+def resplit_cost(costs, n: int, plan: Plan) -> StepCost:
+    """A re-split step: the global batch spread evenly over the computing workers, each holding
+    n / alive micro-batches' worth (beyond one: degraded_extra); under a throughput table, the
+    table's step at the number of computing workers."""
+    alive = len(plan.computing_workers)
+    if costs.table is not None:
+        return costs.table_step(alive)
+    share = n / alive
+    return costs.synchronous_step(share * costs.profile["mb:normal"], share, alive)
 
 
 def neighbors_on_ring(worker: int, n: int) -> List[int]:

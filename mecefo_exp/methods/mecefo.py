@@ -180,6 +180,8 @@ class Mecefo(InPlaceMethod):
         if not plan.degraded:
             return super().step_cost(plan)
         costs, profile = self.run.costs, self.run.costs.profile
+        if costs.table is not None:  # no node leaves the job: all n workers' samples, the neighbours' pairs slower
+            return costs.table_step(self.n, slowdown=profile[f"neighbor_pair{self.tag}"] / profile["mb:normal"])
         # the slowest worker: a neighbour (its pair kernel: two approximate micro-batches) or a normal one
         slowest = max((profile[f"neighbor_pair{self.tag}"], 2) if MODE in modes else (costs.worker_s(modes), len(modes))
                       for modes in plan.worker_modes().values())

@@ -41,11 +41,11 @@ Readings where the papers are silent (ours):
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Optional, Tuple
 
 from ..timing.clock import StepCost
-from ..plan import Plan, Sample, WorkItem
-from .base import InPlaceMethod
+from ..plan import Plan
+from .base import InPlaceMethod, resplit_cost, resplit_plan
 
 
 class Oobleck(InPlaceMethod):
@@ -56,6 +56,9 @@ class Oobleck(InPlaceMethod):
         super().__init__(cfg, run)
         self.degraded_steps = 0
         self.counts.update(reconfigurations=0)
+        self.waiting: set = set()  # admit_nodes=next_reconfiguration: recovered, joining at the next one
+        # artifact_quirks: (step, seconds left) of a step that finishes inside the reconfiguration
+        self.finishing: Optional[Tuple[int, float]] = None
 
     def rollback_share(self, p_down: float) -> float:
         """Fatal only when every other worker is down: about p_down ** (n - 1) under
@@ -68,21 +71,43 @@ class Oobleck(InPlaceMethod):
         own = self.cfg.reconfigure_s
         return self.run.cluster_cfg.reconfigure_s if own is None else own
 
+    def job_start_s(self) -> float:
+        return self.run.costs.stall_s(self.reconfigure_paper_s)  # the first re-formation of pipelines
+
     # ------------------------------------------------------------ membership
     def on_failure(self, worker: int) -> None:
         super().on_failure(worker)
+        self.down -= self.waiting  # nodes that waited for a reconfiguration join this one
+        self.waiting.clear()
         if len(self.down) >= self.n:
             self.fall_back(worker, {"reason": "no worker alive"})
         else:
             self._reconfigure("failure", worker)
 
     def on_recover(self, worker: int) -> None:
+        if worker in self.down and self.cfg.get("admit_nodes", "on_recover") == "next_reconfiguration":
+            self.waiting.add(worker)  # stays out of the plan until a failure reconfigures anyway
+            self.run.event("waiting", worker, {"down": sorted(self.down)})
+            return
         if not self.rejoins(worker):
             return
         self._reconfigure("recover", worker)
 
+    def interrupted(self, plan: Plan, elapsed: float) -> None:
+        """The step in flight is lost. With artifact_quirks, as in the artifact's simulator: a step
+        that would end within the reconfiguration that the failure starts still counts."""
+        left = self.step_cost(plan).total - elapsed
+        stall = self.run.costs.stall_s(self.reconfigure_paper_s)
+        if self.cfg.get("artifact_quirks", False) and left <= stall:
+            self.run.clock.add_to_step(plan.step, "compute", elapsed)
+            self.finishing = (plan.step, left)
+            return
+        super().interrupted(plan, elapsed)
+
     def _reconfigure(self, reason: str, worker: int) -> None:
         stall = self.run.costs.stall_s(self.reconfigure_paper_s)
+        if self.finishing is not None:  # the quirk: the step ends inside the stall, which began at the failure
+            stall -= self.finishing[1]
         self.run.clock.charge("stall", stall)
         self.counts["reconfigurations"] += 1
         self.run.event("reconfigure", worker, {"reason": reason, "alive": self.n - len(self.down),
@@ -90,22 +115,15 @@ class Oobleck(InPlaceMethod):
 
     # ------------------------------------------------------------ the step
     def plan(self, step: int) -> Plan:
-        if not self.down:
-            return super().plan(step)
-        alive = [w for w in range(self.n) if w not in self.down]
-        work = {w: [WorkItem(Sample(step, w))] for w in alive}
-        for i, orphan in enumerate(sorted(self.down)):
-            work[alive[i % len(alive)]].append(WorkItem(Sample(step, orphan)))
-        return Plan(step, work, degraded=True, notes={"down": sorted(self.down)})
+        return resplit_plan(step, self.n, self.down) if self.down else super().plan(step)
 
     def step_cost(self, plan: Plan) -> StepCost:
-        if not plan.degraded:
-            return super().step_cost(plan)
-        costs = self.run.costs
-        share = self.n / len(plan.computing_workers)  # micro-batches' worth of samples per survivor
-        return costs.synchronous_step(share * costs.profile["mb:normal"], share, len(plan.computing_workers))
+        if self.finishing is not None and self.finishing[0] == plan.step:
+            return StepCost(compute=self.finishing[1])
+        return resplit_cost(self.run.costs, self.n, plan) if plan.degraded else super().step_cost(plan)
 
     def before_optimizer(self, plan: Plan, result) -> None:
+        self.finishing = None
         if plan.degraded:
             self.degraded_steps += 1
 

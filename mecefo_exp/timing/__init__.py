@@ -117,6 +117,8 @@ def build_timing(cfg, method, modes, vocab_size: int, device: torch.device,
                                     "micro_batch": d.micro_batch, "seq_len": d.seq_len, "efficiency": efficiency,
                                     "efficiency_source": source, "peak_tflops": hw.peak_tflops}, None)
         info.update(compute="flops", efficiency=efficiency, efficiency_source=source)
+        if hw.compute == "table":  # steps come from hardware.tables; the kernels still time checkpoints and copies
+            info.update(compute="table", efficiency_source="hardware.tables (throughput per node count)")
     profile.meta["flops"] = {k: c["flops"] for k, c in counts.items()}
     pair = next((k for k in counts if k.startswith("neighbor_pair")), None)
     memory = worker_memory(n_params, hw, n, counts["mb:normal"]["saved_bytes"],

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, Optional
 
 from ..config import plain
+from ..throughput import ThroughputTable, table_for
 from .comm import allreduce_s, exposed_comm_s
 from .profile import Profile
 
@@ -48,7 +49,7 @@ class CostModel:
     """Kernel seconds + links + stalls -> simulated seconds."""
 
     def __init__(self, profile: Profile, cluster_cfg, hardware_cfg, n_params: int, state_bytes: int,
-                 modes: Dict[str, object], max_steps: int):
+                 modes: Dict[str, object], max_steps: int, method: str = ""):
         self.profile = profile
         self.max_steps = max_steps
         self.modes = modes  # mode name -> Mode (its profile kernel)
@@ -60,6 +61,20 @@ class CostModel:
         self._steps: Dict[tuple, StepCost] = {}
         self.n_params = n_params
         self.state_bytes = state_bytes  # what a checkpoint holds (fp32 weights + Adam moments), bytes
+        # hardware.compute=table: a step's seconds come from a failure-free throughput table at the
+        # number of nodes the step runs on (the Oobleck artifact's model), not from kernels and links
+        self.table: Optional[ThroughputTable] = None
+        if self.hw.get("compute") == "table":
+            self.table = table_for(self.hw.tables, method, self.hw.samples_per_step, self.hw.step_ms_integer)
+
+    def table_step(self, nodes: int, slowdown: float = 1.0, ft_overhead: float = 0.0) -> StepCost:
+        """compute=table: a step on `nodes` nodes; what `slowdown` adds is `degraded_extra`."""
+        key = ("table", nodes, slowdown, ft_overhead)
+        if key not in self._steps:
+            normal = self.table.step_s(nodes)
+            self._steps[key] = StepCost(compute=normal, ft_overhead=ft_overhead,
+                                        degraded_extra=self.table.step_s(nodes, slowdown) - normal)
+        return self._steps[key]
 
     # ---------------------------------------------------------------- communication
     @property
@@ -107,10 +122,15 @@ class CostModel:
         return self._steps[key]  # shared: a StepCost is never changed in place (bamboo._minus copies)
 
     def failure_free_step(self, n_workers: int) -> StepCost:
+        if self.table is not None:
+            return self.table_step(n_workers)
         return self.synchronous_step(self.profile["mb:normal"], 1, n_workers)
 
     def step(self, worker_modes: Dict[int, Iterable[str]], n_allreduce: int, ft_overhead: float = 0.0) -> StepCost:
-        """A step where each computing worker runs the given modes, one micro-batch each."""
+        """A step where each computing worker runs the given modes, one micro-batch each (under a
+        throughput table: the table's step at the number of computing workers)."""
+        if self.table is not None:
+            return self.table_step(len(worker_modes), ft_overhead=ft_overhead)
         worker_modes = {w: list(m) for w, m in worker_modes.items()}
         slowest = max(worker_modes.values(), key=self.worker_s, default=[])
         return self.synchronous_step(self.worker_s(slowest), len(slowest), n_allreduce, ft_overhead)
@@ -137,10 +157,14 @@ class CostModel:
     # ---------------------------------------------------------------------- storage
     def storage_write_s(self, nbytes: Optional[int] = None) -> float:
         """Writing the training state to shared storage: the slower of the kernel and the bandwidth."""
+        if self.hw.get("checkpoint_s") is not None and nbytes is None:
+            return self.hw["checkpoint_s"]
         nbytes = self.state_bytes if nbytes is None else nbytes
         return max(self.profile.kernels.get("checkpoint_save", 0.0), nbytes / (self.hw.storage_GBps * 1e9))
 
     def storage_read_s(self, nbytes: Optional[int] = None) -> float:
+        if self.hw.get("checkpoint_s") is not None and nbytes is None:
+            return 0.0  # a preset that states a checkpoint's seconds states the restart's whole (load included)
         nbytes = self.state_bytes if nbytes is None else nbytes
         return max(self.profile.kernels.get("checkpoint_load", 0.0), nbytes / (self.hw.storage_GBps * 1e9))
 

@@ -1,0 +1,93 @@
+"""Our checkpoint (Varuna), Oobleck and Bamboo against the Oobleck artifact's own simulator.
+
+    python bench/oobleck_artifact.py [--models bert_large,...] [--traces 10m,...] [--quirks]
+
+Runs the harness (numerics off) on every cell of the artifact's throughput-versus-failure-
+frequency evaluation: 3 models x 5 node traces x 3 systems, with the artifact's tables and
+constants (conf/scenario/oobleck_artifact/), and prints our samples/s beside the artifact's
+(conf/scenario/oobleck_artifact/reference.csv, produced by running the artifact's simulator
+at the commit it names) with the ratio. `--quirks` switches on the artifact's behaviours that
+we model as options (docs/ARTIFACT.md). The sweep `python run.py -m experiment=oobleck_artifact`
+runs the same cells through Hydra and writes the analysis tables.
+"""
+
+import argparse
+import csv
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+from mecefo_exp.config import register_configs, validate  # noqa: E402
+from mecefo_exp.trainer import Experiment  # noqa: E402
+
+MODELS = ("bert_large", "gpt3_2_7b", "gpt3_6_7b")
+TRACES = ("6h", "3h", "1h", "30m", "10m")
+SYSTEMS = {"checkpoint": "varuna", "oobleck": "oobleck", "bamboo": "bamboo"}
+
+
+def reference():
+    path = ROOT / "conf" / "scenario" / "oobleck_artifact" / "reference.csv"
+    with open(path) as f:
+        rows = csv.DictReader(line for line in f if not line.startswith("#"))
+        return {(r["model"], r["trace"], r["method"]): r for r in rows}
+
+
+def run_cell(model, trace, method, extra=()):
+    overrides = [f"scenario=oobleck_artifact/{model}", f"method={method}", "trainer.progress=none",
+                 "trainer.log_events=0", f"failure.path={ROOT}/conf/failure/traces/oobleck_artifact/{trace}.csv",
+                 *extra]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=overrides)
+    try:
+        validate(cfg)
+    except Exception as e:  # out of memory: the table says it cannot run
+        return None, str(e)
+    with tempfile.TemporaryDirectory() as d:
+        summary = Experiment(cfg, Path(d)).run()
+    return summary["window"]["samples_per_s"], None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--traces", default=",".join(TRACES))
+    ap.add_argument("--methods", default=",".join(SYSTEMS))
+    ap.add_argument("--quirks", action="store_true", help="switch on the artifact's behaviours we model")
+    ap.add_argument("extra", nargs="*", help="more overrides for every cell")
+    args = ap.parse_args()
+    register_configs()
+    ref = reference()
+    extra = list(args.extra) + (["+scenario.quirks=true"] if args.quirks else [])
+    t0, within, cells = time.perf_counter(), 0, 0
+    print(f"{'model':<11} {'trace':<5} {'system':<8} {'ours':>10} {'artifact':>10} {'ratio':>7}")
+    for model in args.models.split(","):
+        for trace in args.traces.split(","):
+            for method in args.methods.split(","):
+                r = ref[(model, trace, method)]
+                ours, error = run_cell(model, trace, method, extra)
+                theirs = float(r["samples_per_s"])
+                if r["status"] == "OOM" or ours is None:
+                    ok = r["status"] == "OOM" and ours is None
+                    print(f"{model:<11} {trace:<5} {SYSTEMS[method]:<8} {'OOM' if ours is None else f'{ours:.4f}':>10} "
+                          f"{'OOM' if r['status'] == 'OOM' else f'{theirs:.4f}':>10} {'same' if ok else 'DIFFER':>7}")
+                    within += ok
+                else:
+                    ratio = ours / theirs if theirs > 0 else float("inf")
+                    within += abs(ratio - 1) <= 0.02
+                    print(f"{model:<11} {trace:<5} {SYSTEMS[method]:<8} {ours:>10.4f} {theirs:>10.4f} {ratio:>7.3f}"
+                          + ("" if abs(ratio - 1) <= 0.02 else "  <- beyond 2%"))
+                cells += 1
+    print(f"{within}/{cells} cells within 2% (OOM where the artifact is OOM); {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

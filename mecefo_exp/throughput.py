@@ -1,0 +1,58 @@
+"""A failure-free throughput table: samples per second for each number of usable nodes.
+
+The Oobleck artifact's simulators time a step from such a table, one per system and model
+(docs/ARTIFACT.md). A step of `samples_per_step` samples on n nodes takes
+samples_per_step / table[n] seconds; n outside the table's range uses the nearest entry; an
+entry of 0 means the system cannot run there (out of memory), which is never divided by.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Mapping, Optional
+
+
+class CannotRun(RuntimeError):
+    """The table says the system does not fit (an entry of 0) at this node count."""
+
+
+class ThroughputTable:
+    def __init__(self, entries: Mapping, samples_per_step: int, integer_ms: bool = False, label: str = "table"):
+        self.entries: Dict[int, float] = {int(n): float(v) for n, v in entries.items()}
+        if not self.entries:
+            raise ValueError(f"{label}: empty throughput table")
+        self.samples_per_step = samples_per_step
+        self.integer_ms = integer_ms
+        self.label = label
+        self.lo, self.hi = min(self.entries), max(self.entries)
+
+    def samples_per_s(self, nodes: int) -> float:
+        """The table's entry for `nodes`, clamped to its range (no interpolation)."""
+        n = min(max(nodes, self.lo), self.hi)
+        if n not in self.entries:  # a gap inside the range: the next smaller count that is listed
+            n = max(k for k in self.entries if k <= n)
+        return self.entries[n]
+
+    def fits(self, nodes: int) -> bool:
+        return self.samples_per_s(nodes) > 0
+
+    def step_s(self, nodes: int, slowdown: float = 1.0) -> float:
+        """Seconds of one step on `nodes` nodes; `slowdown` multiplies it (a degraded pipeline)."""
+        tput = self.samples_per_s(nodes)
+        if tput <= 0:
+            raise CannotRun(f"{self.label} has no throughput at {nodes} nodes (an entry of 0: out of memory); "
+                            "this system cannot run this model there")
+        seconds = self.samples_per_step / tput
+        if self.integer_ms:  # the artifact keeps whole milliseconds, truncated, and truncates a slowed step again
+            ms = int(seconds * 1000)
+            if slowdown != 1.0:
+                ms = int(ms * slowdown)
+            return ms / 1000.0
+        return seconds * slowdown
+
+
+def table_for(tables: Mapping, method: str, samples_per_step: int, integer_ms: bool = False) -> Optional[ThroughputTable]:
+    """The method's own table, else the `default` one, else None."""
+    key = method if method in tables else "default" if "default" in tables else None
+    if key is None:
+        return None
+    return ThroughputTable(tables[key], samples_per_step, integer_ms, label=f"hardware.tables.{key}")
