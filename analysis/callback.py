@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 
 #: studies with their own analysis (a sweep whose design the default tables do not read)
 #: study name -> the module whose analyze(roots, out, figures=...) replaces the default analysis
-STUDIES = {"paper_scale": "analysis.paper_scale", "convergence": "analysis.convergence"}
+STUDIES = {"paper_scale": "analysis.paper_scale", "convergence": "analysis.convergence",
+           "oobleck_artifact": "analysis.oobleck_artifact"}
 
 
 class CollectCallback(Callback):

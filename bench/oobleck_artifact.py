@@ -43,7 +43,7 @@ def reference():
 
 def run_cell(model, trace, method, extra=()):
     overrides = [f"scenario=oobleck_artifact/{model}", f"method={method}", "trainer.progress=none",
-                 "trainer.log_events=0", f"failure.path={ROOT}/conf/failure/traces/oobleck_artifact/{trace}.csv",
+                 "trainer.log_events=0", f"scenario.trace={trace}",
                  *extra]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
@@ -66,7 +66,7 @@ def main():
     args = ap.parse_args()
     register_configs()
     ref = reference()
-    extra = list(args.extra) + (["+scenario.quirks=true"] if args.quirks else [])
+    extra = list(args.extra) + (["scenario.quirks=true"] if args.quirks else [])
     t0, within, cells = time.perf_counter(), 0, 0
     print(f"{'model':<11} {'trace':<5} {'system':<8} {'ours':>10} {'artifact':>10} {'ratio':>7}")
     for model in args.models.split(","):

@@ -105,6 +105,8 @@ def log_start(logger: logging.Logger, cfg, trace, timing, costs, training, max_s
 
 
 def warn_if_memory_does_not_fit(logger: logging.Logger, timing) -> None:
+    if timing.info.get("compute") == "table":
+        return  # a throughput table says itself where a system does not fit (an entry of 0)
     mem = timing.memory
     if not all(mem["fits"].get(k, True) for k in ("normal", "neighbour")):
         logger.warning("memory: %s does not fit in %.0f GB per worker (peak %s GB; hardware.shard=%s): "

@@ -176,7 +176,10 @@ class Experiment(Context):
                 clock.charge("stall", max(0.0, nxt - clock.now))
                 continue
             cost = method.step_cost(plan)
-            t_fail = trace.next_failure_time()
+            t_fail, t_own = trace.next_failure_time(), method.timer_s()
+            if t_own is not None and t_own < clock.now + cost.total and (t_fail is None or t_own <= t_fail):
+                method.on_timer(plan, max(0.0, t_own - clock.now))
+                continue
             if t_fail is not None and t_fail < clock.now + cost.total:
                 counters.interrupted_steps += 1
                 method.interrupted(plan, t_fail - clock.now)

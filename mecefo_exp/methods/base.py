@@ -138,6 +138,14 @@ class Method:
         """A worker of `plan` failed `elapsed` seconds into the step: by default that work is lost."""
         self.run.clock.charge("lost_work", elapsed)
 
+    def timer_s(self) -> Optional[float]:
+        """When the method's own next event falls (a restart that completes while training goes on),
+        or None. The loop calls `on_timer` then, interrupting the step in flight."""
+        return None
+
+    def on_timer(self, plan: Plan, elapsed: float) -> None:
+        """The method's timer fell `elapsed` seconds into the step of `plan`."""
+
     def before_optimizer(self, plan: Plan, result) -> None:
         """After the gradients of `plan` are aggregated, before the optimizer uses them."""
 
@@ -185,6 +193,7 @@ class RollbackMethod(Method):
         self.store = CheckpointStore(run, keep=cfg.get("keep", 2), backend=cfg.get("backend", "torch"))
         self.interval = 0
         self.checkpoint_due = False  # checkpoint_after_failure: save after the first step of a restart
+        self.last_write = (0, 0.0, 0.0)
 
     def setup(self) -> None:
         self.interval = self.resolve_interval(self.cfg[self.interval_key])
@@ -229,6 +238,7 @@ class RollbackMethod(Method):
         a killed run) already holds it.
         """
         cost = self.run.costs.storage_write_s() if charge_s is None else charge_s
+        self.last_write = (step, self.run.clock.now, cost)  # which checkpoint, when its write began, how long
         if step > 0:
             self.run.clock.add_to_step(step - 1, "ft_overhead", cost)
         else:
