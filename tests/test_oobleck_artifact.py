@@ -1,0 +1,161 @@
+"""The Oobleck artifact's model inside the harness: node traces, the throughput-table clock, and
+our Varuna (checkpoint), Oobleck and Bamboo on a hand-worked trace.
+
+The hand-worked trace: 4 nodes at t=0, usable after 1 s; node2 removed at 10 s, node4 at 20 s;
+the last row at 40 s is the hard stop. A step is 100 samples; the table gives 40 / 30 / 20
+samples/s on 4 / 3 / 2 nodes, so a step takes 2.5 / 3.333 / 5 s. Every number below is worked
+out by hand in the test's comments.
+"""
+
+import json
+
+import pytest
+
+from conftest import compose_cfg
+from mecefo_exp.config import ConfigError, validate
+from mecefo_exp.faults import FAIL, RECOVER, TraceError, read_node_trace
+
+TABLE = "{4: 40, 3: 30, 2: 20}"
+COMMON = ["hardware=table", "hardware.samples_per_step=100", "failure=nodes", "failure.node_ready_s=1",
+          "cluster.n_workers=4", "cluster.detection_s=0", "trainer.numerics=false", "trainer.max_steps=1000",
+          "trainer.eval_every=0", "trainer.progress=none", "model=llama_tiny", "data.micro_batch=1", "data.seq_len=16"]
+
+
+def trace_file(tmp_path, rows):
+    path = tmp_path / "nodes.csv"
+    path.write_text("".join(f"{t},{verb},{name}\n" for t, verb, name in rows))
+    return path
+
+
+@pytest.fixture
+def two_removals(tmp_path):
+    rows = [(0, "add", f"node{i}") for i in range(1, 5)] + [(10000, "remove", "node2"), (20000, "remove", "node4"),
+                                                             (40000, "remove", "node1")]
+    return trace_file(tmp_path, rows)
+
+
+def run(tmp_path, trace, *overrides):
+    from mecefo_exp.trainer import Experiment
+
+    cfg = compose_cfg(COMMON + [f"failure.path={trace}", f"+hardware.tables.default={TABLE}", *overrides])
+    summary = Experiment(cfg, tmp_path / "run").run()
+    assert summary["status"] == "ok"
+    return summary, tmp_path / "run"
+
+
+def test_oobleck_by_hand(tmp_path, two_removals):
+    # start: nodes ready at 1 s + a 1 s reconfiguration = 2 s. 4 nodes: steps end 4.5, 7, 9.5; the
+    # step in flight at 10 s is lost; reconfigure to 11; 3 nodes: 14.33, 17.67, lost at 20;
+    # reconfigure to 21; 2 nodes: 26, 31, 36 (41 > the hard stop at 40). 8 steps in [2, 36].
+    s, _ = run(tmp_path, two_removals, "method=oobleck", "method.reconfigure_s=1", "method.charge_initial_checkpoint=false")
+    w = s["window"]
+    assert s["steps"] == 8 and w["credited_samples"] == 800
+    assert w["train_start_s"] == pytest.approx(2.0) and w["last_step_end_s"] == pytest.approx(36.0)
+    assert w["samples_per_s"] == pytest.approx(800 / 34)
+    # ideal: 40/s on [2, 10] + 30/s on [10, 20] + 20/s on [20, 36] = 320 + 300 + 320
+    assert w["ideal_samples"] == pytest.approx(940) and w["goodput_over_ideal"] == pytest.approx(800 / 940)
+
+
+def test_varuna_by_hand(tmp_path, two_removals):
+    # start: ready at 1 s + a 3 s restart = 4 s; the step-0 state costs no write. 4 nodes: steps
+    # end 6.5, 9 (then a checkpoint of step 2: 0.5 s, to 9.5); the step in flight at 10 is lost;
+    # restart 3 s on the 3 survivors (13); nothing to roll back; step 2 ends 16.33, then the
+    # checkpoint after a failure (16.83); lost at 20; restart to 23; 2 nodes: step 3 ends 28
+    # (+0.5: 28.5), step 4 at 33.5, step 5 at 38.5 (+0.5, its cadence checkpoint); 44 > 40.
+    s, run_dir = run(tmp_path, two_removals, "method=checkpoint", "method.restart_on=survivors", "method.interval=2",
+                     "method.restart_s=3", "method.checkpoint_after_failure=true",
+                     "method.charge_initial_checkpoint=false", "hardware.checkpoint_s=0.5")
+    w = s["window"]
+    assert s["steps"] == 6 and s["rollbacks"] == 2 and s["lost_steps"] == 0
+    assert w["train_start_s"] == pytest.approx(4.0) and w["last_step_end_s"] == pytest.approx(38.5)
+    assert w["samples_per_s"] == pytest.approx(600 / 34.5)
+    events = [json.loads(line) for line in open(run_dir / "events.jsonl")]
+    assert [e["detail"]["step"] for e in events if e["kind"] == "checkpoint"] == [0, 2, 3, 4, 6]
+
+
+def test_bamboo_by_hand(tmp_path, two_removals):
+    # start: ready at 1 s + a 1 s restart = 2 s. 4 nodes: 4.5, 7, 9.5; node2 fails 0.5 s into
+    # step 3: its shadow covers, the remaining 2 s run 1.5x slower (13); one degraded step, so a
+    # rebalance (2 s, to 15) on 3 nodes: 18.33; node4 fails 1.67 s into the next step: the rest
+    # (1.67 s) at 1.5x ends at 22.5; rebalance to 24.5 on 2 nodes: 29.5, 34.5, 39.5. 9 steps.
+    s, _ = run(tmp_path, two_removals, "method=bamboo", "method.fallback_slowdown=1.5", "method.rebalance_after_steps=1",
+               "method.rebalance_stall_s=2", "method.fatal_restart_s=1", "method.charge_initial_checkpoint=false")
+    w = s["window"]
+    assert s["steps"] == 9 and s["rebalances"] == 2 and s["fatal"] == 0 and s["survived_interruptions"] == 2
+    assert w["train_start_s"] == pytest.approx(2.0) and w["last_step_end_s"] == pytest.approx(39.5)
+    assert w["samples_per_s"] == pytest.approx(900 / 37.5)
+
+
+def test_a_node_added_mid_run_joins_only_when_the_policy_says(tmp_path):
+    rows = [(0, "add", "a"), (0, "add", "b"), (0, "add", "c"), (10000, "remove", "b"), (12000, "add", "d"),
+            (30000, "remove", "c"), (50000, "remove", "a")]
+    trace = trace_file(tmp_path, rows)
+    table = ["+hardware.tables.default={3: 30, 2: 20, 1: 10}", "cluster.n_workers=3", "method=oobleck",
+             "method.reconfigure_s=1", "method.charge_initial_checkpoint=false"]
+
+    def step_costs(policy):
+        _, run_dir = run(tmp_path / policy, trace, *table, f"method.admit_nodes={policy}")
+        rows = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
+        return [r["step_cost_s"] for r in rows if 14 < r["sim_time_s"] - r["step_cost_s"] and r["sim_time_s"] < 30]
+
+    # d is usable at 13 s: admitted at once it makes 3 nodes (3.33 s steps); waiting for the next
+    # failure's reconfiguration (the artifact's Oobleck), the job stays on 2 nodes (5 s steps)
+    admitted, waiting = step_costs("on_recover"), step_costs("next_reconfiguration")
+    assert admitted and all(c == pytest.approx(100 / 30) for c in admitted)
+    assert waiting and all(c == pytest.approx(100 / 20) for c in waiting)
+
+
+def test_node_trace_rules(tmp_path):
+    rows = [(0, "add", "a"), (0, "add", "b"), (5000, "remove", "a"), (6000, "add", "c"), (7000, "remove", "c"),
+            (8000, "add", "e"), (20000, "remove", "b")]
+    events, stop = read_node_trace(str(trace_file(tmp_path, rows)), 2, ready_s=2.0)
+    assert stop == 20.0  # the last row is the hard stop and is not applied
+    # a fails at 5; c takes its slot at 6 but is removed before it is ready (8): it never joins;
+    # e takes the slot at 8, usable at 10
+    assert [(e.time, e.worker, e.kind) for e in events] == [(5.0, 0, FAIL), (10.0, 0, RECOVER)]
+    with pytest.raises(TraceError, match="was added before"):
+        read_node_trace(str(trace_file(tmp_path, [(0, "add", "a"), (1, "remove", "a"), (2, "add", "a"),
+                                                   (9, "remove", "x")])), 1, 1.0)
+    with pytest.raises(TraceError, match="all 1 worker slots"):
+        read_node_trace(str(trace_file(tmp_path, [(0, "add", "a"), (2, "add", "b"), (9, "add", "z")])), 1, 1.0)
+    with pytest.raises(TraceError, match="cluster.n_workers=3"):
+        read_node_trace(str(trace_file(tmp_path, [(0, "add", "a"), (9, "add", "z")])), 3, 1.0)
+
+
+def test_an_out_of_memory_table_is_refused_in_one_line():
+    cfg = compose_cfg(["scenario=oobleck_artifact/gpt3_2_7b", "method=bamboo"])
+    with pytest.raises(ConfigError, match=r"method=bamboo cannot run here: hardware.tables.bamboo is 0 \(out of memory\)"):
+        validate(cfg)
+
+
+def test_a_table_that_runs_out_of_memory_mid_run_fails_the_run_with_the_reason(tmp_path, two_removals):
+    from mecefo_exp.throughput import CannotRun
+    from mecefo_exp.trainer import Experiment
+
+    cfg = compose_cfg(COMMON + [f"failure.path={two_removals}", "+hardware.tables.default={4: 40, 3: 0}",
+                                "method=oobleck", "method.reconfigure_s=1"])
+    with pytest.raises(CannotRun, match="no throughput at 3 nodes"):
+        Experiment(cfg, tmp_path / "run").run()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "failed" and "out of memory" in summary["error"] and summary["steps"] == 3
+
+
+def test_the_scenario_presets_give_the_artifact_constants_to_a_single_run():
+    cfg = compose_cfg(["scenario=oobleck_artifact/gpt3_6_7b", "method=checkpoint"])
+    assert (cfg.method.interval, cfg.method.restart_s, cfg.method.restart_on) == (10, 581.0, "survivors")
+    assert cfg.hardware.checkpoint_s == 120.0 and cfg.cluster.n_workers == 30
+    assert cfg.failure.path.endswith("oobleck_artifact/10m.csv")
+    cfg = compose_cfg(["scenario=oobleck_artifact/gpt3_6_7b", "method=oobleck", "method.reconfigure_s=3"])
+    assert cfg.method.reconfigure_s == 3  # typed on the command line: wins over the preset
+    assert compose_cfg(["method=checkpoint"]).method.restart_on == "spares"  # no scenario: today's defaults
+
+
+@pytest.mark.parametrize("method,trace,expected", [("oobleck", "10m", 3.546095), ("checkpoint", "6h", 4.144960)])
+def test_two_cells_agree_with_the_artifact_when_its_behaviour_is_on(tmp_path, method, trace, expected):
+    """GPT-3 6.7B: the artifact's Oobleck at 10 minutes (the abstract's 13.9x cell) and Varuna at 6 hours."""
+    from mecefo_exp.trainer import Experiment
+
+    cfg = compose_cfg(["scenario=oobleck_artifact/gpt3_6_7b", f"method={method}", f"scenario.trace={trace}",
+                       "scenario.quirks=true", "hardware.timing_model=null", "trainer.progress=none"])
+    summary = Experiment(cfg, tmp_path / "run").run()
+    assert summary["window"]["samples_per_s"] == pytest.approx(expected, rel=2e-3)
