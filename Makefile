@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: setup run test test-slow test-torchft bench bench-gpu figures paper-mini paper-table2 paper-table3 clean
+.PHONY: setup run test test-slow test-torchft bench bench-gpu figures paper-mini paper-table2 paper-table3 oobleck-artifact clean
 
 setup: $(VENV)/.installed .cache/corpus/lee_background.cor
 
@@ -72,6 +72,13 @@ paper-table3: setup
 	@start=$$(date +%s); \
 	$(PY) run.py -m experiment=paper_table3 hydra.sweep.dir=runs/sweeps/paper_table3 && \
 	echo "paper-table3 took $$(( $$(date +%s) - start )) s"
+
+# our checkpoint (Varuna), Oobleck and Bamboo on the Oobleck artifact's own scenarios (3 models x 5
+# node traces), beside the numbers its simulator gives; tables in runs/sweeps/oobleck_artifact/analysis
+oobleck-artifact: setup
+	@start=$$(date +%s); \
+	$(PY) run.py -m experiment=oobleck_artifact hydra.sweep.dir=runs/sweeps/oobleck_artifact && \
+	echo "oobleck-artifact took $$(( $$(date +%s) - start )) s"
 
 clean:
 	rm -rf .cache runs/2* runs/sweeps
