@@ -25,7 +25,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from . import runlock
-from .config import ConfigError, register_configs, run_name, validate
+from .config import ConfigError, register_configs, run_name, validate, with_new_defaults
 from .console import install_console, resume_command
 from .metrics import write_json_atomic
 from .paths import conf_dir
@@ -79,7 +79,8 @@ def _job(cfg: DictConfig, run_dir: Path):
         cfg.resume = True  # torchrun restarted the group after a failure: continue, don't start over
     if cfg.resume and (run_dir / "config.yaml").exists():
         typed = cfg
-        cfg = OmegaConf.load(run_dir / "config.yaml")  # the run's own config (entry() refused other changes)
+        # the run's own config (entry() refused other changes), with keys added since at their defaults
+        cfg = with_new_defaults(OmegaConf.load(run_dir / "config.yaml"))
         cfg.resume = True
         typed_keys = {o.lstrip("+~").split("=", 1)[0] for o in _user_overrides(list(hc.overrides.task))}
         for key in typed_keys & set(RESUME_MAY_CHANGE):

@@ -321,6 +321,33 @@ METHOD_SCHEMAS = {
 }
 
 
+def with_new_defaults(stored: Any) -> Any:
+    """A run's stored config.yaml with the keys the schemas gained since it was written, at their
+    defaults (a folder written by an older version still resumes; a stored value always wins)."""
+    from omegaconf import MISSING as missing, OmegaConf
+
+    sections = {"model": ModelConfig, "data": DataConfig, "failure": FailureConfig, "cluster": ClusterConfig,
+                "hardware": HardwareConfig, "logger": LoggerConfig, "trainer": TrainerConfig}
+    if "method" in stored and OmegaConf.select(stored, "method.name") in METHOD_SCHEMAS:
+        sections["method"] = METHOD_SCHEMAS[stored.method.name]
+    for key, schema in [(None, Config)] + list(sections.items()):
+        node = stored if key is None else stored.get(key)
+        if node is None:
+            continue
+        for f in dataclasses.fields(schema):
+            if f.name in node or f.name in sections:
+                continue
+            if f.default is not dataclasses.MISSING:
+                value = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                value = f.default_factory()
+            else:
+                continue
+            if value is not missing:
+                node[f.name] = value
+    return stored
+
+
 class AttrDict(dict):
     """A plain, resolved copy of a config node with attribute access.
 
