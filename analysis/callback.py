@@ -32,9 +32,8 @@ log = logging.getLogger(__name__)
 
 
 #: studies with their own analysis (a sweep whose design the default tables do not read)
-#: study name -> the module whose analyze(roots, out, figures=...) replaces the default analysis
-STUDIES = {"paper_scale": "analysis.paper_scale", "convergence": "analysis.convergence",
-           "oobleck_artifact": "analysis.oobleck_artifact"}
+#: study name -> the module (of this package) whose analyze(roots, out, figures=...) replaces the default
+STUDIES = {"paper_scale": "paper_scale", "convergence": "convergence", "oobleck_artifact": "oobleck_artifact"}
 
 
 class CollectCallback(Callback):
@@ -62,16 +61,17 @@ class CollectCallback(Callback):
             log.warning("CollectCallback: sweep folder %s not found, nothing collected", sweep)
             return
         out = Path(self.out) if self.out else sweep / "analysis"
-        module = STUDIES.get(self.study, "analysis")
+        # this package is `analysis` in a checkout and `mecefo_exp.analysis` in an installed wheel
+        module = f"{__package__}.{STUDIES.get(self.study, 'figures')}"
         try:
             import importlib
 
-            analyze = importlib.import_module(STUDIES.get(self.study, "analysis.figures")).analyze
+            analyze = importlib.import_module(module).analyze
             analyze([sweep], out, figures=self.figures, verbose=self.study is not None)
             log.info("CollectCallback: tables and figures of %s in %s", sweep, out)
         except Exception:  # the sweep's runs are safe on disk; analysis can be redone by hand
             log.exception("CollectCallback: analysis of %s failed; redo it with: python -m %s %s --out %s",
-                          module, sweep, sweep, out)
+                          sweep, module if self.study else __package__, sweep, out)
 
     @staticmethod
     def _resolve(config: DictConfig) -> Optional[Path]:

@@ -87,9 +87,10 @@ def test_readme_command_parses_and_composes(line, args, multirun, monkeypatch):
     validate(cfg)
 
 
-# runs: single runs of the simulated tier; not sweeps, resumes, torchrun, --help/--cfg/--info (they run
+# runs: single runs of the simulated tier; not sweeps, resumes, torchrun or torchft (tests/test_torchft.py runs
+# its launcher), --help/--cfg/--info (they run
 # nothing) or data=c4 (needs C4 on disk; tests/test_c4.py runs it on shards it writes)
-CHEAP = [c for c in COMMANDS if not c[2] and not any(w in c[0] for w in ("resume=true", "cluster=torchrun", "--help",
+CHEAP = [c for c in COMMANDS if not c[2] and not any(w in c[0] for w in ("resume=true", "cluster=torch", "--help",
                                                                          "--cfg", "--info", "data=c4"))]
 
 
