@@ -136,7 +136,8 @@ class CheckpointStore:
             return self._memory[step]
         target = self.path(step)
         if self.backend == "torch":
-            return torch.load(target, weights_only=False)
+            # tensors and plain values only: a run folder copied from elsewhere cannot run code here
+            return torch.load(target, weights_only=True)
         import torch.distributed.checkpoint as dcp
 
         state = self.run.state_dict(harness=True)  # dcp loads in place into a state dict of the right shape

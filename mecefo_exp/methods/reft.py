@@ -151,7 +151,28 @@ class ShardedSnapshot:
         return np.concatenate(parts).tobytes()[:self.length]
 
     def state(self) -> Dict:
-        return torch.load(io.BytesIO(self.payload()), weights_only=False)
+        # the payload can come from a checkpoint file (a resumed run): tensors and plain values only
+        return torch.load(io.BytesIO(self.payload()), weights_only=True)
+
+    def to_state(self) -> Dict:
+        """Tensors and plain values (a checkpoint loads them with weights_only=True)."""
+        as_tensor = (lambda a: None if a is None else torch.from_numpy(a.copy()))
+        return {"step": self.step, "n": self.n, "length": self.length, "shard_bytes": self.shard_bytes,
+                "shards": [as_tensor(s) for s in self.shards], "digests": list(self.digests),
+                "groups": [list(g) for g in self.groups], "parity_holder": list(self.parity_holder),
+                "parity": [as_tensor(p) for p in self.parity]}
+
+    @classmethod
+    def from_state(cls, state: Dict) -> "ShardedSnapshot":
+        snap = cls.__new__(cls)
+        as_array = (lambda t: None if t is None else t.numpy().copy())
+        snap.step, snap.n, snap.length, snap.shard_bytes = state["step"], state["n"], state["length"], state["shard_bytes"]
+        snap.shards = [as_array(s) for s in state["shards"]]
+        snap.digests = list(state["digests"])
+        snap.groups = [list(g) for g in state["groups"]]
+        snap.parity_holder = list(state["parity_holder"])
+        snap.parity = [as_array(p) for p in state["parity"]]
+        return snap
 
     def heal(self) -> None:
         """Give spares their rebuilt shards and re-encode lost parity: the code is whole again."""
@@ -255,11 +276,13 @@ class Reft(RollbackMethod):
         # the snapshot lives in the workers' memory, not on disk; a resumed run must still
         # hold it (a later failure restores from it), so the checkpoint carries it as it is
         # (lost shards included), at the cost of a second copy of the state on disk
-        return {**super().state_dict(), "snapshot": self.snapshot}
+        return {**super().state_dict(), "snapshot": self.snapshot.to_state() if self.snapshot is not None else None}
 
     def load_state_dict(self, state: Dict[str, object]) -> None:
         state = dict(state)
-        self.snapshot = state.pop("snapshot", None)
+        snapshot = state.pop("snapshot", None)
+        self.snapshot = None if snapshot is None else (
+            snapshot if isinstance(snapshot, ShardedSnapshot) else ShardedSnapshot.from_state(snapshot))
         super().load_state_dict(state)
 
     def rollback_share(self, p_down: float) -> float:
