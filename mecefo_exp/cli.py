@@ -188,6 +188,9 @@ def check_overrides(args: List[str]) -> Optional[str]:
     has, a value of the wrong type or an option that does not exist in several lines with
     exit 1, after its own set-up; this says it before anything runs. Sweeps (-m) and Hydra's
     own flags are left to Hydra: a sweep's values are lists that only its sweeper expands."""
+    unknown = unknown_preset(args)
+    if unknown:
+        return unknown
     if any(a.startswith("-") for a in args):  # -m, --cfg, --help, --info, ...
         return None
     from hydra.errors import HydraException
@@ -196,6 +199,24 @@ def check_overrides(args: List[str]) -> Optional[str]:
         _compose(args)
     except HydraException as e:
         return _one_line(e)
+    return None
+
+
+#: groups that conf/config.yaml lists as `optional`: Hydra ignores an option of them that does not exist
+OPTIONAL_GROUPS = ("experiment", "scenario")
+
+
+def unknown_preset(args: List[str]) -> Optional[str]:
+    """`experiment=debgu`: one line naming the presets there are (Hydra would silently run without one)."""
+    for arg in args:
+        key, _, value = arg.lstrip("+~").partition("=")
+        if key not in OPTIONAL_GROUPS or not value or value == "null":
+            continue
+        folder = conf_dir() / key
+        allowed = sorted(str(p.relative_to(folder).with_suffix("")) for p in folder.rglob("*.yaml"))
+        for option in value.split(","):  # a sweep lists several
+            if option.strip() not in allowed:
+                return f"{key}={option.strip()}: no such preset in {folder}; allowed: {', '.join(allowed)}"
     return None
 
 

@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import csv
 import heapq
+import itertools
 import math
 import random
 from dataclasses import dataclass
@@ -91,12 +92,30 @@ class TraceError(ValueError):
     """A trace CSV that cannot be replayed; the message names the line."""
 
 
+def _in_order(events: List[FailureEvent]) -> List[FailureEvent]:
+    """Time order; at one instant recoveries before failures (capacity comes back first), except
+    a worker's own zero-length outage (replace_s=0, mttr=0, a trace): a worker that is up at that
+    instant fails and then recovers, never recovers while up and then stays down."""
+    ordered = sorted(events, key=lambda e: (e.time, e.kind != RECOVER, e.worker))
+    down: set = set()
+    out: List[FailureEvent] = []
+    for _, group in itertools.groupby(ordered, key=lambda e: e.time):
+        group = list(group)
+        both = {e.worker for e in group if e.kind == FAIL} & {e.worker for e in group if e.kind == RECOVER}
+        flip = {w for w in both if w not in down}  # up now: its failure comes first
+        group.sort(key=lambda e: (e.worker in flip and e.kind == RECOVER, e.kind != RECOVER and e.worker not in flip))
+        for e in group:
+            (down.add if e.kind == FAIL else down.discard)(e.worker)
+        out += group
+    return out
+
+
 class Trace:
     """A time-ordered list of events with a cursor; `pop_until(t)` hands out what is due."""
 
     def __init__(self, events: List[FailureEvent], n_workers: int, horizon_s: float, expected: Dict[str, float],
                  expected_how: str = ""):
-        self.events = sorted(events, key=lambda e: (e.time, e.kind != RECOVER, e.worker))
+        self.events = _in_order(events)
         self.n_workers = n_workers
         self.horizon_s = horizon_s
         # expected failures (worker fail events), unit_failures and mean workers down over the
@@ -293,6 +312,8 @@ def read_trace_csv(path: str, n_workers: int, unit_s: float) -> List[FailureEven
     p = Path(path)
     if not p.exists():
         raise TraceError(f"failure.path={path}: no such file")
+    if not p.is_file():  # a FIFO or a device would block the read before anything runs
+        raise TraceError(f"failure.path={path}: not a regular file")
     events, alive, last_t = [], [True] * n_workers, 0.0
     try:
         with open(p, newline="", encoding="utf-8-sig") as f:  # -sig: a BOM some editors write is not data
@@ -329,6 +350,8 @@ def read_trace_csv(path: str, n_workers: int, unit_s: float) -> List[FailureEven
             raise TraceError(f"{path} line {lineno}: worker {w} recovers while alive")
         alive[w] = kind == RECOVER
         last_t = t
+        if not math.isfinite(t * unit_s):
+            raise TraceError(f"{path} line {lineno}: time {row[0]} is too large: {t:g} x {unit_s:g} s per unit overflows")
         events.append(FailureEvent(t * unit_s, w, kind))
     return events
 
@@ -338,7 +361,7 @@ def read_node_trace(path: str, n_workers: int, ready_s: float, unit_s: float = 1
     as worker-slot events, and the hard stop (the last row's time, not applied)."""
     p = Path(path)
     if not p.is_file():
-        raise TraceError(f"failure.path={path}: no such file")
+        raise TraceError(f"failure.path={path}: no such file" if not p.exists() else f"failure.path={path}: not a regular file")
     try:
         with open(p, newline="", encoding="utf-8-sig") as f:
             rows = [(n, r) for n, r in enumerate(csv.reader(f), start=1) if r and any(c.strip() for c in r)]

@@ -6,6 +6,8 @@ import pickle
 import subprocess
 import sys
 
+import pytest
+
 from conftest import MICRO, ROOT
 
 
@@ -35,3 +37,42 @@ def test_resuming_a_folder_with_a_planted_pickle_runs_no_code(tmp_path):
                          capture_output=True, text=True, timeout=180)
     assert not marker.exists(), "loading the checkpoint ran code from the run folder"
     assert out.returncode != 0 and "Weights only load failed" in out.stderr
+
+
+@pytest.mark.parametrize("method", ["checkpoint", "reft", "baft", "mecefo", "bamboo", "oobleck"])
+def test_a_zero_length_outage_is_a_failure_then_a_recovery(method, run_exp, tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("time,worker,event\n5,1,fail\n5,1,recover\n")
+    summary, run_dir = run_exp(f"method={method}", "failure=trace", "failure.unit=steps", f"failure.path={trace}")
+    rows = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
+    assert summary["status"] == "ok" and summary["failures"] == 1
+    assert rows[-1]["alive"] == 4  # the worker is back: not down for the rest of the run
+    assert summary["mean_workers_down"] == 0.0
+    kinds = [json.loads(line)["kind"] for line in open(run_dir / "events.jsonl")]
+    assert kinds.index("fail") < kinds.index("recover")
+
+
+def test_a_trace_path_that_is_not_a_regular_file_is_refused_before_it_blocks(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    out = subprocess.run([sys.executable, "run.py", *MICRO, "failure=trace", f"failure.path={fifo}",
+                          f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.strip().endswith("not a regular file"), out.stderr
+
+
+def test_trace_times_that_overflow_after_scaling_are_refused(tmp_path):
+    from mecefo_exp.faults import TraceError, read_trace_csv
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("time,worker,event\n1e308,1,fail\n")
+    with pytest.raises(TraceError, match="line 2: time 1e308 is too large"):
+        read_trace_csv(str(trace), 4, 3600.0)
+
+
+@pytest.mark.parametrize("override", ["experiment=debgu", "scenario=oobleck_artifact/bert"])
+def test_an_unknown_preset_is_one_line_not_ignored(override, tmp_path):
+    out = subprocess.run([sys.executable, "run.py", override, f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == 2 and len(lines) == 1 and "no such preset" in lines[0] and "allowed:" in lines[0]
+    assert not (tmp_path / "run").exists()
