@@ -459,9 +459,23 @@ def _check_interval(key: str, value: Any) -> None:
            f"{key}={value!r}: expected 'auto' or a whole number of steps >= 1")
 
 
+def _check_finite(node: Any, prefix: str = "") -> None:
+    """No setting is NaN or infinite: such a value passes every bound test and then misbehaves."""
+    from omegaconf import DictConfig, OmegaConf
+
+    for key in node:
+        value = OmegaConf.select(node, str(key), throw_on_missing=False) if isinstance(node, DictConfig) else node[key]
+        if isinstance(value, DictConfig):
+            _check_finite(value, f"{prefix}{key}.")
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{prefix}{key}={value}: must be a finite number")
+
+
 def validate(cfg: Any) -> None:
     """Reject values that are well typed but cannot run, with one line each."""
     _check_known_keys(cfg)
+    for section in ("model", "data", "method", "failure", "cluster", "hardware", "trainer"):
+        _check_finite(cfg[section], f"{section}.")
     m, d, c, f, t = cfg.model, cfg.data, cfg.cluster, cfg.failure, cfg.trainer
     for key in ("hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers"):
         _check(m[key] >= 1, f"model.{key}={m[key]}: must be >= 1")

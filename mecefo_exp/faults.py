@@ -81,6 +81,11 @@ from typing import Callable, Dict, List, Optional, Tuple
 FAIL, RECOVER = "fail", "recover"
 
 
+#: a drawn trace holds at most this many events (~0.5 GB): beyond, a setting (mtbf=1e-7,
+#: horizon_factor=inf) would exhaust the machine's memory before the run starts
+MAX_TRACE_EVENTS = 5_000_000
+
+
 @dataclass(frozen=True, order=True)
 class FailureEvent:
     time: float  # simulated seconds
@@ -496,6 +501,13 @@ def make_trace(failure_cfg, n_workers: int, step_s: float, max_steps: int, seed:
         recover_at = (lambda t: t + down_s)
 
     units = _units(n_workers, unit_gpus, failure_cfg.workers)
+    expected_events = 2 * rate * horizon * (len(units) if process == "per_worker" else 1)
+    if not expected_events <= MAX_TRACE_EVENTS:  # also NaN and inf: the generator would allocate without end
+        from .config import ConfigError
+
+        raise ConfigError(f"failure={failure_cfg.name}: the trace would hold ~{expected_events:.3g} events "
+                          f"(failure rate x failure.horizon_factor={failure_cfg.horizon_factor:g} times the run x "
+                          f"{len(units)} units); at most {MAX_TRACE_EVENTS:,}: lower failure.horizon_factor or the rate")
     if process == "per_worker":
         events = _per_unit_events(units, unit_gpus, rate, recover_at, horizon, seed)
     else:

@@ -13,6 +13,7 @@ nothing needs saving. The loop treats both the same way.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Dict, Optional
 
@@ -25,6 +26,10 @@ from .model import build_model, count_parameters
 from .optim import lr_factor, make_optimizer, make_scheduler
 
 log = logging.getLogger(__name__)
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss is NaN or infinite: the run ends `failed` at this step instead of training on garbage."""
 
 
 class StepNotCommitted(RuntimeError):
@@ -113,6 +118,8 @@ class TrainingState:
         self.flops_done += flops
         self.compute_s += seconds
         tflops = flops / max(seconds, 1e-12) / 1e12
+        if not math.isfinite(result.loss):
+            raise NonFiniteLoss(f"step {step}: the training loss is {result.loss} (diverged); the run stops here")
         return {"tokens": result.tokens, "loss": result.loss, "lr": lr, "grad_norm": float(grad_norm),
                 "tflops_s": tflops, "mfu": tflops / self.peak_tflops if self.peak_tflops else None}
 

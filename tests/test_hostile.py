@@ -76,3 +76,35 @@ def test_an_unknown_preset_is_one_line_not_ignored(override, tmp_path):
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
     assert out.returncode == 2 and len(lines) == 1 and "no such preset" in lines[0] and "allowed:" in lines[0]
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("override, says", [
+    ("failure.horizon_factor=inf", "failure.horizon_factor=inf: must be a finite number"),
+    ("trainer.lr=inf", "trainer.lr=inf: must be a finite number"),
+    ("trainer.weight_decay=nan", "trainer.weight_decay=nan: must be a finite number"),
+])
+def test_non_finite_settings_are_refused(override, says):
+    from conftest import compose_cfg
+    from mecefo_exp.config import ConfigError, validate
+
+    with pytest.raises(ConfigError, match=says.replace(".", r"\.")):
+        validate(compose_cfg([override]))
+
+
+def test_a_failure_rate_that_would_exhaust_memory_is_one_line_before_any_step(tmp_path):
+    run_dir = tmp_path / "run"
+    out = subprocess.run([sys.executable, "run.py", *MICRO, "failure=poisson", "failure.mtbf=1e-7", "failure.mttr=1",
+                          f"hydra.run.dir={run_dir}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip() and not ln.startswith("[")]
+    assert out.returncode == 2 and len(lines) == 1 and "at most 5,000,000" in lines[0], out.stderr[-2000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and not (run_dir / "metrics.jsonl").read_text()  # not one step
+
+
+def test_a_diverged_loss_ends_the_run_failed_at_its_step(run_exp, tmp_path):
+    from mecefo_exp.training import NonFiniteLoss
+
+    with pytest.raises(NonFiniteLoss, match="the training loss is nan"):
+        run_exp("method=checkpoint", "failure=none", "trainer.lr=1e30", "trainer.warmup_steps=1")
+    summary = json.loads((tmp_path / "run1" / "summary.json").read_text())
+    assert summary["status"] == "failed" and "diverged" in summary["error"] and summary["steps"] >= 1
