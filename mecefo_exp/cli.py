@@ -22,7 +22,7 @@ from typing import List, Optional
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from . import runlock
 from .config import ConfigError, register_configs, run_name, validate, with_new_defaults
@@ -195,24 +195,30 @@ def check_overrides(args: List[str]) -> Optional[str]:
         return None
     from hydra.errors import HydraException
 
+    from omegaconf.errors import OmegaConfBaseException
+    from yaml import YAMLError
+
     try:
         _compose(args)
     except HydraException as e:
         return _one_line(e)
+    except (YAMLError, OmegaConfBaseException) as e:  # e.g. a broken conf/local/default.yaml
+        return f"{type(e).__name__}: {' '.join(str(e).split())}"
     return None
 
 
-#: groups that conf/config.yaml lists as `optional`: Hydra ignores an option of them that does not exist
-OPTIONAL_GROUPS = ("experiment", "scenario")
-
-
 def unknown_preset(args: List[str]) -> Optional[str]:
-    """`experiment=debgu`: one line naming the presets there are (Hydra would silently run without one)."""
+    """A group option that does not exist, in one line naming the ones there are: for `experiment=`
+    and `scenario=` (optional groups: Hydra would silently run without one) and for every value of a
+    sweep (Hydra would say it in 15 lines, after its own set-up)."""
+    sweep = any(a in ("-m", "--multirun") for a in args)
     for arg in args:
         key, _, value = arg.lstrip("+~").partition("=")
-        if key not in OPTIONAL_GROUPS or not value or value == "null":
-            continue
         folder = conf_dir() / key
+        if not value or value == "null" or "." in key or "/" in key or key == "local" or not folder.is_dir():
+            continue
+        if not sweep and key not in ("experiment", "scenario"):  # the others: Hydra's composition says it
+            continue
         allowed = sorted(str(p.relative_to(folder).with_suffix("")) for p in folder.rglob("*.yaml"))
         for option in value.split(","):  # a sweep lists several
             if option.strip() not in allowed:
@@ -246,6 +252,10 @@ def check_resume(args: List[str]) -> Optional[str]:
     if not (folder / "config.yaml").exists():
         return (f"nothing to resume in {folder}: it has no config.yaml (not a run folder, or the run was killed "
                 "before it started: start it again)")
+    try:
+        OmegaConf.load(folder / "config.yaml")
+    except Exception as e:  # a broken YAML file: say which, in one line
+        return f"cannot resume {folder}: its config.yaml cannot be read ({str(e).splitlines()[0]})"
     from .methods.checkpointing import complete_steps
 
     if not complete_steps(folder / "checkpoints") and not complete_steps(folder / "resume"):

@@ -44,10 +44,22 @@ def resume_from_folder(run_dir: Path, method_name: str, store, resume_store, tra
     harness_steps = resume_store.on_disk() if resume_store is not None else []
     if not steps and not harness_steps:
         raise ConfigError(f"resume=true but {store.root} holds no complete checkpoint")
-    # the newest of the method's checkpoints and the harness's own (trainer.resume_every);
-    # the method's stay its rollback targets either way
-    source = resume_store if harness_steps and (not steps or harness_steps[-1] > steps[-1]) else store
-    state = source.load(source.on_disk()[-1])
+    # newest first, the method's checkpoints and the harness's own (trainer.resume_every; on a tie the
+    # method's); one that cannot be loaded (truncated, or not plain data) is skipped with a warning
+    candidates = sorted([(s, 1, store) for s in steps] + [(s, 0, resume_store) for s in harness_steps], reverse=True)
+    unreadable, state, source = [], None, None
+    for step, _, candidate in candidates:
+        try:
+            state, source = candidate.load(step), candidate
+            break
+        except Exception as e:
+            log.warning("resume: %s cannot be loaded (%s); trying an older checkpoint", candidate.path(step),
+                        str(e).splitlines()[0] if str(e) else type(e).__name__)
+            unreadable.append((candidate, step))
+    if state is None:
+        raise ConfigError(f"resume=true: no checkpoint in {run_dir} can be loaded ({len(unreadable)} tried)")
+    steps = [s for s in steps if (store, s) not in unreadable]
+    harness_steps = [s for s in harness_steps if (resume_store, s) not in unreadable]
     training.load_state_dict(state)
     step = state["step"]
     harness = state["harness"]

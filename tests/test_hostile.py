@@ -36,7 +36,24 @@ def test_resuming_a_folder_with_a_planted_pickle_runs_no_code(tmp_path):
     out = subprocess.run([sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"], cwd=ROOT,
                          capture_output=True, text=True, timeout=180)
     assert not marker.exists(), "loading the checkpoint ran code from the run folder"
-    assert out.returncode != 0 and "Weights only load failed" in out.stderr
+    assert out.returncode == 0, out.stderr[-2000:]  # resumed from the older, plain checkpoint instead
+    assert f"{newest} cannot be loaded (Weights only load failed" in out.stdout + out.stderr
+    assert json.loads((run_dir / "summary.json").read_text())["resumes"][0]["from_step"] == 3
+
+
+def test_a_truncated_newest_checkpoint_falls_back_to_the_previous_one(tmp_path):
+    run_dir = tmp_path / "run"
+    common = [*MICRO, "method=checkpoint", "failure=none", "method.interval=3", "trainer.max_steps=7",
+              "method.keep=3", f"hydra.run.dir={run_dir}"]
+    out = subprocess.run([sys.executable, "run.py", *common], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    newest = sorted((run_dir / "checkpoints").glob("step_*.pt"))[-1]
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])  # a write cut short
+    out = subprocess.run([sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["steps"] == 7 and summary["resumes"][0]["from_step"] == 3
 
 
 @pytest.mark.parametrize("method", ["checkpoint", "reft", "baft", "mecefo", "bamboo", "oobleck"])
