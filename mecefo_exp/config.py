@@ -311,6 +311,10 @@ class Config:
     resume: bool = False
 
 
+#: the most workers a run may have: the step loop visits every worker, so beyond this a run
+#: cannot finish in reasonable time (200 numerics-free steps at 16,384 workers: 205 s here)
+MAX_WORKERS = 16_384
+
 METHOD_SCHEMAS = {
     "checkpoint": CheckpointMethodConfig,
     "reft": ReftMethodConfig,
@@ -479,6 +483,9 @@ def validate(cfg: Any) -> None:
     m, d, c, f, t = cfg.model, cfg.data, cfg.cluster, cfg.failure, cfg.trainer
     for key in ("hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers"):
         _check(m[key] >= 1, f"model.{key}={m[key]}: must be >= 1")
+    kv = m.get("num_key_value_heads")
+    _check(kv is None or (kv >= 1 and m.num_attention_heads % kv == 0),
+           f"model.num_key_value_heads={kv}: must be >= 1 and divide model.num_attention_heads={m.num_attention_heads}")
     _check(m.hidden_size % m.num_attention_heads == 0,
            f"model.hidden_size={m.hidden_size} must be divisible by model.num_attention_heads={m.num_attention_heads}")
     _check(m.attn_implementation in ("sdpa", "eager"),
@@ -501,7 +508,9 @@ def validate(cfg: Any) -> None:
     _check(c.name != "torchrun" or ("RANK" in os.environ and "WORLD_SIZE" in os.environ),
            "cluster=torchrun needs torchrun to start the ranks: torchrun --nproc-per-node=N run.py cluster=torchrun "
            "cluster.n_workers=N ...; without torchrun use cluster=local")
-    _check(c.n_workers >= 1, f"cluster.n_workers={c.n_workers}: must be >= 1")
+    _check(1 <= c.n_workers <= MAX_WORKERS,
+           f"cluster.n_workers={c.n_workers}: must be in 1..{MAX_WORKERS:,} (the loop's cost grows with workers: 16,384 "
+           "numerics-free workers take ~1 s a step here)")
     _check(c.device in ("auto", "cpu", "cuda"), f"cluster.device={c.device!r}: allowed: auto, cpu, cuda")
     _check(c.backend in ("auto", "gloo", "nccl"), f"cluster.backend={c.backend!r}: allowed: auto, gloo, nccl")
     _check(c.chunk_microbatches >= 0, f"cluster.chunk_microbatches={c.chunk_microbatches}: must be >= 0")

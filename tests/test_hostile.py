@@ -125,3 +125,29 @@ def test_a_diverged_loss_ends_the_run_failed_at_its_step(run_exp, tmp_path):
         run_exp("method=checkpoint", "failure=none", "trainer.lr=1e30", "trainer.warmup_steps=1")
     summary = json.loads((tmp_path / "run1" / "summary.json").read_text())
     assert summary["status"] == "failed" and "diverged" in summary["error"] and summary["steps"] >= 1
+
+
+def test_a_resumed_run_says_the_same_about_its_clock(tmp_path):
+    run_dir = tmp_path / "run"
+    common = [*MICRO, "method=checkpoint", "failure=none", "method.interval=3", "trainer.max_steps=6",
+              f"hydra.run.dir={run_dir}"]
+    assert subprocess.run([sys.executable, "run.py", *common], cwd=ROOT, capture_output=True, timeout=180).returncode == 0
+    before = json.loads((run_dir / "summary.json").read_text())["clock"]
+    out = subprocess.run([sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    after = json.loads((run_dir / "summary.json").read_text())["clock"]
+    assert after["compute"] == before["compute"] == "flops"
+    assert after["efficiency"] == before["efficiency"] and after["fingerprint"] == before["fingerprint"]
+
+
+@pytest.mark.parametrize("override, says", [
+    ("model.num_key_value_heads=3", "model.num_key_value_heads=3: must be >= 1 and divide model.num_attention_heads"),
+    ("cluster.n_workers=100000", "cluster.n_workers=100000: must be in 1..16,384"),
+])
+def test_sizes_that_cannot_run_are_refused_before_anything_is_built(override, says):
+    from conftest import compose_cfg
+    from mecefo_exp.config import ConfigError, validate
+
+    with pytest.raises(ConfigError, match=says.replace(".", r"\.")):
+        validate(compose_cfg([override]))

@@ -90,6 +90,8 @@ def build_timing(cfg, method, modes, vocab_size: int, device: torch.device,
                                                                  "checkpoint_save": None},
                                   {}, Path("."), 0, 1, device, fixed_path=choice)
         info["compute"] = "profile_file"
+        # a resumed run reads its own profile.json: the record keeps saying what made its clock
+        info.update({k: profile.meta[k] for k in ("compute", "efficiency", "efficiency_source") if k in profile.meta})
     elif choice == "fresh" or hw.compute == "profile":
         if real_model is None or model_cfg is not cfg.model:
             raise ConfigError("hardware.compute=profile times this machine's model: it needs trainer.numerics=true "
