@@ -152,7 +152,7 @@ class Experiment(Context):
                 self.tier.deliver(kind, list(same), self)
 
     def train(self) -> None:
-        counters, trace, clock, method = self.books.counters, self.trace, self.clock, self.method
+        books, trace, clock, method, training = self.books, self.trace, self.clock, self.method, self.training
         progress = self.progress = Progress(self.cfg.trainer, self.max_steps, quiet=not self.is_main, logger=log)
         eval_every = self.cfg.trainer.eval_every
         if not self.resumed:
@@ -176,34 +176,36 @@ class Experiment(Context):
                 clock.charge("stall", max(0.0, nxt - clock.now))
                 continue
             cost = method.step_cost(plan)
+            end = clock.now + cost.total
             t_fail, t_own = trace.next_failure_time(), method.timer_s()
-            if t_own is not None and t_own < clock.now + cost.total and (t_fail is None or t_own <= t_fail):
+            if t_own is not None and t_own < end and (t_fail is None or t_own <= t_fail):
                 method.on_timer(plan, max(0.0, t_own - clock.now))
                 continue
-            if t_fail is not None and t_fail < clock.now + cost.total:
-                counters.interrupted_steps += 1
+            if t_fail is not None and t_fail < end:
+                books.counters.interrupted_steps += 1
                 method.interrupted(plan, t_fail - clock.now)
                 continue
-            if trace.stop_s is not None and clock.now + cost.total > trace.stop_s:
+            if trace.stop_s is not None and end > trace.stop_s:
                 break  # a node trace's hard stop: this step would not complete
             try:
-                numbers = self.training.compute(plan, method, self.step)
+                numbers = training.compute(plan, method, self.step)
             except StepNotCommitted as e:  # torchft: a peer died mid-step; the next quorum shows it
                 log.warning("step %d not applied: %s", self.step, e)
                 self.event("uncommitted", detail={"reason": str(e)})
                 continue
-            self.books.window.commit(clock.now, cost.total)
+            books.window.commit(clock.now, end - clock.now)
             clock.commit_step(self.step, cost)
-            self.books.tokens_processed += numbers.pop("tokens")
+            books.tokens_processed += numbers.pop("tokens")
+            alive = self.alive
             row = {"step": self.step, "tokens": (self.step + 1) * self.tokens_per_step, **numbers,
                    "sim_time_s": clock.now, "wall_time_s": time.perf_counter() - self.wall_start,
-                   "alive": self.alive, "degraded": plan.degraded, "step_cost_s": cost.total}
+                   "alive": alive, "degraded": plan.degraded, "step_cost_s": cost.total}
             self.records.metric(row)
             self.step += 1
             with signals_held():  # REFT's snapshot is a torch.save too
                 method.after_step(self.step - 1)  # the state is now that before step self.step
-            progress.update(self.step, row.get("loss"), clock.now, self.tokens_per_step, self.alive,
-                            tflops_s=self.training.achieved_tflops_s)
+            progress.update(self.step, row.get("loss"), clock.now, self.tokens_per_step, alive,
+                            tflops_s=training.achieved_tflops_s)
             evaluated = bool(eval_every) and self.step % eval_every == 0 and self.step < self.max_steps \
                 and self.run_eval()
             self.end_of_boundary(evaluated)
