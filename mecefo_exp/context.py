@@ -37,6 +37,7 @@ class Context:
     n_workers: int
     max_steps: int
     tokens_per_step: int
+    resume_every: int  # trainer.resume_every, read every step: a plain int, not a config lookup
     cluster_cfg: object  # plain cluster settings (detection_s, restart_s, reconfigure_s, ...)
     model_cfg: object
     tier: LocalTier
@@ -63,6 +64,7 @@ class Context:
         self.n_workers = cfg.cluster.n_workers
         self.max_steps = cfg.trainer.max_steps
         self.tokens_per_step = self.n_workers * cfg.data.micro_batch * cfg.data.seq_len
+        self.resume_every = cfg.trainer.resume_every
         self.cluster_cfg = plain(cfg.cluster)
         self.model_cfg = cfg.model
         self.tier = build_tier(cfg, self.run_dir)

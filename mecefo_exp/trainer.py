@@ -228,7 +228,7 @@ class Experiment(Context):
         store = optional_store(self.method)
         with signals_held():
             wrote = store.flush() if store is not None else False
-            every = self.cfg.trainer.resume_every
+            every = self.resume_every
             if (self.resume_store is not None and every and self.step % every == 0 and 0 < self.step < self.max_steps
                     and not (store is not None and self.step in store.saved)):
                 self.resume_store.save(self.step)  # not charged: the harness's safety, not the method's
