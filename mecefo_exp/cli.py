@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from . import runlock
 from .config import ConfigError, register_configs, run_name, validate, with_new_defaults
+from .faults import TraceError
 from .console import install_console, resume_command
 from .metrics import write_json_atomic
 from .paths import conf_dir
@@ -111,8 +112,8 @@ def _job(cfg: DictConfig, run_dir: Path):
             summary = launch(cfg, run_dir)
         else:
             summary = Experiment(cfg, run_dir).run()
-    except ConfigError as e:  # found once the config was valid (torchft missing): still one line
-        _config_error(run_dir, e)
+    except (ConfigError, TraceError) as e:  # found once the config was valid (torchft missing, a trace too
+        _config_error(run_dir, e)          # large to draw): still one line
     except Terminated as e:  # summary.json already says failed, and why
         print(f"stopped: {e} ({run_dir})", file=sys.stderr)
         sys.exit(128 + e.signum)

@@ -503,9 +503,7 @@ def make_trace(failure_cfg, n_workers: int, step_s: float, max_steps: int, seed:
     units = _units(n_workers, unit_gpus, failure_cfg.workers)
     expected_events = 2 * rate * horizon * (len(units) if process == "per_worker" else 1)
     if not expected_events <= MAX_TRACE_EVENTS:  # also NaN and inf: the generator would allocate without end
-        from .config import ConfigError
-
-        raise ConfigError(f"failure={failure_cfg.name}: the trace would hold ~{expected_events:.3g} events "
+        raise TraceError(f"failure={failure_cfg.name}: the trace would hold ~{expected_events:.3g} events "
                           f"(failure rate x failure.horizon_factor={failure_cfg.horizon_factor:g} times the run x "
                           f"{len(units)} units); at most {MAX_TRACE_EVENTS:,}: lower failure.horizon_factor or the rate")
     if process == "per_worker":
