@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import errno
 import logging
 import os
 import sys
@@ -117,7 +118,25 @@ def _job(cfg: DictConfig, run_dir: Path):
     except Terminated as e:  # summary.json already says failed, and why
         print(f"stopped: {e} ({run_dir})", file=sys.stderr)
         sys.exit(128 + e.signum)
+    except KeyboardInterrupt:  # Ctrl-C: one line here, the traceback only in the run's log file
+        _traceback_to_log_file("stopped by Ctrl-C")
+        print(f"stopped: Ctrl-C ({run_dir}; summary.json says failed)", file=sys.stderr)
+        sys.exit(130)
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        _traceback_to_log_file("no space left on device")
+        print(f"stopped: no space left on device ({e}); {run_dir} resumes once there is room", file=sys.stderr)
+        sys.exit(1)
     return summary["final_val_ppl"]
+
+
+def _traceback_to_log_file(what: str) -> None:
+    """The current exception's traceback into the run's log file(s), not onto the console."""
+    record = logging.LogRecord(__name__, logging.ERROR, __file__, 0, what, None, sys.exc_info())
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
 
 
 def _config_error(run_dir: Path, e: ConfigError) -> None:

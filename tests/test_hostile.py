@@ -151,3 +151,49 @@ def test_sizes_that_cannot_run_are_refused_before_anything_is_built(override, sa
 
     with pytest.raises(ConfigError, match=says.replace(".", r"\.")):
         validate(compose_cfg([override]))
+
+
+def test_a_full_disk_inside_torch_save_is_recorded_as_no_space_left(run_exp, tmp_path, monkeypatch):
+    import shutil as shutil_module
+    from collections import namedtuple
+
+    import torch
+
+    import mecefo_exp.methods.checkpointing as checkpointing
+
+    real_save, calls = torch.save, {"n": 0}
+
+    def save_until_the_disk_is_full(obj, f, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > 1:  # the initial checkpoint fits; the next one hits a full disk
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
+        return real_save(obj, f, *args, **kwargs)
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(checkpointing.torch, "save", save_until_the_disk_is_full)
+    monkeypatch.setattr(shutil_module, "disk_usage", lambda path: usage(10 << 30, 10 << 30, 0))
+    with pytest.raises(OSError, match="No space left on device"):
+        run_exp("method=checkpoint", "failure=none", "method.interval=3")
+    summary = json.loads((tmp_path / "run1" / "summary.json").read_text())
+    assert summary["status"] == "failed" and "No space left on device" in summary["error"]
+    assert "inline_container" not in summary["error"]
+
+
+def test_ctrl_c_is_one_line_and_the_traceback_goes_to_the_log_file(tmp_path):
+    import signal
+    import time
+
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "run.py", *MICRO, "trainer.max_steps=100000", "failure=none",
+                             f"hydra.run.dir={run_dir}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not ((run_dir / "metrics.jsonl").exists()
+                                          and (run_dir / "metrics.jsonl").read_text().count("\n") >= 2):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    lines = [ln for ln in err.splitlines() if ln.strip() and "Warning" not in ln]
+    assert proc.returncode == 130 and lines[-1].startswith("stopped: Ctrl-C"), err[-2000:]
+    assert "Traceback" not in err and "Traceback" in (run_dir / "run.log").read_text()
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"

@@ -21,6 +21,7 @@ removes its temp file.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from pathlib import Path
@@ -91,6 +92,12 @@ class CheckpointStore:
                         f.flush()
                         os.fsync(f.fileno())  # a full disk says so here, not after the rename
                     tmp.replace(target)  # a checkpoint is either whole or absent
+                except RuntimeError as e:  # torch's zip writer hides ENOSPC behind "enforce fail at inline_container"
+                    full = shutil.disk_usage(self.root).free < (1 << 20)
+                    tmp.unlink(missing_ok=True)
+                    if full:
+                        raise OSError(errno.ENOSPC, f"No space left on device writing {target}") from e
+                    raise
                 except BaseException:
                     tmp.unlink(missing_ok=True)
                     raise
