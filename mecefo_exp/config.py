@@ -508,7 +508,8 @@ def validate(cfg: Any) -> None:
     _check(c.name != "torchrun" or ("RANK" in os.environ and "WORLD_SIZE" in os.environ),
            "cluster=torchrun needs torchrun to start the ranks: torchrun --nproc-per-node=N run.py cluster=torchrun "
            "cluster.n_workers=N ...; without torchrun use cluster=local")
-    _check(1 <= c.n_workers <= MAX_WORKERS,
+    _check(c.n_workers >= 1, f"cluster.n_workers={c.n_workers}: must be >= 1")
+    _check(c.n_workers <= MAX_WORKERS,
            f"cluster.n_workers={c.n_workers}: must be in 1..{MAX_WORKERS:,} (the loop's cost grows with workers: 16,384 "
            "numerics-free workers take ~1 s a step here)")
     _check(c.device in ("auto", "cpu", "cuda"), f"cluster.device={c.device!r}: allowed: auto, cpu, cuda")
