@@ -204,7 +204,7 @@ def identity_config(flat: Dict[str, object]) -> Dict[str, object]:
     return out
 
 
-def _dig(cfg: dict, path: Sequence[str]):
+def dig(cfg: dict, path: Sequence[str]):
     cur = cfg
     for k in path:
         if not isinstance(cur, dict) or k not in cur:
@@ -255,7 +255,7 @@ def load_run(run_dir) -> Dict[str, object]:
         flat.pop("run_dir", None)  # the folder may have moved since; ours is the truth
         row.update(flat)
     for col in CONFIG_COLUMNS:
-        value = _dig(cfg, CONFIG_PATHS[col]) if cfg else None
+        value = dig(cfg, CONFIG_PATHS[col]) if cfg else None
         if value is not None:
             row[col] = value
         elif col not in row:

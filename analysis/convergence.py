@@ -26,7 +26,8 @@ import pandas as pd
 
 from . import paper
 from .collect import collect
-from .tables import FAILURE_ORDER, _ci_text, _fmt_pct, perplexity_table, to_markdown
+from .formats import ci_text, fmt_pct
+from .tables import FAILURE_ORDER, perplexity_table, to_markdown
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +81,9 @@ def convergence_markdown(long: pd.DataFrame) -> str:
     for key, group in long.groupby([*keys, "reading", "level"], sort=False):
         row = dict(zip([*keys, "reading", "level"], key if isinstance(key, tuple) else (key,)))
         for _, r in group.iterrows():
-            cell = _ci_text(r["change"], r["change_ci95"], lambda v: _fmt_pct(v, signed=True))
+            cell = ci_text(r["change"], r["change_ci95"], lambda v: fmt_pct(v, signed=True))
             row[f"steps_{r['max_steps']}"] = f"{cell} ({r['pairs']})"
-        row["paper_1b"] = _fmt_pct(PAPER_CHANGE_1B[row["level"]], signed=True)
+        row["paper_1b"] = fmt_pct(PAPER_CHANGE_1B[row["level"]], signed=True)
         rows.append(row)
     table = pd.DataFrame(rows)
     cols = {k: (k, None) for k in keys}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Dict, Mapping, Optional, Sequence
+from typing import Callable, Dict, Mapping, Optional, Sequence
 
 import pandas as pd
 
@@ -117,3 +117,53 @@ def na_panel(ax, text: str = NA) -> None:
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize=12, color="0.4")
     ax.set_xticks([])
     ax.set_yticks([])
+
+
+# ------------------------------------------------------------------ numbers in tables and on axes
+def fmt_tok(v) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return ""
+    return f"{v / 1e3:.1f}k" if abs(v) >= 1e3 else f"{v:.0f}"
+
+
+def fmt_pct(v, signed: bool = False) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return ""
+    return f"{v * 100:+.2f}%" if signed else f"{v * 100:.2f}%"
+
+
+def fmt_num(digits: int) -> Callable:
+    def f(v) -> str:
+        if v is None or (isinstance(v, float) and not math.isfinite(v)):
+            return ""
+        return f"{v:.{digits}f}"
+    return f
+
+
+def fmt_g3(v) -> str:
+    return "" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.3g}"
+
+
+def fmt_ratio(v) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return ""
+    return f"{v:.2f}x"
+
+
+def ci_text(value, half, fmt: Callable) -> str:
+    text = fmt(value)
+    if text and half is not None and isinstance(half, float) and math.isfinite(half):
+        return f"{text} ± {fmt(half).lstrip('+')}"
+    return text
+
+
+def fmt_int(v) -> str:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return ""
+    return "" if not math.isfinite(f) else str(int(f))
+
+
+def thousands(v, _pos=None) -> str:
+    return f"{v / 1e3:g}k" if abs(v) >= 1e3 else f"{v:g}"

@@ -43,11 +43,11 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import pandas as pd
 
 from . import paper
-from .collect import (CONFIG_COLUMNS, CONFIG_PATHS, DEDUP_KEY, _dig, deduplicate, find_run_dirs, load_run, ok_runs,
+from .collect import (CONFIG_COLUMNS, CONFIG_PATHS, DEDUP_KEY, dig, deduplicate, find_run_dirs, load_run, ok_runs,
                       run_config, sort_runs, write_table)
-from .tables import (SETTING, _fmt_num, _fmt_pct, _fmt_ratio, _fmt_tok, _setting_columns,
-                     throughput_markdown, throughput_table, to_markdown)
-from .tables import seed_means as _seed_means
+from .formats import fmt_num, fmt_pct, fmt_ratio, fmt_tok, thousands
+from . import tables as shared_tables
+from .tables import SETTING, setting_columns, throughput_markdown, throughput_table, to_markdown
 
 log = logging.getLogger(__name__)
 
@@ -101,11 +101,11 @@ def _reading_columns(cfg: Optional[dict], failure) -> Dict[str, object]:
     if failure == "none":
         return {"process": None, "unit_gpus": None, "repair": None, "replace_s": None, "reading": NO_READING,
                 "outage_s": None}
-    vals = {k: (_dig(cfg, p) if cfg else None) for k, p in READING_PATHS.items()}
+    vals = {k: (dig(cfg, p) if cfg else None) for k, p in READING_PATHS.items()}
     vals = {k: READING_DEFAULTS[k] if v is None else v for k, v in vals.items()}
     vals["unit_gpus"] = int(vals["unit_gpus"])
     vals["replace_s"] = float(vals["replace_s"]) if vals["repair"] == "replace" else None
-    recover_h = _dig(cfg, ("failure", "recover_h")) if cfg else None
+    recover_h = dig(cfg, ("failure", "recover_h")) if cfg else None
     if vals["repair"] == "replace":
         outage = vals["replace_s"]
     elif vals["repair"] == "fixed" and recover_h is not None:
@@ -126,11 +126,11 @@ def load_study_run(run_dir) -> Dict[str, object]:
     cfg = run_config(run_dir)
     if cfg:
         for col in CONFIG_COLUMNS:
-            value = _dig(cfg, CONFIG_PATHS[col])
+            value = dig(cfg, CONFIG_PATHS[col])
             if value is not None:
                 row[col] = value
         row["experiment"] = cfg.get("experiment", row.get("experiment"))
-    gbps = _dig(cfg, ("hardware", "inter_node_GBps")) if cfg else None
+    gbps = dig(cfg, ("hardware", "inter_node_GBps")) if cfg else None
     row["inter_node_GBps"] = float(gbps) if gbps is not None else float("nan")
     row.update(_reading_columns(cfg, row.get("failure")))
     return row
@@ -186,7 +186,7 @@ def describe(runs: pd.DataFrame, drops: Optional[pd.DataFrame] = None) -> str:
 # ------------------------------------------------------------------------ drops
 def seed_means(runs: pd.DataFrame) -> pd.DataFrame:
     """Means over seeds of the finished runs per (setting, bandwidth, reading, method, failure)."""
-    return _seed_means(runs, MEAN_COLUMNS, keys=GROUP)
+    return shared_tables.seed_means(runs, MEAN_COLUMNS, keys=GROUP)
 
 
 def drop_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -394,11 +394,11 @@ def _float(v) -> float:
 def readings_markdown(t: pd.DataFrame) -> str:
     if t.empty:
         return "_no finished runs at failure=high_"
-    cols = _setting_columns(t)
-    cols.update({"reading": ("reading", None), "workers_down_expected": ("workers down (expected)", _fmt_num(2))})
+    cols = setting_columns(t)
+    cols.update({"reading": ("reading", None), "workers_down_expected": ("workers down (expected)", fmt_num(2))})
     for m in PAPER_METHODS:
         name = m.capitalize() if m != "mecefo" else "MeCeFO"
-        cols.update({f"drop_{m}": (f"{name} drop", _fmt_pct), f"paper_drop_{m}": (f"{name} paper", _fmt_pct),
+        cols.update({f"drop_{m}": (f"{name} drop", fmt_pct), f"paper_drop_{m}": (f"{name} paper", fmt_pct),
                      f"match_{m}": (f"{name} ok", None)})
     cols["reproduces"] = ("reproduces", None)
     note = (f"\n\nDrop at failure=high = 1 - thr(high)/thr(none), against the failure-free run of the same model, "
@@ -430,14 +430,14 @@ def which_markdown(matrix: pd.DataFrame, counts: pd.DataFrame, winners: List[str
 def memory_markdown(t: pd.DataFrame) -> str:
     if t.empty:
         return "_no finished run reports memory_\n\n" + MEMORY_NOTE
-    gb = _fmt_num(1)
-    cols = _setting_columns(t)
+    gb = fmt_num(1)
+    cols = setting_columns(t)
     cols.update({"shard": ("shard", None), "capacity_GB": ("capacity GB", gb), "static_GB": ("static GB", gb),
                  "peak_normal_GB": ("normal GB", gb), "fits_normal": ("fits", None),
                  "peak_neighbour_GB": ("neighbour GB", gb), "fits_neighbour": ("fits", None),
                  "peak_naive_GB": ("naive GB", gb), "fits_naive": ("fits", None),
-                 "neighbour_over_normal": ("neighbour / normal", _fmt_ratio),
-                 "neighbour_over_naive": ("neighbour / naive", _fmt_ratio),
+                 "neighbour_over_normal": ("neighbour / normal", fmt_ratio),
+                 "neighbour_over_naive": ("neighbour / naive", fmt_ratio),
                  "paper_naive_fits": ("paper: naive fits", None), "agrees_with_paper": ("agrees", None)})
     note = ("\n\nPeak memory per worker (summary.json `memory`): static state (weights, fp32 master, Adam, "
             "gradients; sharded as `shard` says) plus the activations of one kernel: normal = one micro-batch; "
@@ -449,11 +449,11 @@ def memory_markdown(t: pd.DataFrame) -> str:
 def clock_markdown(t: pd.DataFrame) -> str:
     if t.empty:
         return "_no finished run reports its clock_"
-    cols = _setting_columns(t)
-    cols.update({"timed_model": ("timed", None), "efficiency": ("efficiency", _fmt_num(3)),
-                 "implied_mfu": ("implied MFU", _fmt_pct), "failure_free_step_s": ("failure-free step s", _fmt_num(3)),
-                 "flop_ratio_neighbour_normal": ("neighbour / normal FLOPs", _fmt_ratio),
-                 "thr_none": ("MeCeFO tok/s none", _fmt_tok), "paper_thr_none": ("paper tok/s none", _fmt_tok),
+    cols = setting_columns(t)
+    cols.update({"timed_model": ("timed", None), "efficiency": ("efficiency", fmt_num(3)),
+                 "implied_mfu": ("implied MFU", fmt_pct), "failure_free_step_s": ("failure-free step s", fmt_num(3)),
+                 "flop_ratio_neighbour_normal": ("neighbour / normal FLOPs", fmt_ratio),
+                 "thr_none": ("MeCeFO tok/s none", fmt_tok), "paper_thr_none": ("paper tok/s none", fmt_tok),
                  "efficiency_source": ("efficiency from", None)})
     note = (f"\n\nFrom MeCeFO's failure-free run at {PAPER_GBPS:g} GB/s (summary.json `clock`). efficiency: the "
             f"fraction of peak FLOP/s the compute runs at, calibrated so that failure-free MeCeFO (plain DP) matches "
@@ -467,7 +467,7 @@ def runs_markdown(runs: pd.DataFrame) -> str:
     kept = runs[runs["selected"]]
     cols = {"status": ("status", None), "model": ("model", None), "method": ("method", None),
             "failure": ("failure", None), "reading": ("reading", None), "inter_node_GBps": ("GB/s", _fmt_g),
-            "seed": ("seed", None), "throughput_tok_s": ("tok/s", _fmt_tok), "error": ("error", None),
+            "seed": ("seed", None), "throughput_tok_s": ("tok/s", fmt_tok), "error": ("error", None),
             "run_dir": ("run folder", None)}
     superseded = int((~runs["selected"]).sum())
     note = f"\n\n{superseded} superseded run(s) not shown (see runs_all.csv)." if superseded else ""
@@ -488,9 +488,8 @@ def _plt():
 def _tok_formatter():
     import matplotlib.ticker
 
-    from .plots import _k
 
-    return matplotlib.ticker.FuncFormatter(_k)
+    return matplotlib.ticker.FuncFormatter(thousands)
 
 
 def _na(ax, what: str = "n/a") -> None:
@@ -589,7 +588,7 @@ def bandwidth_figure(drops: pd.DataFrame, means: pd.DataFrame, runs: pd.DataFram
         ax2.yaxis.set_major_formatter(_tok_formatter())
         ref = paper.throughput(model, "mecefo")["none"]
         if ref is not None:
-            ax2.axhline(ref, color="black", linestyle="--", linewidth=1, label=f"paper Table 2: {_fmt_tok(ref)}")
+            ax2.axhline(ref, color="black", linestyle="--", linewidth=1, label=f"paper Table 2: {fmt_tok(ref)}")
     ax2.set_ylabel("failure-free tokens / simulated s")
     ax2.set_title(f"{model}: MeCeFO failure-free throughput", fontsize=10)
     for a, data in ((ax, d), (ax2, n)):

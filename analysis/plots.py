@@ -34,6 +34,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from . import paper  # noqa: E402
+from .formats import thousands  # noqa: E402
 from .collect import load_eval, load_grad_error, ok_runs, workers_down  # noqa: E402
 from .tables import (CONFIDENCE, GROUPING, SETTING, failure_levels, methods_present, throughput_table,  # noqa: E402
                      with_grouping)
@@ -74,8 +75,6 @@ def method_label(method: str) -> str:
     return METHOD_LABELS.get(method, str(method))
 
 
-def _k(v, _pos=None) -> str:
-    return f"{v / 1e3:g}k" if abs(v) >= 1e3 else f"{v:g}"
 
 
 # ------------------------------------------------------------------------ settings
@@ -327,7 +326,7 @@ def throughput_bars(group: pd.DataFrame, title: str = ""):
                             xytext=(0, 3), textcoords="offset points")
     ax.set_xticks(xs, [method_label(m) for m in methods])
     if np.nanmax(np.append(table[[f"thr_{lv}" for lv in levels]].to_numpy(dtype=float), 0)) >= 1e4:
-        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(_k))
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(thousands))
     ax.set_ylabel("throughput (committed tokens / simulated s)")
     ax.set_title("throughput")
     ax.grid(True, axis="y", alpha=0.3)

@@ -37,6 +37,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import pandas as pd
 
 from . import formats, paper
+from .formats import ci_text, fmt_g3, fmt_int, fmt_num, fmt_pct, fmt_ratio, fmt_tok
 from .collect import FAILURE_ORDER, METHOD_ORDER, TIME_CATEGORIES, ok_runs
 
 SETTING = ("model", "n_workers", "max_steps", "micro_batch", "seq_len")
@@ -237,34 +238,14 @@ def time_breakdown_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------ markdown
-def _fmt_tok(v) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return ""
-    return f"{v / 1e3:.1f}k" if abs(v) >= 1e3 else f"{v:.0f}"
 
 
-def _fmt_pct(v, signed: bool = False) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return ""
-    return f"{v * 100:+.2f}%" if signed else f"{v * 100:.2f}%"
 
 
-def _fmt_num(digits: int) -> Callable:
-    def f(v) -> str:
-        if v is None or (isinstance(v, float) and not math.isfinite(v)):
-            return ""
-        return f"{v:.{digits}f}"
-    return f
 
 
-def _fmt_g3(v) -> str:
-    return "" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.3g}"
 
 
-def _fmt_ratio(v) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return ""
-    return f"{v:.2f}x"
 
 
 def _has_values(col: pd.Series) -> bool:
@@ -297,7 +278,7 @@ def to_markdown(df: pd.DataFrame, columns: Dict[str, tuple], drop_empty: bool = 
     return "\n".join(lines)
 
 
-def _setting_columns(df: pd.DataFrame) -> Dict[str, tuple]:
+def setting_columns(df: pd.DataFrame) -> Dict[str, tuple]:
     """model always; the other setting columns only where they vary; label, variant and
     failure_variant wherever one is set."""
     cols = {"label": ("label", None)} if "label" in df and _has_values(df["label"]) else {}
@@ -317,15 +298,10 @@ def with_ci_cells(t: pd.DataFrame, columns: Sequence[str], fmt: Callable) -> pd.
     t = t.copy()
     for c in columns:
         half = t[f"{c}_ci95"] if f"{c}_ci95" in t else pd.Series(float("nan"), index=t.index)
-        t[f"cell_{c}"] = [_ci_text(v, h, fmt) for v, h in zip(t[c], half)]
+        t[f"cell_{c}"] = [ci_text(v, h, fmt) for v, h in zip(t[c], half)]
     return t
 
 
-def _ci_text(value, half, fmt: Callable) -> str:
-    text = fmt(value)
-    if text and half is not None and isinstance(half, float) and math.isfinite(half):
-        return f"{text} ± {fmt(half).lstrip('+')}"
-    return text
 
 
 def _per_level_columns(t: pd.DataFrame, prefix: str):
@@ -333,7 +309,7 @@ def _per_level_columns(t: pd.DataFrame, prefix: str):
     leading setting/method/seeds columns every per-level table starts with."""
     levels = [c[len(prefix):] for c in t.columns if c.startswith(prefix) and not c.endswith("_ci95")]
     faulty = [f for f in levels if f != "none"]
-    cols = _setting_columns(t)
+    cols = setting_columns(t)
     cols.update({"method": ("method", None), "n_seeds": ("seeds", None)})
     return levels, faulty, cols
 
@@ -348,14 +324,14 @@ def throughput_markdown(t: pd.DataFrame) -> str:
 def throughput_view(t: pd.DataFrame):
     """(table with its display cells, columns to show, note under the table)"""
     levels, faulty, cols = _per_level_columns(t, "thr_")
-    t = with_ci_cells(t, [f"thr_{f}" for f in levels], _fmt_tok)
-    t = with_ci_cells(t, [f"drop_{f}" for f in faulty], _fmt_pct)
+    t = with_ci_cells(t, [f"thr_{f}" for f in levels], fmt_tok)
+    t = with_ci_cells(t, [f"drop_{f}" for f in faulty], fmt_pct)
     cols.update({f"cell_thr_{f}": (f"tok/s {f}", None) for f in levels})
     cols.update({f"cell_drop_{f}": (f"drop {f}", None) for f in faulty})
-    cols.update({f"resilience_{f}": (f"drop/MeCeFO {f}", _fmt_ratio) for f in faulty})
-    cols.update({"paper_thr_none": ("paper tok/s none", _fmt_tok), "paper_thr_high": ("paper tok/s high", _fmt_tok),
-                 "paper_drop_high": ("paper drop high", _fmt_pct),
-                 "paper_resilience_high": ("paper drop/MeCeFO high", _fmt_ratio)})
+    cols.update({f"resilience_{f}": (f"drop/MeCeFO {f}", fmt_ratio) for f in faulty})
+    cols.update({"paper_thr_none": ("paper tok/s none", fmt_tok), "paper_thr_high": ("paper tok/s high", fmt_tok),
+                 "paper_drop_high": ("paper drop high", fmt_pct),
+                 "paper_resilience_high": ("paper drop/MeCeFO high", fmt_ratio)})
     refs = ", ".join(sorted(set(t["paper_ref"].astype(str))))
     note = (f"\n\nThroughput = committed tokens per simulated second, mean ± 95% CI half-width over seeds "
             f"(Student t; no ± for one seed); drop paired per seed with the failure-free run. "
@@ -375,12 +351,12 @@ def perplexity_markdown(t: pd.DataFrame) -> str:
 def perplexity_view(t: pd.DataFrame):
     """(table with its display cells, columns to show, note under the table)"""
     levels, faulty, cols = _per_level_columns(t, "ppl_")
-    t = with_ci_cells(t, [f"ppl_{f}" for f in levels], _fmt_num(2))
-    t = with_ci_cells(t, [f"change_{f}" for f in faulty], lambda v: _fmt_pct(v, signed=True))
+    t = with_ci_cells(t, [f"ppl_{f}" for f in levels], fmt_num(2))
+    t = with_ci_cells(t, [f"change_{f}" for f in faulty], lambda v: fmt_pct(v, signed=True))
     cols.update({f"cell_ppl_{f}": (f"ppl {f}", None) for f in levels})
     cols.update({f"cell_change_{f}": (f"change {f}", None) for f in faulty})
-    cols.update({f"paper_ppl_{f}": (f"paper ppl {f}", _fmt_num(2)) for f in FAILURE_ORDER})
-    cols.update({f"paper_change_{f}": (f"paper change {f}", lambda v: _fmt_pct(v, signed=True))
+    cols.update({f"paper_ppl_{f}": (f"paper ppl {f}", fmt_num(2)) for f in FAILURE_ORDER})
+    cols.update({f"paper_change_{f}": (f"paper change {f}", lambda v: fmt_pct(v, signed=True))
                  for f in FAILURE_ORDER if f != "none"})
     refs = ", ".join(sorted(set(t["paper_ref"].astype(str))))
     note = (f"\n\nFinal validation perplexity, mean ± 95% CI half-width over seeds (Student t; no ± for one "
@@ -404,12 +380,12 @@ def time_view(t: pd.DataFrame):
     t = t.copy()
     for c in cats:
         half = t[f"time_{c}_ci95"] if f"time_{c}_ci95" in t else [float("nan")] * len(t)
-        t[f"cell_{c}"] = [f"{_ci_text(s, h, _fmt_g3)} ({p * 100:.1f}%)" if math.isfinite(s) and math.isfinite(p) else ""
+        t[f"cell_{c}"] = [f"{ci_text(s, h, fmt_g3)} ({p * 100:.1f}%)" if math.isfinite(s) and math.isfinite(p) else ""
                           for s, h, p in zip(t[f"time_{c}"], half, t[f"share_{c}"])]
-    cols = _setting_columns(t)
+    cols = setting_columns(t)
     cols.update({"method": ("method", None), "failure": ("failure", None), "n_seeds": ("seeds", None)})
     cols.update({f"cell_{c}": (c, None) for c in cats})
-    cols["time_total"] = ("total s", _fmt_num(3))
+    cols["time_total"] = ("total s", fmt_num(3))
     note = ("\n\nSimulated seconds per category of summary.json's time_breakdown (share of the total), "
             "mean ± 95% CI half-width over seeds.")
     return t, cols, note
@@ -425,21 +401,15 @@ def runs_markdown(runs: pd.DataFrame) -> str:
     if "steps_logged" in t:
         t["steps"] = t["steps"].where(t["steps"].notna(), t["steps_logged"])
     cols = {"status": ("status", None), "model": ("model", None), "method": ("method", None),
-            "failure": ("failure", None), "seed": ("seed", None), "steps": ("steps", _fmt_int),
-            "max_steps": ("max_steps", _fmt_int), "throughput_tok_s": ("tok/s", _fmt_tok),
-            "final_val_ppl": ("val ppl", _fmt_num(2)), "error": ("error", None), "run_dir": ("run folder", None)}
+            "failure": ("failure", None), "seed": ("seed", None), "steps": ("steps", fmt_int),
+            "max_steps": ("max_steps", fmt_int), "throughput_tok_s": ("tok/s", fmt_tok),
+            "final_val_ppl": ("val ppl", fmt_num(2)), "error": ("error", None), "run_dir": ("run folder", None)}
     superseded = int((~runs["selected"]).sum()) if "selected" in runs else 0
     note = (f"\n\n{superseded} superseded run(s) not shown: an ok run of the same key replaced them "
             f"(see runs_all.csv)." if superseded else "")
     return to_markdown(t, cols) + note
 
 
-def _fmt_int(v) -> str:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return ""
-    return "" if not math.isfinite(f) else str(int(f))
 
 
 # ------------------------------------------------------------------------ writing
