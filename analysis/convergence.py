@@ -25,7 +25,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 import pandas as pd
 
 from . import paper
-from .collect import collect
+from .collect import collect, describe, write_table
 from .formats import ci_text, fmt_pct
 from .tables import FAILURE_ORDER, perplexity_table, to_markdown
 
@@ -142,25 +142,32 @@ def convergence_figure(long: pd.DataFrame):
 def analyze(roots: Iterable, out, figures: bool = True, verbose: bool = True,
             labels: Optional[Dict[str, Sequence]] = None) -> Dict[str, List[Path]]:
     """The default analysis (analysis.figures) plus the convergence table and figure."""
-    from .figures import analyze as default_analysis
-    from .plots import save
 
-    out = Path(out)
-    written = default_analysis(roots, out, figures=figures, verbose=verbose, labels=labels)
-    long = convergence_table(collect(roots, labels=labels))
-    folder = out / "tables"
-    folder.mkdir(parents=True, exist_ok=True)
-    long.to_csv(folder / "convergence.csv", index=False)
-    md = convergence_markdown(long)
-    (folder / "convergence.md").write_text(f"# MeCeFO perplexity change against run length (paper Table 3)\n\n{md}\n")
-    written["tables"] += [folder / "convergence.csv", folder / "convergence.md"]
-    if figures:
+    from .plots import make_figures, save
+    from .study import run_study
+    from .tables import write_tables
+
+    def collect_with_convergence():
+        runs = collect([Path(r) for r in roots], labels=labels)
+        return runs, convergence_table(runs)
+
+    def tables(data, out):
+        runs, long = data
+        folder = out / "tables"
+        folder.mkdir(parents=True, exist_ok=True)
+        long.to_csv(folder / "convergence.csv", index=False)
+        md = convergence_markdown(long)
+        (folder / "convergence.md").write_text(f"# MeCeFO perplexity change against run length (paper Table 3)\n\n{md}\n")
+        return {"table": write_table(runs, out).values(),
+                "tables": [*write_tables(runs, out).values(), folder / "convergence.csv", folder / "convergence.md"]}
+
+    def figures_of(data, out):
+        runs, long = data
         fig = convergence_figure(long)
-        if fig is not None:
-            written["figures"] += save(fig, out, "convergence")
-    if verbose:
-        print(md)
-    return written
+        return make_figures(runs, out) + (save(fig, out, "convergence") if fig is not None else [])
+
+    return run_study(out, collect_with_convergence, tables, figures_of,
+                     lambda data: describe(data[0]) + "\n" + convergence_markdown(data[1]), draw=figures, verbose=verbose)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -25,22 +25,19 @@ def analyze(roots: Iterable, out, figures: bool = True, verbose: bool = True,
             labels: Optional[Dict[str, Sequence]] = None) -> Dict[str, List[Path]]:
     """Collect every run under `roots` (and under each labelled folder) into `out`, then
     write the tables and the figures."""
+    from .study import run_study
     from .tables import write_tables
 
-    out = Path(out)
-    roots = [Path(r) for r in roots]
-    df = collect(roots, labels=labels)
-    written = {"table": list(write_table(df, out).values()), "tables": list(write_tables(df, out).values()),
-               "figures": []}
-    if figures:
+    def figures_of(df, folder):
         from .plots import make_figures
 
-        written["figures"] = make_figures(df, out)
-    if verbose:
-        print(describe(df))
-        n = sum(len(v) for v in written.values())
-        print(f"wrote {n} files under {out} ({len(written['figures'])} figure files)")
-    return written
+        return make_figures(df, folder)
+
+    roots = [Path(r) for r in roots]
+    return run_study(out, lambda: collect(roots, labels=labels),
+                     lambda df, folder: {"table": write_table(df, folder).values(),
+                                         "tables": write_tables(df, folder).values()},
+                     figures_of, describe, draw=figures, verbose=verbose)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -135,33 +135,43 @@ def _fmt(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def analyze(roots: List[Path], out: Path, figures: bool = True, verbose: bool = False) -> Dict[str, pd.DataFrame]:
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    ours, ref = runs(roots), reference()
-    if ours.empty:
-        raise SystemExit(f"no run of the oobleck_artifact scenarios under {', '.join(map(str, roots))}")
-    ours.to_csv(out / "oobleck_artifact_runs.csv", index=False)
-    tables, text = {}, []
-    for model in sorted(ours.model.unique()):
-        table = model_table(ours, ref, model)
-        ratios = system_ratios(table)
-        table.to_csv(out / f"oobleck_artifact_{model}.csv", index=False)
-        ratios.to_csv(out / f"oobleck_artifact_{model}_ratios.csv", index=False)
-        graded = table[table.within_2pct.isin(["yes", "no"])]
-        text += [f"## {model}", "", _fmt(table), "", _fmt(ratios), "",
-                 f"{(graded.within_2pct == 'yes').sum()}/{len(graded)} graded cells within 2% (either setting)", ""]
-        tables[model] = table
-        if figures:
-            _figure(table, model, out / f"oobleck_artifact_{model}.png")
-    (out / "oobleck_artifact.md").write_text("\n".join(text))
-    if verbose:
-        print("\n".join(text))
-    log.info("oobleck_artifact tables in %s", out)
-    return tables
+def analyze(roots: List[Path], out: Path, figures: bool = True, verbose: bool = False) -> Dict[str, List[Path]]:
+    from .study import run_study
+
+    def collect_runs():
+        ours = runs(roots)
+        if ours.empty:
+            raise SystemExit(f"no run of the oobleck_artifact scenarios under {', '.join(map(str, roots))}")
+        ref = reference()
+        return ours, {model: model_table(ours, ref, model) for model in sorted(ours.model.unique())}
+
+    def describe(data) -> str:
+        text = []
+        for model, table in data[1].items():
+            graded = table[table.within_2pct.isin(["yes", "no"])]
+            text += [f"## {model}", "", _fmt(table), "", _fmt(system_ratios(table)), "",
+                     f"{(graded.within_2pct == 'yes').sum()}/{len(graded)} graded cells within 2% (either setting)", ""]
+        return "\n".join(text)
+
+    def write(data, out):
+        out.mkdir(parents=True, exist_ok=True)
+        ours, tables = data
+        files = [out / "oobleck_artifact_runs.csv", out / "oobleck_artifact.md"]
+        ours.to_csv(files[0], index=False)
+        files[1].write_text(describe(data))
+        for model, table in tables.items():
+            files += [out / f"oobleck_artifact_{model}.csv", out / f"oobleck_artifact_{model}_ratios.csv"]
+            table.to_csv(files[-2], index=False)
+            system_ratios(table).to_csv(files[-1], index=False)
+        return {"tables": files}
+
+    def draw(data, out):
+        return [_figure(table, model, out / f"oobleck_artifact_{model}.png") for model, table in data[1].items()]
+
+    return run_study(out, collect_runs, write, draw, describe, draw=figures, verbose=verbose)
 
 
-def _figure(table: pd.DataFrame, model: str, path: Path) -> None:
+def _figure(table: pd.DataFrame, model: str, path: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -180,6 +190,7 @@ def _figure(table: pd.DataFrame, model: str, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return path
 
 
 def main(argv=None) -> int:

@@ -662,19 +662,21 @@ def write_tables(runs: pd.DataFrame, out, drops: Optional[pd.DataFrame] = None) 
 def analyze(sweep_dirs: Iterable, out, figures: bool = True, verbose: bool = True) -> Dict[str, List[Path]]:
     """Collect the sweep(s), write the run table, the study's tables and (figures=True) its figures;
     print what was found, naming every run that is in no table."""
-    out = Path(out)
-    runs = collect_study(sweep_dirs)
-    drops = drop_table(runs)
-    written = {"table": list(write_table(runs, out).values()), "tables": write_tables(runs, out, drops),
-               "figures": make_figures(runs, drops, out) if figures else []}
-    if verbose:
-        print(describe(runs, drops))
-        print(f"wrote {sum(len(v) for v in written.values())} files under {out} "
-              f"({len(written['figures'])} figure files)")
-    else:
-        for line in problems(runs, drops):
+    from .study import run_study
+
+    def collect_with_drops():
+        runs = collect_study(sweep_dirs)
+        return runs, drop_table(runs)
+
+    def warn_problems(data):
+        for line in problems(*data):
             log.warning("paper_scale: %s", line.strip())
-    return written
+
+    return run_study(out, collect_with_drops,
+                     lambda data, folder: {"table": write_table(data[0], folder).values(),
+                                           "tables": write_tables(data[0], folder, data[1])},
+                     lambda data, folder: make_figures(data[0], data[1], folder),
+                     lambda data: describe(*data), draw=figures, verbose=verbose, quiet_describe=warn_problems)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -159,3 +159,23 @@ def test_two_cells_agree_with_the_artifact_when_its_behaviour_is_on(tmp_path, me
                        "scenario.quirks=true", "hardware.timing_model=null", "trainer.progress=none"])
     summary = Experiment(cfg, tmp_path / "run").run()
     assert summary["window"]["samples_per_s"] == pytest.approx(expected, rel=2e-3)
+
+
+def test_the_analysis_sets_our_cells_beside_the_artifacts(tmp_path):
+    from analysis.oobleck_artifact import analyze
+    from mecefo_exp.trainer import Experiment
+
+    for method, quirks in (("oobleck", "true"), ("checkpoint", "false")):
+        cfg = compose_cfg(["scenario=oobleck_artifact/gpt3_6_7b", f"method={method}", "scenario.trace=6h",
+                           f"scenario.quirks={quirks}", "hardware.timing_model=null", "trainer.progress=none"])
+        Experiment(cfg, tmp_path / "sweep" / f"{method}_{quirks}").run()
+    analyze([tmp_path / "sweep"], tmp_path / "out", figures=False, verbose=False)
+    import pandas as pd
+
+    table = pd.read_csv(tmp_path / "out" / "oobleck_artifact_gpt3_6_7b.csv").set_index(["trace", "system"])
+    oobleck, varuna = table.loc[("6h", "Oobleck")], table.loc[("6h", "Varuna")]
+    assert oobleck.ours_artifact_behaviour == pytest.approx(4.329178, rel=1e-4)
+    assert oobleck.artifact == "4.32917800" or float(oobleck.artifact) == pytest.approx(4.329178)
+    assert oobleck.within_2pct == "yes" and varuna.ours == pytest.approx(4.0135, rel=1e-3)
+    ratios = pd.read_csv(tmp_path / "out" / "oobleck_artifact_gpt3_6_7b_ratios.csv").set_index("trace")
+    assert ratios.loc["6h", "Oobleck/Varuna artifact"] == pytest.approx(4.329178 / 4.144960)
