@@ -1,4 +1,6 @@
-"""Hostile inputs: what a run folder from elsewhere may contain, and what it may not do."""
+"""Hostile inputs: what a run folder from elsewhere may contain, and what it may not do.
+
+The tests that start runs in subprocesses (resumes, signals) are in the slow tier (`make test-slow`)."""
 
 import json
 import os
@@ -21,6 +23,7 @@ class _Marker:
         return (os.system, (f"touch {self.path}",))
 
 
+@pytest.mark.slow  # two runs in subprocesses (~8-20 s)
 def test_resuming_a_folder_with_a_planted_pickle_runs_no_code(tmp_path):
     run_dir = tmp_path / "run"
     common = [*MICRO, "method=checkpoint", "failure=none", "method.interval=3", "trainer.max_steps=6",
@@ -41,6 +44,7 @@ def test_resuming_a_folder_with_a_planted_pickle_runs_no_code(tmp_path):
     assert json.loads((run_dir / "summary.json").read_text())["resumes"][0]["from_step"] == 3
 
 
+@pytest.mark.slow  # two runs in subprocesses (~8-20 s)
 def test_a_truncated_newest_checkpoint_falls_back_to_the_previous_one(tmp_path):
     run_dir = tmp_path / "run"
     common = [*MICRO, "method=checkpoint", "failure=none", "method.interval=3", "trainer.max_steps=7",
@@ -108,6 +112,7 @@ def test_non_finite_settings_are_refused(override, says):
         validate(compose_cfg([override]))
 
 
+@pytest.mark.slow  # two runs in subprocesses (~8-20 s)
 def test_a_failure_rate_that_would_exhaust_memory_is_one_line_before_any_step(tmp_path):
     run_dir = tmp_path / "run"
     out = subprocess.run([sys.executable, "run.py", *MICRO, "failure=poisson", "failure.mtbf=1e-7", "failure.mttr=1",
@@ -127,6 +132,7 @@ def test_a_diverged_loss_ends_the_run_failed_at_its_step(run_exp, tmp_path):
     assert summary["status"] == "failed" and "diverged" in summary["error"] and summary["steps"] >= 1
 
 
+@pytest.mark.slow  # two runs in subprocesses (~8-20 s)
 def test_a_resumed_run_says_the_same_about_its_clock(tmp_path):
     run_dir = tmp_path / "run"
     common = [*MICRO, "method=checkpoint", "failure=none", "method.interval=3", "trainer.max_steps=6",
@@ -179,6 +185,7 @@ def test_a_full_disk_inside_torch_save_is_recorded_as_no_space_left(run_exp, tmp
     assert "inline_container" not in summary["error"]
 
 
+@pytest.mark.slow  # two runs in subprocesses (~8-20 s)
 def test_ctrl_c_is_one_line_and_the_traceback_goes_to_the_log_file(tmp_path):
     import signal
     import time
