@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from mecefo_exp.config import register_configs, validate  # noqa: E402
+from mecefo_exp.config import validate  # noqa: E402
+from mecefo_exp.hydra_glue import register_configs  # noqa: E402
 from mecefo_exp.trainer import Experiment  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

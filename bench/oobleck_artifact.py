@@ -26,7 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from mecefo_exp.config import register_configs, validate  # noqa: E402
+from mecefo_exp.config import validate  # noqa: E402
+from mecefo_exp.hydra_glue import register_configs  # noqa: E402
 from mecefo_exp.trainer import Experiment  # noqa: E402
 
 MODELS = ("bert_large", "gpt3_2_7b", "gpt3_6_7b")

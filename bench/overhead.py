@@ -25,7 +25,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from mecefo_exp.config import register_configs, validate  # noqa: E402
+from mecefo_exp.config import validate  # noqa: E402
+from mecefo_exp.hydra_glue import register_configs  # noqa: E402
 from mecefo_exp.data import SampleStream, load_corpus  # noqa: E402
 from mecefo_exp.model import build_model  # noqa: E402
 from mecefo_exp.optim import make_optimizer, make_scheduler  # noqa: E402

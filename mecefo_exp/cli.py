@@ -26,7 +26,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from . import runlock
-from .config import ConfigError, register_configs, run_name, validate, with_new_defaults
+from .config import ConfigError, validate, with_new_defaults
+from .hydra_glue import register_configs, run_name
 from .faults import TraceError
 from .console import install_console, resume_command
 from .metrics import write_json_atomic

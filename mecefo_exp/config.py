@@ -19,7 +19,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 
@@ -377,79 +376,6 @@ def plain(node) -> AttrDict:
         return value
 
     return wrap(OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node)
-
-
-def run_name(overrides: str, limit: int = 120) -> str:
-    """A run folder name from Hydra's override_dirname that stays under file-name limits."""
-    name = overrides.replace("/", "_")
-    if len(name) <= limit:
-        return name
-    import hashlib
-
-    return name[: limit - 9] + "_" + hashlib.sha1(name.encode()).hexdigest()[:8]
-
-
-def hydra_output_subdir(resume: Any, output_dir: str) -> str:
-    """Where Hydra writes its record of a job (hydra.output_subdir, relative to the run folder).
-
-    A start writes .hydra/ (config, overrides: how the run was started). A resume, or a
-    torchrun restart, of a folder that has one writes .hydra/resume-<n>/ instead, so the
-    record of the start survives every resume. (The run's resolved config, what a resume
-    reuses, is <run>/config.yaml, written once by the trainer.)
-    """
-    import os
-    from pathlib import Path
-
-    resuming = str(resume).lower() == "true" or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"
-    hydra_dir = Path(output_dir) / ".hydra"
-    if not resuming or not (hydra_dir / "config.yaml").exists():
-        return ".hydra"
-    n = 1 + sum(1 for p in hydra_dir.glob("resume-*") if p.is_dir())
-    return f".hydra/resume-{n}"
-
-
-def conf_file(relative: str) -> str:
-    """The absolute path of a file shipped in conf/ (a checkout's or the wheel's), for presets."""
-    from .paths import conf_dir
-
-    return str(conf_dir() / relative)
-
-
-def user_groups() -> str:
-    """The config groups a user picks from, one line each (for --help): the folders of conf/,
-    without hydra/ (Hydra's own), local/ (personal) and the schema/ groups registered below."""
-    from .paths import conf_dir
-
-    lines = []
-    for folder in sorted(p for p in conf_dir().iterdir() if p.is_dir() and p.name not in ("hydra", "local")):
-        options = sorted(f.stem for f in folder.glob("*.yaml"))
-        if options:
-            lines.append(f"{folder.name}: {', '.join(options)}")
-    return "\n".join(lines) + "\n"
-
-
-def register_configs() -> None:
-    """Register the schemas with Hydra's ConfigStore (conf/ files extend them)."""
-    from omegaconf import OmegaConf
-
-    if not OmegaConf.has_resolver("run_name"):
-        OmegaConf.register_new_resolver("run_name", run_name)
-    if not OmegaConf.has_resolver("hydra_output_subdir"):
-        OmegaConf.register_new_resolver("hydra_output_subdir", hydra_output_subdir)
-    if not OmegaConf.has_resolver("mecefo_groups"):
-        OmegaConf.register_new_resolver("mecefo_groups", user_groups)
-    if not OmegaConf.has_resolver("conf_file"):
-        OmegaConf.register_new_resolver("conf_file", conf_file)
-    cs = ConfigStore.instance()
-    cs.store(name="config_schema", node=Config)
-    cs.store(group="schema/model", name="base", node=ModelConfig)
-    cs.store(group="schema/data", name="base", node=DataConfig)
-    cs.store(group="schema/failure", name="base", node=FailureConfig)
-    cs.store(group="schema/cluster", name="base", node=ClusterConfig)
-    cs.store(group="schema/logger", name="base", node=LoggerConfig)
-    cs.store(group="schema/hardware", name="base", node=HardwareConfig)
-    for name, schema in METHOD_SCHEMAS.items():
-        cs.store(group="schema/method", name=name, node=schema)
 
 
 # -------------------------------------------------------------------------- validate

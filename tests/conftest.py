@@ -9,7 +9,8 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from mecefo_exp.config import register_configs, validate
+from mecefo_exp.config import validate
+from mecefo_exp.hydra_glue import register_configs
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
