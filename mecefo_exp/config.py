@@ -27,34 +27,81 @@ class ConfigError(ValueError):
 
 
 # ----------------------------------------------------------------------------- model
+# ------------------------------------------------------------- bounds on single fields
+# A field's allowed values live on the field (its metadata); `validate` walks them and says
+# "<section>.<field>=<value>: <why>" in one line. Rules between fields are named functions below.
+def choices(*allowed: str) -> Dict[str, Any]:
+    return {"choices": allowed}
+
+
+def at_least(bound: float, unit: str = "") -> Dict[str, Any]:
+    """value >= bound; `unit` is said after it ("steps", "(0: off)", ...)."""
+    return {"ge": bound, "unit": unit}
+
+
+def above(bound: float, unit: str = "") -> Dict[str, Any]:
+    return {"gt": bound, "unit": unit}
+
+
+def within(lo: float, hi: float, closed: bool = True) -> Dict[str, Any]:
+    """lo <= value <= hi (closed) or lo < value < hi."""
+    return {"within": (lo, hi, closed)}
+
+
+def _field_error(key: str, value: Any, rule: Dict[str, Any]) -> Optional[str]:
+    """Why `value` breaks the field's rule (None when it does not), in today's words."""
+    unit = (" " + rule["unit"]) if rule.get("unit") else ""
+    if "choices" in rule and value not in rule["choices"]:
+        return f"{key}={value!r}: allowed: {', '.join(rule['choices'])}"
+    if "ge" in rule and not value >= rule["ge"]:
+        return f"{key}={value}: must be >= {rule['ge']}{unit}"
+    if "gt" in rule and not value > rule["gt"]:
+        return f"{key}={value}: must be > {rule['gt']}{unit}"
+    if "within" in rule:
+        lo, hi, closed = rule["within"]
+        if not ((lo <= value <= hi) if closed else (lo < value < hi)):
+            return f"{key}={value}: must be in {'[' if closed else '('}{lo}, {hi}{']' if closed else ')'}"
+    return None
+
+
+def check_fields(node: Any, schema: Any, section: str) -> None:
+    """Every field of `schema` that carries a rule, checked on the composed `node`."""
+    for f in dataclasses.fields(schema):
+        if f.metadata and f.name in node:
+            error = _field_error(f"{section}.{f.name}", node[f.name], f.metadata)
+            if error:
+                raise ConfigError(error)
+
+
 @dataclass
 class ModelConfig:
     name: str = MISSING
-    hidden_size: int = MISSING
-    intermediate_size: int = MISSING
-    num_attention_heads: int = MISSING
-    num_hidden_layers: int = MISSING
+    hidden_size: int = field(default=MISSING, metadata=at_least(1))
+    intermediate_size: int = field(default=MISSING, metadata=at_least(1))
+    num_attention_heads: int = field(default=MISSING, metadata=at_least(1))
+    num_hidden_layers: int = field(default=MISSING, metadata=at_least(1))
     num_key_value_heads: Optional[int] = None  # None: plain multi-head attention
     # None: use the tokenizer's vocabulary size. GaLore's presets pin 32000 (t5-base).
     vocab_size: Optional[int] = None
     max_position_embeddings: int = 2048
     rms_norm_eps: float = 1e-6
     initializer_range: float = 0.02
-    attn_implementation: str = "sdpa"  # sdpa | eager
+    attn_implementation: str = field(default="sdpa", metadata=choices("sdpa", "eager"))
 
 
 # ------------------------------------------------------------------------------ data
 @dataclass
 class DataConfig:
-    name: str = MISSING  # local | c4
-    seq_len: int = 128
-    micro_batch: int = 4  # sequences per worker per step
-    val_fraction: float = 0.05  # share of documents held out, chosen by a hash of the text
-    eval_blocks: int = 64  # validation blocks scored at each evaluation (0: all)
+    name: str = field(default=MISSING, metadata=choices("local", "c4"))
+    seq_len: int = field(default=128, metadata=at_least(2, "tokens"))
+    micro_batch: int = field(default=4, metadata=at_least(1, "sequence per worker"))  # sequences per worker per step
+    # share of documents held out, chosen by a hash of the text
+    val_fraction: float = field(default=0.05, metadata=within(0, 1, closed=False))
+    eval_blocks: int = field(default=64, metadata=at_least(0, "(0 scores all)"))  # validation blocks per evaluation
     # local corpus: texts that the Python install and `make setup` bring, no hub
     sources: List[str] = field(default_factory=lambda: ["pydoc_topics", "stdlib_docstrings", "lee_background",
                                                         "package_docstrings"])
-    vocab_size: int = 4096  # BPE vocabulary trained on the local corpus
+    vocab_size: int = field(default=4096, metadata=at_least(256, "(byte-level BPE)"))  # BPE trained on the local corpus
     # c4 (or any local json/parquet text files) through the datasets library
     path: Optional[str] = None  # glob of local .json/.jsonl(.gz)/.parquet files, streamed; None: the hub id
     val_path: Optional[str] = None  # glob of validation files (C4's validation shards); None: hub split, or a hash split of data.path
@@ -177,16 +224,19 @@ class FailureConfig:
 # --------------------------------------------------------------------------- cluster
 @dataclass
 class ClusterConfig:
-    name: str = MISSING  # local | torchrun | torchft
-    n_workers: int = 8
-    backend: str = "auto"  # torchrun: auto (nccl on GPU, gloo on CPU) | gloo | nccl
-    device: str = "auto"  # auto | cpu | cuda
-    chunk_microbatches: int = 0  # local tier: micro-batches per forward (0: all of a mode at once)
+    name: str = field(default=MISSING, metadata=choices("local", "torchrun", "torchft"))
+    n_workers: int = field(default=8, metadata=at_least(1))
+    # torchrun: auto (nccl on GPU, gloo on CPU) | gloo | nccl
+    backend: str = field(default="auto", metadata=choices("auto", "gloo", "nccl"))
+    device: str = field(default="auto", metadata=choices("auto", "cpu", "cuda"))
+    # local tier: micro-batches per forward (0: all of a mode at once)
+    chunk_microbatches: int = field(default=0, metadata=at_least(0))
     # stalls of recovery (sources in conf/cluster/*.yaml); links and disks: conf/hardware/
-    detection_s: float = 30.0
-    restart_s: float = 76.0
-    reconfigure_s: float = 2.0
-    paper_run_h: float = 12.4  # duration of the paper's run that "paper hours" are relative to
+    detection_s: float = field(default=30.0, metadata=at_least(0, "seconds"))
+    restart_s: float = field(default=76.0, metadata=at_least(0, "seconds"))
+    reconfigure_s: float = field(default=2.0, metadata=at_least(0, "seconds"))
+    # duration of the paper's run that "paper hours" are relative to
+    paper_run_h: float = field(default=12.4, metadata=above(0))
     scale_stalls: bool = True
     # compute profile
     # auto: as hardware.compute says | fresh: measure this machine now, no cache |
@@ -251,21 +301,24 @@ class HardwareConfig:
 # --------------------------------------------------------------------------- trainer
 @dataclass
 class TrainerConfig:
-    max_steps: int = 300
-    eval_every: int = 50
-    lr: float = 3e-3
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 30
-    weight_decay: float = 0.0  # GaLore's LLaMA recipe trains without weight decay
+    max_steps: int = field(default=300, metadata=at_least(1))
+    eval_every: int = field(default=50, metadata=at_least(0, "(0: only at the end)"))
+    lr: float = field(default=3e-3, metadata=above(0))
+    min_lr_ratio: float = field(default=0.1, metadata=within(0.0, 1.0))
+    warmup_steps: int = field(default=30, metadata=at_least(0))
+    # GaLore's LLaMA recipe trains without weight decay
+    weight_decay: float = field(default=0.0, metadata=at_least(0))
     betas: List[float] = field(default_factory=lambda: [0.9, 0.95])
-    grad_clip: float = 1.0
+    grad_clip: float = field(default=1.0, metadata=at_least(0, "(0: no clipping)"))
     threads: int = 0  # torch intra-op threads (0: leave torch's default)
-    progress: str = "auto"  # auto (bar on a terminal, lines otherwise) | bar | lines | none
+    # auto (bar on a terminal, lines otherwise) | bar | lines | none
+    progress: str = field(default="auto", metadata=choices("auto", "bar", "lines", "none"))
     log_every: int = 10  # plain progress lines every N steps
-    log_events: int = 100  # console lines for failures, rollbacks, restarts ... per run (0: none); all are in events.jsonl
+    # console lines for failures, rollbacks, restarts ... per run (0: none); all are in events.jsonl
+    log_events: int = field(default=100, metadata=at_least(0, "(0: no event lines)"))
     # fp32 | bf16 (autocast bf16 forward/backward, fp32 weights, optimizer state and loss) |
     # tf32 (fp32 with TensorFloat-32 matmuls: CUDA only, fp32 elsewhere)
-    precision: str = "fp32"
+    precision: str = field(default="fp32", metadata=choices("fp32", "bf16", "tf32"))
     # a worker's data.micro_batch sequences in grad_accum chunks of micro_batch / grad_accum
     # (the same gradient, less activation memory)
     grad_accum: int = 1
@@ -275,7 +328,7 @@ class TrainerConfig:
     # crash safety, whatever the method's checkpoint policy: every N steps the harness writes
     # <run>/resume/step_N.pt (the newest only; not charged on the simulated clock, never a
     # rollback target) unless the method's own checkpoint is at that step (0: off)
-    resume_every: int = 250
+    resume_every: int = field(default=250, metadata=at_least(0, "steps (0: off)"))
     # false: walk the trace, the methods and the clock without tensor math (the model lives
     # on the meta device); the paper's 6,000-60,000 steps at 7B take seconds
     numerics: bool = True
@@ -283,9 +336,9 @@ class TrainerConfig:
 
 @dataclass
 class LoggerConfig:
-    name: str = "none"  # none | wandb
+    name: str = field(default="none", metadata=choices("none", "wandb"))
     project: str = "mecefo-exp"
-    mode: str = "offline"  # wandb: online | offline | disabled
+    mode: str = field(default="offline", metadata=choices("online", "offline", "disabled"))  # wandb's
     entity: Optional[str] = None
     group: Optional[str] = None  # None: the sweep folder's name in a multirun, no group otherwise
     tags: List[str] = field(default_factory=list)  # added to method=..., failure=..., model=...
@@ -407,65 +460,35 @@ def validate(cfg: Any) -> None:
     for section in ("model", "data", "method", "failure", "cluster", "hardware", "trainer"):
         _check_finite(cfg[section], f"{section}.")
     m, d, c, f, t = cfg.model, cfg.data, cfg.cluster, cfg.failure, cfg.trainer
-    for key in ("hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers"):
-        _check(m[key] >= 1, f"model.{key}={m[key]}: must be >= 1")
+    for section, schema in (("model", ModelConfig), ("data", DataConfig), ("cluster", ClusterConfig),
+                            ("trainer", TrainerConfig), ("logger", LoggerConfig)):
+        check_fields(cfg[section], schema, section)
     kv = m.get("num_key_value_heads")
     _check(kv is None or (kv >= 1 and m.num_attention_heads % kv == 0),
            f"model.num_key_value_heads={kv}: must be >= 1 and divide model.num_attention_heads={m.num_attention_heads}")
     _check(m.hidden_size % m.num_attention_heads == 0,
            f"model.hidden_size={m.hidden_size} must be divisible by model.num_attention_heads={m.num_attention_heads}")
-    _check(m.attn_implementation in ("sdpa", "eager"),
-           f"model.attn_implementation={m.attn_implementation!r}: allowed: sdpa, eager")
-    _check(d.name in ("local", "c4"), f"data.name={d.name!r}: allowed: local, c4")
-    _check(d.micro_batch >= 1, f"data.micro_batch={d.micro_batch}: must be >= 1 sequence per worker")
-    _check(d.seq_len >= 2, f"data.seq_len={d.seq_len}: must be >= 2 tokens")
     _check(d.seq_len <= m.max_position_embeddings,
            f"data.seq_len={d.seq_len} exceeds model.max_position_embeddings={m.max_position_embeddings} "
            f"of model={m.name}")
-    _check(0.0 < d.val_fraction < 1.0, f"data.val_fraction={d.val_fraction}: must be in (0, 1)")
-    _check(d.eval_blocks >= 0, f"data.eval_blocks={d.eval_blocks}: must be >= 0 (0 scores all)")
     _check(d.val_path is None or bool(d.path),
            "data.val_path needs data.path (local training files); the hub's C4 brings its own validation split")
     _check(d.max_train_tokens >= 1 and d.max_val_tokens >= 1,
            f"data.max_train_tokens={d.max_train_tokens}, data.max_val_tokens={d.max_val_tokens}: must be >= 1")
-    _check(d.vocab_size >= 256, f"data.vocab_size={d.vocab_size}: must be >= 256 (byte-level BPE)")
-    _check(c.name in ("local", "torchrun", "torchft"), f"cluster.name={c.name!r}: allowed: local, torchrun, torchft")
     # the same test as cluster/torchrun.launched_by_torchrun, without importing torch here
     _check(c.name != "torchrun" or ("RANK" in os.environ and "WORLD_SIZE" in os.environ),
            "cluster=torchrun needs torchrun to start the ranks: torchrun --nproc-per-node=N run.py cluster=torchrun "
            "cluster.n_workers=N ...; without torchrun use cluster=local")
-    _check(c.n_workers >= 1, f"cluster.n_workers={c.n_workers}: must be >= 1")
     _check(c.n_workers <= MAX_WORKERS,
            f"cluster.n_workers={c.n_workers}: must be in 1..{MAX_WORKERS:,} (the loop's cost grows with workers: 16,384 "
            "numerics-free workers take ~1 s a step here)")
-    _check(c.device in ("auto", "cpu", "cuda"), f"cluster.device={c.device!r}: allowed: auto, cpu, cuda")
-    _check(c.backend in ("auto", "gloo", "nccl"), f"cluster.backend={c.backend!r}: allowed: auto, gloo, nccl")
-    _check(c.chunk_microbatches >= 0, f"cluster.chunk_microbatches={c.chunk_microbatches}: must be >= 0")
-    _check(c.paper_run_h > 0, f"cluster.paper_run_h={c.paper_run_h}: must be > 0")
-    for key in ("detection_s", "restart_s", "reconfigure_s"):
-        _check(c[key] >= 0, f"cluster.{key}={c[key]}: must be >= 0 seconds")
     _check(c.profile_repeats >= 1 and c.profile_warmup >= 0,
            f"cluster.profile_repeats={c.profile_repeats}, profile_warmup={c.profile_warmup}: need repeats >= 1, warmup >= 0")
-    _check(t.max_steps >= 1, f"trainer.max_steps={t.max_steps}: must be >= 1")
-    _check(t.eval_every >= 0, f"trainer.eval_every={t.eval_every}: must be >= 0 (0: only at the end)")
-    _check(t.lr > 0, f"trainer.lr={t.lr}: must be > 0")
-    _check(0.0 <= t.min_lr_ratio <= 1.0, f"trainer.min_lr_ratio={t.min_lr_ratio}: must be in [0, 1]")
-    _check(t.warmup_steps >= 0, f"trainer.warmup_steps={t.warmup_steps}: must be >= 0")
-    _check(t.weight_decay >= 0, f"trainer.weight_decay={t.weight_decay}: must be >= 0")
     _check(len(t.betas) == 2 and all(0.0 <= b < 1.0 for b in t.betas),
            f"trainer.betas={list(t.betas)}: need two values in [0, 1)")
-    _check(t.grad_clip >= 0, f"trainer.grad_clip={t.grad_clip}: must be >= 0 (0: no clipping)")
-    _check(t.progress in ("auto", "bar", "lines", "none"),
-           f"trainer.progress={t.progress!r}: allowed: auto, bar, lines, none")
-    _check(t.precision in ("fp32", "bf16", "tf32"), f"trainer.precision={t.precision!r}: allowed: fp32, bf16, tf32")
     _check(t.grad_accum >= 1 and d.micro_batch % t.grad_accum == 0,
            f"trainer.grad_accum={t.grad_accum}: must be >= 1 and divide data.micro_batch={d.micro_batch} "
            f"(each chunk is micro_batch / grad_accum sequences)")
-    _check(t.resume_every >= 0, f"trainer.resume_every={t.resume_every}: must be >= 0 steps (0: off)")
-    _check(t.log_events >= 0, f"trainer.log_events={t.log_events}: must be >= 0 (0: no event lines)")
-    _check(cfg.logger.name in ("none", "wandb"), f"logger.name={cfg.logger.name!r}: allowed: none, wandb")
-    _check(cfg.logger.mode in ("online", "offline", "disabled"),
-           f"logger.mode={cfg.logger.mode!r}: allowed: online, offline, disabled")
     _validate_hardware(cfg.hardware)
     h = cfg.hardware
     if _measures_this_machine(c, h):

@@ -120,3 +120,32 @@ def test_the_flop_cache_key_hashes_what_counting_imports_and_follows_a_rename(tm
     (pkg / "deep.py").rename(pkg / "deeper.py")  # a rename follows the code instead of crashing
     (pkg / "helpers.py").write_text("from .deeper import g\n")
     assert "deeper.py" in counting_sources(pkg) and "deep.py" not in counting_sources(pkg)
+
+
+def test_every_field_rule_is_enforced_with_one_line_naming_the_field():
+    import dataclasses
+
+    from conftest import compose_cfg
+    from mecefo_exp.config import (ClusterConfig, ConfigError, DataConfig, LoggerConfig, ModelConfig, TrainerConfig,
+                                   validate)
+
+    checked = 0
+    for section, schema in (("model", ModelConfig), ("data", DataConfig), ("cluster", ClusterConfig),
+                            ("trainer", TrainerConfig), ("logger", LoggerConfig)):
+        for f in dataclasses.fields(schema):
+            rule = f.metadata
+            if not rule:
+                continue
+            if "choices" in rule:
+                bad = "not_an_option"
+            elif "ge" in rule:
+                bad = rule["ge"] - 1
+            elif "gt" in rule:
+                bad = rule["gt"]
+            else:
+                bad = rule["within"][1] + 1
+            with pytest.raises(ConfigError) as e:
+                validate(compose_cfg([f"{section}.{f.name}={bad}"]))
+            assert str(e.value).startswith(f"{section}.{f.name}=") and "\n" not in str(e.value), str(e.value)
+            checked += 1
+    assert checked >= 25
