@@ -43,8 +43,8 @@ def above(bound: float, unit: str = "") -> Dict[str, Any]:
     return {"gt": bound, "unit": unit}
 
 
-def within(lo: float, hi: float, closed: bool = True) -> Dict[str, Any]:
-    """lo <= value <= hi (closed) or lo < value < hi."""
+def within(lo: float, hi: float, closed: Any = True) -> Dict[str, Any]:
+    """lo <= value <= hi (closed=True), lo < value < hi (False) or lo < value <= hi ("right")."""
     return {"within": (lo, hi, closed)}
 
 
@@ -59,15 +59,16 @@ def _field_error(key: str, value: Any, rule: Dict[str, Any]) -> Optional[str]:
         return f"{key}={value}: must be > {rule['gt']}{unit}"
     if "within" in rule:
         lo, hi, closed = rule["within"]
-        if not ((lo <= value <= hi) if closed else (lo < value < hi)):
-            return f"{key}={value}: must be in {'[' if closed else '('}{lo}, {hi}{']' if closed else ')'}"
+        ok = {True: lo <= value <= hi, False: lo < value < hi, "right": lo < value <= hi}[closed]
+        if not ok:
+            return f"{key}={value}: must be in {'[' if closed is True else '('}{lo}, {hi}{')' if closed is False else ']'}"
     return None
 
 
 def check_fields(node: Any, schema: Any, section: str) -> None:
     """Every field of `schema` that carries a rule, checked on the composed `node`."""
     for f in dataclasses.fields(schema):
-        if f.metadata and f.name in node:
+        if f.metadata and f.name in node and node[f.name] is not None:
             error = _field_error(f"{section}.{f.name}", node[f.name], f.metadata)
             if error:
                 raise ConfigError(error)
@@ -194,7 +195,7 @@ class OobleckMethodConfig(MethodConfig):
 @dataclass
 class FailureConfig:
     name: str = MISSING
-    kind: str = "none"  # none | paper | poisson | trace | nodes
+    kind: str = field(default="none", metadata=choices("none", "paper", "poisson", "trace", "nodes"))
     # paper (MeCeFO Table 1): one failure every `every_h` hours somewhere in a cluster of
     # `paper_workers` GPUs, each failed GPU back after `recover_h` hours.
     every_h: Optional[float] = None
@@ -203,19 +204,19 @@ class FailureConfig:
     # poisson: per-worker mean time between failures and mean time to repair
     mtbf: Optional[float] = None
     mttr: Optional[float] = None
-    unit: str = "hours"  # hours (paper hours) | steps | seconds
+    unit: str = field(default="hours", metadata=choices("hours", "steps", "seconds"))  # hours: paper hours
     # How to read "a failure every every_h, recovery after recover_h" (the paper is silent;
     # docs/DESIGN.md "Failure readings"):
-    process: str = "per_worker"  # per_worker: each unit fails at rate 1/(units_in_paper_cluster*every_h) | cluster: one failure every every_h somewhere
+    process: str = field(default="per_worker", metadata=choices("per_worker", "cluster"))  # per_worker: each unit fails at rate 1/(units_in_paper_cluster*every_h) | cluster: one failure every every_h somewhere
     unit_gpus: int = 1  # workers one failure takes down: 1 (a GPU) or 8 (a whole 8-GPU machine: 8 consecutive workers)
-    repair: str = "fixed"  # fixed: back after recover_h | tick: back at the next multiple of recover_h | replace: a spare after replace_s
-    replace_s: float = 300.0  # repair=replace: seconds (paper seconds) until a spare takes the failed unit's place
+    repair: str = field(default="fixed", metadata=choices("fixed", "tick", "replace"))  # fixed: back after recover_h | tick: back at the next multiple of recover_h | replace: a spare after replace_s
+    replace_s: float = field(default=300.0, metadata=at_least(0, "seconds"))  # repair=replace: seconds (paper seconds) until a spare takes the failed unit's place
     # trace: replay a CSV of time, worker, event (time in `unit`); nodes: t_ms,add|remove,name
     path: Optional[str] = None
-    node_ready_s: float = 45.0  # nodes: an added node is usable this long after it is added (the Oobleck artifact)
+    node_ready_s: float = field(default=45.0, metadata=at_least(0, "seconds"))  # nodes: an added node is usable this long after it is added (the Oobleck artifact)
     # which workers may fail (None: all); the paper's asymmetric experiment uses a subset
     workers: Optional[List[int]] = None
-    horizon_factor: float = 50.0  # draw the trace up to this multiple of the failure-free run
+    horizon_factor: float = field(default=50.0, metadata=at_least(1))  # draw the trace up to this multiple of the failure-free run
     # torchrun tier only: a failing worker's rank really dies (SIGKILL); torchrun's
     # --max-restarts brings the group back and the run resumes from its newest checkpoint
     kill: bool = False
@@ -262,39 +263,43 @@ class HardwareConfig:
     `compute=profile` times the kernels on this machine (cached).
     """
     name: str = MISSING
-    compute: str = "flops"  # flops | profile (measure this machine; cluster.profile says how) | table
+    # flops | profile (measure this machine; cluster.profile says how) | table
+    compute: str = field(default="flops", metadata=choices("flops", "profile", "table"))
     # compute=table: a failure-free throughput per usable node count, per method (`default` for
     # the others): {method: {nodes: samples_per_s}}; 0 = out of memory. Outside the table's
     # range the nearest entry is used. A step is samples_per_step samples.
     tables: Dict[str, Any] = field(default_factory=dict)
     samples_per_step: int = 0
     step_ms_integer: bool = False  # truncate step times to whole milliseconds (the Oobleck artifact does)
-    checkpoint_s: Optional[float] = None  # a checkpoint's seconds, replacing bytes / storage_GBps
-    peak_tflops: float = 1.0  # dense bf16 (or the preset's compute dtype) per worker
-    efficiency: float = 0.4  # MFU of the forward/backward kernels, in (0, 1]
+    # a checkpoint's seconds, replacing bytes / storage_GBps
+    checkpoint_s: Optional[float] = field(default=None, metadata=at_least(0, "seconds"))
+    peak_tflops: float = field(default=1.0, metadata=above(0))  # dense bf16 (or the preset's compute dtype) per worker
+    efficiency: float = field(default=0.4, metadata=within(0, 1, closed="right"))  # MFU of the forward/backward kernels
     # calibrate=true: where `calibration` has the timed model, solve the efficiency so that the
     # failure-free step gives the paper's throughput at the paper's shape (else `efficiency`)
     calibrate: bool = False
     calibration: Dict[str, Any] = field(default_factory=dict)  # timing-model name -> {tokens_per_s, global_batch, seq_len}
-    svd_efficiency: float = 0.02  # share of peak an SVD reaches (cuSOLVER is far from matmul peak; assumption)
+    svd_efficiency: float = field(default=0.02, metadata=above(0))  # share of peak an SVD reaches (cuSOLVER is far from matmul peak; assumption)
     gpus: int = 1  # workers of the preset's own cluster (the calibration shape)
     gpus_per_node: int = 1
-    intra_node_GBps: float = 300.0  # per worker, one direction
-    inter_node_GBps: float = 25.0  # per node, one direction
-    intra_latency_s: float = 5e-6
-    inter_latency_s: float = 1e-5
-    hbm_GBps: float = 2000.0  # device memory bandwidth: the optimizer step is bound by it
-    host_GBps: float = 25.0  # device -> host copies (in-memory snapshots)
-    storage_GBps: float = 1.0  # checkpoint writes and reads per worker
-    memory_GB: float = 80.0
-    grad_dtype: str = "fp32"  # fp32 | bf16: the all-reduced gradient
-    compute_dtype: str = "bf16"  # bf16 (mixed precision, fp32 master weights) | fp32: activation bytes, weight copy
-    shard: str = "none"  # none (DDP) | optimizer (ZeRO-1) | gradients (ZeRO-2) | full (FSDP / ZeRO-3)
+    intra_node_GBps: float = field(default=300.0, metadata=above(0))  # per worker, one direction
+    inter_node_GBps: float = field(default=25.0, metadata=above(0))  # per node, one direction
+    intra_latency_s: float = field(default=5e-6, metadata=at_least(0, "seconds"))
+    inter_latency_s: float = field(default=1e-5, metadata=at_least(0, "seconds"))
+    hbm_GBps: float = field(default=2000.0, metadata=above(0))  # device memory bandwidth: the optimizer step is bound by it
+    host_GBps: float = field(default=25.0, metadata=above(0))  # device -> host copies (in-memory snapshots)
+    storage_GBps: float = field(default=1.0, metadata=above(0))  # checkpoint writes and reads per worker
+    memory_GB: float = field(default=80.0, metadata=above(0))
+    grad_dtype: str = field(default="fp32", metadata=choices("fp32", "bf16"))  # the all-reduced gradient
+    # bf16 (mixed precision, fp32 master weights) | fp32: activation bytes, weight copy
+    compute_dtype: str = field(default="bf16", metadata=choices("fp32", "bf16"))
+    # none (DDP) | optimizer (ZeRO-1) | gradients (ZeRO-2) | full (FSDP / ZeRO-3)
+    shard: str = field(default="none", metadata=choices("none", "optimizer", "gradients", "full"))
     overlap: bool = True  # DDP buckets all-reduce behind backward; only what does not fit is exposed
-    bucket_MB: float = 25.0  # DDP's default bucket
+    bucket_MB: float = field(default=25.0, metadata=above(0))  # DDP's default bucket
     # paper hours and stall seconds: real (3600 simulated s per hour) or scaled (one paper
     # hour = the run's failure-free duration / cluster.paper_run_h: a miniature's proportions)
-    paper_time: str = "real"
+    paper_time: str = field(default="real", metadata=choices("real", "scaled"))
     timing_model: Optional[str] = None  # model preset whose shape the clock times (None: the run's own)
 
 
@@ -576,7 +581,7 @@ def model_presets() -> List[str]:
 
 
 def _validate_hardware(h: Any) -> None:
-    _check(h.compute in ("flops", "profile", "table"), f"hardware.compute={h.compute!r}: allowed: flops, profile, table")
+    check_fields(h, HardwareConfig, "hardware")
     if h.compute == "table":
         _check(h.samples_per_step >= 1, f"hardware.samples_per_step={h.samples_per_step}: must be >= 1 with compute=table")
         _check(bool(h.tables), "hardware.tables is empty: compute=table needs {method or default: {nodes: samples_per_s}}")
@@ -585,32 +590,14 @@ def _validate_hardware(h: Any) -> None:
             for nodes, tput in table.items():
                 ok = str(nodes).isdigit() and isinstance(tput, (int, float)) and math.isfinite(tput) and tput >= 0
                 _check(ok, f"hardware.tables.{method}: {nodes}: {tput!r}: expected a node count and samples/s >= 0")
-    if h.checkpoint_s is not None:
-        _check(h.checkpoint_s >= 0, f"hardware.checkpoint_s={h.checkpoint_s}: must be >= 0 seconds")
-    _check(0 < h.efficiency <= 1, f"hardware.efficiency={h.efficiency}: must be in (0, 1]")
-    for key in ("peak_tflops", "intra_node_GBps", "inter_node_GBps", "hbm_GBps", "host_GBps", "storage_GBps",
-                "memory_GB", "bucket_MB", "svd_efficiency"):
-        _check(h[key] > 0, f"hardware.{key}={h[key]}: must be > 0")
-    for key in ("intra_latency_s", "inter_latency_s"):
-        _check(h[key] >= 0, f"hardware.{key}={h[key]}: must be >= 0 seconds")
     _check(h.gpus >= 1 and h.gpus_per_node >= 1, f"hardware.gpus={h.gpus}, gpus_per_node={h.gpus_per_node}: must be >= 1")
-    _check(h.grad_dtype in ("fp32", "bf16"), f"hardware.grad_dtype={h.grad_dtype!r}: allowed: fp32, bf16")
-    _check(h.compute_dtype in ("fp32", "bf16"), f"hardware.compute_dtype={h.compute_dtype!r}: allowed: fp32, bf16")
-    shards = ("none", "optimizer", "gradients", "full")
-    _check(h.shard in shards, f"hardware.shard={h.shard!r}: allowed: {', '.join(shards)}")
-    _check(h.paper_time in ("real", "scaled"), f"hardware.paper_time={h.paper_time!r}: allowed: real, scaled")
     if h.timing_model is not None:
         presets = model_presets()
         _check(h.timing_model in presets, f"hardware.timing_model={h.timing_model!r}: allowed: {', '.join(presets)}")
 
 
 def _validate_failure(f: Any, n_workers: int) -> None:
-    kinds = ("none", "paper", "poisson", "trace", "nodes")
-    _check(f.kind in kinds, f"failure.kind={f.kind!r}: allowed: {', '.join(kinds)}")
-    _check(f.unit in ("hours", "steps", "seconds"), f"failure.unit={f.unit!r}: allowed: hours, steps, seconds")
-    _check(f.process in ("per_worker", "cluster"), f"failure.process={f.process!r}: allowed: per_worker, cluster")
-    _check(f.repair in ("fixed", "tick", "replace"), f"failure.repair={f.repair!r}: allowed: fixed, tick, replace")
-    _check(f.replace_s >= 0, f"failure.replace_s={f.replace_s}: must be >= 0 seconds")
+    check_fields(f, FailureConfig, "failure")
     _check(f.unit_gpus >= 1 and n_workers % f.unit_gpus == 0,
            f"failure.unit_gpus={f.unit_gpus}: must be >= 1 and divide cluster.n_workers={n_workers}")
     if f.kind == "paper":
@@ -635,7 +622,6 @@ def _validate_failure(f: Any, n_workers: int) -> None:
             raise ConfigError(str(e)) from None
     if f.kind == "nodes":
         _check(bool(f.path), "failure.path is required for failure=nodes (a CSV of t_ms,add|remove,name)")
-        _check(f.node_ready_s >= 0, f"failure.node_ready_s={f.node_ready_s}: must be >= 0 seconds")
         from .faults import TraceError, read_node_trace
 
         try:
@@ -645,7 +631,6 @@ def _validate_failure(f: Any, n_workers: int) -> None:
     if f.workers is not None:
         bad = [w for w in f.workers if not 0 <= w < n_workers]
         _check(not bad, f"failure.workers={list(f.workers)}: workers {bad} do not exist (0..{n_workers - 1})")
-    _check(f.horizon_factor >= 1, f"failure.horizon_factor={f.horizon_factor}: must be >= 1")
 
 
 def _validate_table_fits(cfg: Any) -> None:

@@ -18,7 +18,8 @@ from mecefo_exp.faults import FAIL, RECOVER, TraceError, read_node_trace
 TABLE = "{4: 40, 3: 30, 2: 20}"
 COMMON = ["hardware=table", "hardware.samples_per_step=100", "failure=nodes", "failure.node_ready_s=1",
           "cluster.n_workers=4", "cluster.detection_s=0", "trainer.numerics=false", "trainer.max_steps=1000",
-          "trainer.eval_every=0", "trainer.progress=none", "model=llama_tiny", "data.micro_batch=1", "data.seq_len=16"]
+          "trainer.eval_every=0", "trainer.progress=none", "model=llama_tiny", "model.vocab_size=512",
+          "data.micro_batch=1", "data.seq_len=16"]
 
 
 def trace_file(tmp_path, rows):

@@ -126,12 +126,13 @@ def test_every_field_rule_is_enforced_with_one_line_naming_the_field():
     import dataclasses
 
     from conftest import compose_cfg
-    from mecefo_exp.config import (ClusterConfig, ConfigError, DataConfig, LoggerConfig, ModelConfig, TrainerConfig,
-                                   validate)
+    from mecefo_exp.config import (ClusterConfig, ConfigError, DataConfig, FailureConfig, HardwareConfig, LoggerConfig,
+                                   ModelConfig, TrainerConfig, validate)
 
     checked = 0
     for section, schema in (("model", ModelConfig), ("data", DataConfig), ("cluster", ClusterConfig),
-                            ("trainer", TrainerConfig), ("logger", LoggerConfig)):
+                            ("trainer", TrainerConfig), ("logger", LoggerConfig), ("failure", FailureConfig),
+                            ("hardware", HardwareConfig)):
         for f in dataclasses.fields(schema):
             rule = f.metadata
             if not rule:
@@ -148,4 +149,4 @@ def test_every_field_rule_is_enforced_with_one_line_naming_the_field():
                 validate(compose_cfg([f"{section}.{f.name}={bad}"]))
             assert str(e.value).startswith(f"{section}.{f.name}=") and "\n" not in str(e.value), str(e.value)
             checked += 1
-    assert checked >= 25
+    assert checked >= 45
