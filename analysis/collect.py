@@ -6,7 +6,8 @@ A run folder is any folder holding summary.json or .hydra/config.yaml (the contr
 docs/DESIGN.md, "What a run leaves behind"). Every folder found is listed:
 
 - status comes from summary.json (ok | failed | running); a folder without summary.json
-  is `incomplete`, one whose summary.json cannot be parsed is `unreadable`. A `running`
+  is `incomplete`, one whose summary.json cannot be parsed, or holds something other than a
+  number where the tables read one (NUMERIC_FIELDS), is `unreadable`. A `running`
   run that is no longer running was killed.
 - Config columns (model, method, failure, seed, n_workers, max_steps, micro_batch,
   seq_len) come from the run's own resolved config: <run>/config.yaml, written once when
@@ -15,8 +16,8 @@ docs/DESIGN.md, "What a run leaves behind"). Every folder found is listed:
   other dict as <key>_<sub>).
 - A run's identity is its whole resolved config except the seed and the settings that
   cannot change its numbers (IDENTITY_EXCLUDE: logging, progress, threads, crash-safety checkpoints, paths of
-  caches; a failure-free run's failure-reading keys), plus the measured profile's
-  fingerprint under hardware=measured. Runs of one identity are seeds of one
+  caches; a failure-free run's failure-reading keys), plus the clock's fingerprint
+  where its seconds come from a measured profile or a `cluster.profile` file. Runs of one identity are seeds of one
   configuration. `variant` and `failure_variant` name, as `key=value` lists, the settings
   that tell the collected runs apart beyond the columns above (`method.rank=8`,
   `failure.repair=replace`): a sweep over any key gives one row per value in the tables.
@@ -75,6 +76,16 @@ METHOD_ORDER = ("checkpoint", "reft", "baft", "bamboo", "oobleck", "mecefo")
 TIME_CATEGORIES = ("compute", "comm", "ft_overhead", "lost_work", "stall", "degraded_extra")
 RECORD_FILES = ("summary.json", "metrics.jsonl", "eval.jsonl", "events.jsonl", ".hydra/config.yaml")
 SKIP_DIRS = {".hydra", "checkpoints", "__pycache__", ".git", "wandb"}
+#: summary.json fields the tables compute with; a run where one of them is not a number
+#: (a hand-edited or foreign record) is listed as `unreadable`, naming the field, not averaged
+NUMERIC_FIELDS = ("seed", "n_workers", "max_steps", "steps", "tokens_committed", "tokens_processed", "sim_time_s",
+                  "wall_time_s", "throughput_tok_s", "achieved_tflops_s", "mfu", "final_val_loss", "final_val_ppl",
+                  "failures", "rollbacks", "lost_steps", "interrupted_steps", "failures_expected",
+                  "mean_workers_down_expected", "mean_workers_down", "outage_s")
+NUMERIC_BLOCKS = ("time_breakdown", "window")
+#: the clock modes whose seconds come from somewhere the config does not spell out (a measured
+#: profile, a profile file): their fingerprint is part of a run's identity
+PROFILE_CLOCKS = ("measured", "profile_file")
 
 
 # ------------------------------------------------------------------------ reading
@@ -227,6 +238,22 @@ def _flatten(summary: dict) -> dict:
     return out
 
 
+def not_a_number(summary: dict) -> Optional[str]:
+    """The first field the tables read as a number that holds something else, as `field is 'value'`."""
+    def bad(value) -> bool:
+        return value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)))
+
+    for key in NUMERIC_FIELDS:
+        if bad(summary.get(key)):
+            return f"{key} is {summary[key]!r}"
+    for block in NUMERIC_BLOCKS:
+        if isinstance(summary.get(block), dict):
+            for key, value in summary[block].items():
+                if bad(value):
+                    return f"{block}.{key} is {value!r}"
+    return None
+
+
 def _mtime(run_dir: Path) -> float:
     times = [(run_dir / f).stat().st_mtime for f in RECORD_FILES if (run_dir / f).exists()]
     return max(times) if times else run_dir.stat().st_mtime
@@ -246,6 +273,11 @@ def load_run(run_dir) -> Dict[str, object]:
         except (OSError, json.JSONDecodeError) as e:
             row["status"] = "unreadable"
             row["error"] = f"summary.json: {e}"
+        wrong = not_a_number(summary) if isinstance(summary, dict) else None
+        if wrong:
+            row["error"] = f"summary.json: {wrong}, not a number; skipped"
+            summary = {"status": "unreadable"}
+            row["status"] = "unreadable"
     else:
         row["status"] = "incomplete"
     cfg = run_config(run_dir)
@@ -264,7 +296,8 @@ def load_run(run_dir) -> Dict[str, object]:
         row["experiment"] = cfg.get("experiment")
     ident = identity_config(flatten_config(cfg)) if cfg else {
         ".".join(CONFIG_PATHS[c]): row.get(c) for c in CONFIG_COLUMNS if c != "seed"}
-    fingerprint = row.get("clock_fingerprint") if ident.get("hardware.compute") == "measured" else None
+    profiled = ident.get("hardware.compute") == "measured" or row.get("clock_compute") in PROFILE_CLOCKS
+    fingerprint = row.get("clock_fingerprint") if profiled else None
     row["_config"] = {**ident, "clock.profile": fingerprint} if fingerprint else ident
     row["identity"] = json.dumps(row["_config"], sort_keys=True, default=str)
     overrides = run_dir / ".hydra" / "overrides.yaml"

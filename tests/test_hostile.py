@@ -204,3 +204,37 @@ def test_ctrl_c_is_one_line_and_the_traceback_goes_to_the_log_file(tmp_path):
     assert proc.returncode == 130 and lines[-1].startswith("stopped: Ctrl-C"), err[-2000:]
     assert "Traceback" not in err and "Traceback" in (run_dir / "run.log").read_text()
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
+
+
+def _edit_summary(run_dir, **fields):
+    path = run_dir / "summary.json"
+    summary = json.loads(path.read_text())
+    summary.update(fields)
+    path.write_text(json.dumps(summary))
+
+
+def test_runs_timed_by_different_profile_files_are_different_configurations(tmp_path):
+    from analysis.collect import collect
+    from test_analysis import make_run
+
+    for name, fingerprint, throughput in (("slow_profile", "aaaaaaaaaaaa", 1000), ("fast_profile", "bbbbbbbbbbbb", 10000)):
+        run = make_run(tmp_path, name, "mecefo", "none", seed=0, thr=throughput, ppl=100)
+        _edit_summary(run, clock={"compute": "profile_file", "fingerprint": fingerprint})
+    df = collect([tmp_path])
+    assert df["selected"].all(), "a run timed by another profile was taken for a duplicate and dropped"
+    assert df["identity"].nunique() == 2
+    assert sorted(df["throughput_tok_s"]) == [1000, 10000]
+
+
+def test_a_summary_with_a_non_numeric_value_is_skipped_with_one_line_naming_it(tmp_path):
+    from test_analysis import make_run
+
+    make_run(tmp_path / "runs", "good", "checkpoint", "high", seed=0, thr=800, ppl=100)
+    bad = make_run(tmp_path / "runs", "hand_edited", "checkpoint", "high", seed=1, thr=900, ppl=100)
+    _edit_summary(bad, throughput_tok_s="fast")
+    out = subprocess.run([sys.executable, "-m", "analysis", str(tmp_path / "runs"), "--out", str(tmp_path / "out"),
+                          "--no-figures"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    named = [line for line in out.stdout.splitlines() if "hand_edited" in line]
+    assert len(named) == 1 and "throughput_tok_s is 'fast', not a number" in named[0], out.stdout
+    assert "Traceback" not in out.stderr
