@@ -16,6 +16,7 @@ import difflib
 import errno
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -32,6 +33,7 @@ from .faults import TraceError
 from .console import install_console, resume_command
 from .metrics import write_json_atomic
 from .paths import conf_dir
+from .signals import Terminated
 
 register_configs()
 log = logging.getLogger("run")
@@ -53,6 +55,10 @@ def _sweep_job(cfg: DictConfig):
     except SystemExit as e:  # a config error or a signal: already said in one line
         if e.code in (0, None):
             return None
+        if e.code == 130:  # Ctrl-C stops the sweep, not only this job
+            raise KeyboardInterrupt from None
+        if e.code in (128 + signal.SIGTERM, 128 + signal.SIGHUP):  # so does a signal to stop
+            raise Terminated(e.code - 128) from None
         log.error("job failed (exit %s); the sweep goes on", e.code)
     except Exception as e:  # a crash: the record says failed; the traceback is in this job's run.log
         log.exception("job failed: %s: %s; the sweep goes on", type(e).__name__, e)
@@ -105,7 +111,7 @@ def _job(cfg: DictConfig, run_dir: Path):
             _config_error(run_dir, e)
     log.info("run folder %s; after a crash or kill -9 continue it with:  %s", run_dir,
              resume_command(run_dir, program=_program()))
-    from .trainer import Experiment, Terminated  # torch and transformers load only for a valid config
+    from .trainer import Experiment  # torch and transformers load only for a valid config
 
     try:
         if cfg.cluster.name == "torchft":  # this process starts and watches one process per worker
@@ -341,8 +347,18 @@ def entry() -> None:
         print(f"config error: {problem}", file=sys.stderr)
         sys.exit(2)
     _lock_the_given_run_dir()
-    main()
-    from .sweeps import FAILED
+    from .sweeps import FAILED, stopped
 
+    try:
+        main()
+    except (Terminated, KeyboardInterrupt) as e:  # only a sweep's launching process gets here
+        signum = e.signum if isinstance(e, Terminated) else signal.SIGINT
+        unfinished = stopped(signal.Signals(signum).name)
+        if unfinished is None:  # stopped while Hydra was still setting up: nothing ran
+            print(f"stopped by {signal.Signals(signum).name} before any run began", file=sys.stderr)
+            sys.exit(128 + signum)
+        print(f"sweep stopped by {signal.Signals(signum).name}; {len(unfinished)} job(s) did not finish"
+              + "".join(f"\n  {line}" for line in unfinished), file=sys.stderr)
+        sys.exit(128 + signum)
     if FAILED:  # a sweep ran every job, collected, and listed the failed ones: say so in the exit code
         sys.exit(1)

@@ -74,6 +74,22 @@ def release(run_dir) -> None:
         _held.pop(run_dir, None)
 
 
+def busy(run_dir) -> bool:
+    """Whether another process holds the folder's lock now (its run is alive)."""
+    run_dir = Path(os.path.abspath(run_dir))
+    if run_dir in _held or not (run_dir / LOCK_NAME).exists():
+        return False
+    probe = FileLock(str(run_dir / LOCK_NAME), timeout=0, thread_local=False, fallback_to_soft=False)
+    try:
+        probe.acquire()
+    except Timeout:
+        return True
+    except OSError:  # no flock here: nobody can tell; say free
+        return False
+    probe.release()
+    return False
+
+
 def owner(run_dir) -> str:
     """'pid P on host H (since T)', from the owner file the lock holder wrote."""
     try:

@@ -1,23 +1,39 @@
-"""Sweeps (-m) that survive a bad job: every valid job runs, the failed ones are listed at
-the end, the end-of-sweep collection still runs, and the command exits non-zero.
+"""Sweeps (-m): every valid job runs, the failed ones are listed at the end, the end-of-sweep
+collection still runs, and the command exits non-zero; a stopped sweep leaves no job behind.
 
-In a multirun, `cli.main` turns a job's failure (a config error, a crash, SIGTERM) into a
-logged line and returns, so Hydra's launcher goes on to the next job; the job's
-summary.json already says `failed` and why. This callback (conf/config.yaml, hydra.callbacks)
-reads the records at the end, in the launching process, whichever launcher ran the jobs
-(joblib's workers are other processes, so the records are the one place all jobs share).
+In a multirun, `cli.main` turns a job's failure (a config error, a crash) into a logged line
+and returns, so Hydra's launcher goes on to the next job; the job's summary.json already says
+`failed` and why. This callback (conf/config.yaml, hydra.callbacks) runs in the launching
+process, whichever launcher ran the jobs (joblib's workers are other processes, so the
+records are the one place all jobs share):
+
+- at the start it takes the sweep folder's lock (a second sweep into a busy folder is refused
+  in one line, exit 2) and notes the jobs the sweeper will launch;
+- at the end it lists this sweep's failed jobs (`FAILED`; the entry point exits 1);
+- SIGTERM, SIGHUP or Ctrl-C to the launching process stop the sweep: `cli.entry` then calls
+  `stopped`, which marks every job that did not finish (a job whose process is gone is
+  recorded `failed`, with why; a job never started is listed by its overrides) and the entry
+  point exits 128 + the signal. joblib kills its worker processes when the launch is
+  interrupted; the basic launcher's job records its own stop, then the sweep stops.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import signal
+import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+
+from . import runlock
+from .metrics import write_json_atomic
+from .signals import Terminated
 
 log = logging.getLogger(__name__)
 
@@ -26,16 +42,58 @@ log = logging.getLogger(__name__)
 FAILED: List[str] = []
 
 
-def failed_jobs(sweep_dir: Path, since: float = 0.0) -> List[str]:
+class SweepInProgress:
+    """The sweep this process launches: its folder, start time and planned jobs (overrides)."""
+
+    def __init__(self) -> None:
+        self.folder: Optional[Path] = None
+        self.started = 0.0
+        self.planned: Optional[List[List[str]]] = None  # None: the sweeper's plan is not known
+
+
+CURRENT = SweepInProgress()
+
+
+def plan(jobs: Sequence[Sequence[str]]) -> None:
+    """The sweeper's jobs in job-number order (a sweeper that expands its own design says it)."""
+    CURRENT.planned = [list(job) for job in jobs]
+
+
+def basic_plan(config: DictConfig) -> Optional[List[List[str]]]:
+    """The jobs Hydra's basic sweeper makes of `hydra.sweeper.params` and the command line."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+        arguments = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
+        batches = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(arguments), None)
+    except Exception as e:  # an unusual sweep syntax: the end report lists the folders it finds
+        log.debug("sweep plan unknown: %s", e)
+        return None
+    return [list(job) for batch in batches for job in batch]
+
+
+def job_folders(sweep_dir: Path, since: float = 0.0) -> Dict[int, Path]:
+    """{job number: folder} of the job folders under `sweep_dir` written since `since`."""
+    found = {}
+    for job in Path(sweep_dir).iterdir():
+        number = job.name.split("_", 1)[0]
+        if job.is_dir() and (job / ".hydra").is_dir() and number.isdigit() and job.stat().st_mtime >= since:
+            found[int(number)] = job
+    return found
+
+
+def failed_jobs(sweep_dir: Path, since: float = 0.0, planned: Optional[int] = None) -> List[str]:
     """'folder: error' for each job folder under `sweep_dir` written since `since` (a Unix
-    time) whose summary.json is not ok, or that has none."""
+    time; with `planned`, only job numbers below it: this sweep's own) whose summary.json is
+    not ok, or that has none."""
     failed = []
-    for job in sorted(p for p in Path(sweep_dir).iterdir() if p.is_dir() and (p / ".hydra").is_dir()):
-        if job.stat().st_mtime < since:
-            continue  # a job of an earlier sweep into the same folder
-        summary = job / "summary.json"
+    for number, job in sorted(job_folders(sweep_dir, since).items()):
+        if planned is not None and number >= planned:
+            continue
         try:
-            record = json.loads(summary.read_text())
+            record = json.loads((job / "summary.json").read_text())
         except (OSError, ValueError) as e:
             failed.append(f"{job}: no readable summary.json ({type(e).__name__})")
             continue
@@ -44,19 +102,65 @@ def failed_jobs(sweep_dir: Path, since: float = 0.0) -> List[str]:
     return failed
 
 
-class FailedJobsCallback(Callback):
-    def __init__(self) -> None:
-        self._sweep: Optional[Path] = None
-        self._started = 0.0
+def stopped(reason: str) -> Optional[List[str]]:
+    """After the launching process was stopped: record every job of the sweep that did not
+    finish and return one line per such job (never started ones by their overrides); None
+    when no sweep had started."""
+    if CURRENT.folder is None or not CURRENT.folder.is_dir():
+        return None
+    lines = []
+    folders = job_folders(CURRENT.folder, CURRENT.started)
+    numbers = range(len(CURRENT.planned)) if CURRENT.planned is not None else sorted(folders)
+    for number in numbers:
+        job = folders.get(number)
+        if job is None:
+            lines.append(f"job {number} never started: {' '.join(CURRENT.planned[number])}")
+            continue
+        summary_path = job / "summary.json"
+        try:
+            record = json.loads(summary_path.read_text())
+        except (OSError, ValueError):
+            record = {}
+        if record.get("status") == "ok":
+            continue
+        if runlock.busy(job):
+            lines.append(f"{job}: still running ({runlock.owner(job)})")
+            continue
+        if record.get("status") != "failed":  # its process was killed before it could say so
+            record.update(status="failed", error=f"the sweep was stopped ({reason}) while this job ran")
+            write_json_atomic(summary_path, record)
+        lines.append(f"{job}: failed: {record.get('error') or 'no reason recorded'}")
+    return lines
 
+
+class FailedJobsCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self._sweep = Path(str(config.hydra.sweep.dir)).absolute()
-        self._started = time.time() - 1.0  # file times have coarse resolution on some filesystems
+        folder = Path(str(config.hydra.sweep.dir)).absolute()
+        try:
+            runlock.acquire(folder)
+        except runlock.RunFolderBusy:
+            print(f"error: sweep folder {folder} is in use by {runlock.owner(folder)}: wait for that sweep to end "
+                  "(or stop it), or pick another hydra.sweep.dir", file=sys.stderr)
+            sys.exit(2)
+        CURRENT.folder, CURRENT.started = folder, time.time() - 1.0  # file times can be coarse
+        CURRENT.planned = basic_plan(config)
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGTERM, signal.SIGHUP):  # joblib then kills its workers; cli.entry records the rest
+                signal.signal(s, _stop_the_sweep)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        if self._sweep is None or not self._sweep.is_dir():
+        folder = CURRENT.folder
+        if folder is None or not folder.is_dir():
             return
-        failed = failed_jobs(self._sweep, since=self._started)
+        planned = len(CURRENT.planned) if CURRENT.planned is not None else None
+        failed = failed_jobs(folder, since=CURRENT.started, planned=planned)
         FAILED.extend(failed)
+        runlock.release(folder)
         if failed:
             log.error("%d job(s) of the sweep failed:\n  %s", len(failed), "\n  ".join(failed))
+
+
+def _stop_the_sweep(signum, frame):
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_IGN)  # a second signal must not interrupt the records
+    raise Terminated(signum)

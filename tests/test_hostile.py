@@ -7,6 +7,7 @@ import os
 import pickle
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -238,3 +239,98 @@ def test_a_summary_with_a_non_numeric_value_is_skipped_with_one_line_naming_it(t
     named = [line for line in out.stdout.splitlines() if "hand_edited" in line]
     assert len(named) == 1 and "throughput_tok_s is 'fast', not a number" in named[0], out.stdout
     assert "Traceback" not in out.stderr
+
+
+def _children(pid):
+    """Pids of the live processes whose parent is `pid` (Linux /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid):
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z"
+
+
+def _wait_for(condition, timeout=120.0):
+    import time
+
+    end = time.time() + timeout
+    while time.time() < end:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+SWEEP = [sys.executable, "run.py", "-m", *MICRO, "trainer.max_steps=100000", "trainer.eval_every=0",
+         "hydra.callbacks.collect.figures=false"]
+
+
+@pytest.mark.slow  # a sweep in a subprocess (~15-30 s)
+def test_a_terminated_joblib_sweep_stops_its_workers_and_marks_every_unfinished_job(tmp_path):
+    import signal
+
+    sweep = tmp_path / "sweep"
+    proc = subprocess.Popen([*SWEEP, "method=checkpoint,mecefo,bamboo", "hydra/launcher=joblib",
+                             "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert _wait_for(lambda: len(list(sweep.glob("*/metrics.jsonl"))) == 2), "the two jobs never started"
+        workers = _children(proc.pid)
+        assert workers
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert _wait_for(lambda: not any(_alive(w) for w in workers), timeout=15), "a worker outlived the sweep"
+    assert "sweep stopped by SIGTERM; 3 job(s) did not finish" in err, err[-2000:]
+    assert "job 2 never started: " in err and "method=bamboo" in err
+    started = sorted(sweep.glob("[0-9]_*/summary.json"))
+    assert len(started) == 2
+    for path in started:
+        summary = json.loads(path.read_text())
+        assert summary["status"] == "failed" and "the sweep was stopped (SIGTERM)" in summary["error"]
+
+
+@pytest.mark.slow  # two sweeps in subprocesses (~10-20 s)
+def test_a_second_sweep_into_a_busy_sweep_folder_is_refused_in_one_line(tmp_path):
+    import signal
+
+    sweep = tmp_path / "sweep"
+    first = subprocess.Popen([*SWEEP, "method=checkpoint,mecefo", f"hydra.sweep.dir={sweep}"], cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert _wait_for(lambda: len(list(sweep.glob("*/metrics.jsonl"))) == 1)
+        second = subprocess.run([*SWEEP, "method=bamboo", f"hydra.sweep.dir={sweep}"], cwd=ROOT,
+                                capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2, second.stderr[-2000:]
+        lines = [line for line in second.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and f"sweep folder {sweep} is in use by pid {first.pid}" in lines[0], lines
+        assert not any("bamboo" in p.name for p in sweep.iterdir())
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=60)
+    assert first.returncode == 128 + signal.SIGTERM
+
+
+def test_the_failed_jobs_report_names_only_this_sweeps_jobs(tmp_path):
+    from mecefo_exp.sweeps import failed_jobs
+
+    for number, status in ((0, "ok"), (1, "failed"), (2, "failed")):  # job 2: another sweep's, into this folder
+        job = tmp_path / f"{number}_method=x"
+        (job / ".hydra").mkdir(parents=True)
+        (job / "summary.json").write_text(json.dumps({"status": status, "error": "boom"}))
+    assert [line.split(":", 1)[0] for line in failed_jobs(tmp_path, planned=2)] == [str(tmp_path / "1_method=x")]

@@ -27,6 +27,8 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
+from mecefo_exp import sweeps
+
 log = logging.getLogger(__name__)
 
 
@@ -57,6 +59,7 @@ class CellSweeper(BasicSweeper):
         size = self.max_batch_size or len(jobs)
         self.overrides = [jobs[i:i + size] for i in range(0, len(jobs), size)]
         log.info("CellSweeper: %d jobs", len(jobs))
+        sweeps.plan(jobs)  # a stopped sweep lists the jobs it never started
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
