@@ -147,8 +147,10 @@ def _traceback_to_log_file(what: str) -> None:
 
 
 def _config_error(run_dir: Path, e: ConfigError) -> None:
-    """One line, before any compute; the folder says it did not run."""
-    write_json_atomic(run_dir / "summary.json", {"status": "failed", "error": f"config: {e}"})
+    """One line, before any compute; a new folder says it did not run, a folder that already
+    holds a run's record (a refused resume) keeps it as it was."""
+    if not (run_dir / "summary.json").exists():
+        write_json_atomic(run_dir / "summary.json", {"status": "failed", "error": f"config: {e}"})
     print(f"config error: {e}", file=sys.stderr)
     sys.exit(2)
 

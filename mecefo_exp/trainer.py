@@ -24,7 +24,7 @@ import torch
 
 from . import runlock
 from .books import Books, optional_store
-from .config import plain
+from .config import ConfigError, plain
 from .console import Progress
 from .context import Context, log
 from .faults import make_trace
@@ -80,7 +80,8 @@ class Experiment(Context):
                 # the run's identity, written first and never again: what resume=true reuses
                 OmegaConf.save(cfg, self.run_dir / "config.yaml", resolve=True)
         self.records = RunRecords(self.run_dir, cfg.logger, _plain(cfg), enabled=self.is_main)
-        self.records.summary(self.summary("running"))
+        if not cfg.resume:  # a resume says `running` once it has loaded a checkpoint (resume())
+            self.records.summary(self.summary("running"))
 
         self.training = build_training_state(cfg, self.n_workers, self.device, peak_tflops)
         self.method = build_method(plain(cfg.method), self)
@@ -116,9 +117,11 @@ class Experiment(Context):
         step_s = self.costs.failure_free_step(self.n_workers).total
         self.trace = make_trace(cfg.failure, self.n_workers, step_s, self.max_steps, cfg.seed, cfg.cluster.paper_run_h,
                                 real_time=self.costs.real_time)
-        if self.is_main:
+        # a resumed run keeps the files its first start wrote (it reads its own profile.json)
+        if self.is_main and not (cfg.resume and (self.run_dir / "trace.csv").exists()):
             self.trace.write_csv(self.run_dir / "trace.csv")
-        self.records.write_json("profile.json", self.timing.profile.to_json())
+        if not (cfg.resume and resumed_profile.exists()):
+            self.records.write_json("profile.json", self.timing.profile.to_json())
         warn_if_memory_does_not_fit(log, self.timing)
 
     # ------------------------------------------------------------------ resume
@@ -289,7 +292,8 @@ class Experiment(Context):
                 except BaseException as e:
                     if self.progress is not None:
                         self.progress.close()  # give the console back (and its log handlers) before the traceback
-                    self._record_failure(e)
+                    if not (self.cfg.resume and not self.resumed and isinstance(e, ConfigError)):
+                        self._record_failure(e)  # a refused resume leaves the folder's record as it was
                     raise
         finally:
             if self._locked:

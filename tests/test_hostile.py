@@ -334,3 +334,29 @@ def test_the_failed_jobs_report_names_only_this_sweeps_jobs(tmp_path):
         (job / ".hydra").mkdir(parents=True)
         (job / "summary.json").write_text(json.dumps({"status": status, "error": "boom"}))
     assert [line.split(":", 1)[0] for line in failed_jobs(tmp_path, planned=2)] == [str(tmp_path / "1_method=x")]
+
+
+@pytest.mark.slow  # two runs in subprocesses (~8-20 s)
+def test_a_refused_resume_leaves_the_folders_record_as_it_was(tmp_path):
+    import hashlib
+
+    run_dir = tmp_path / "run"
+    out = subprocess.run([sys.executable, "run.py", *MICRO, "method=checkpoint", "failure=none", "method.interval=3",
+                          "trainer.max_steps=6", f"hydra.run.dir={run_dir}"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    for checkpoint in (run_dir / "checkpoints").glob("step_*.pt"):
+        checkpoint.write_bytes(checkpoint.read_bytes()[:100])  # every write cut short: nothing to resume from
+    _edit_summary(run_dir, status="running")  # as a killed run leaves it
+
+    def files():
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in run_dir.iterdir()
+                if p.is_file() and p.name not in ("run.log", ".run.owner", ".run.lock")}
+
+    before = files()
+    out = subprocess.run([sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 2
+    assert [line for line in out.stderr.splitlines() if line.strip()] == [
+        f"config error: resume=true: no checkpoint in {run_dir} can be loaded (2 tried)"]
+    assert files() == before
