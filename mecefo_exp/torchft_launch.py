@@ -9,7 +9,8 @@ then it watches:
   planned; the survivors go on without it (cluster/torchft.py);
 - when the survivors ask for worker w again (a trace recovery or a spare), its next process
   starts here and heals from a live peer: the job itself is never restarted;
-- a worker SIGKILLed from outside is a real fault: the survivors go on without it;
+- a worker SIGKILLed from outside is a real fault: the survivors go on without it and ask
+  for its next process, which heals as after a trace recovery;
 - a worker that exits with an error ends the run: every process is stopped, summary.json
   says failed and why.
 
@@ -26,11 +27,12 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Dict, Optional
 
-from .cluster.torchft import (ENV_INCARNATION, ENV_LIGHTHOUSE, ENV_STARTED, ENV_STORE, ENV_WORKER, connect_store,
-                              require_torchft)
+from .cluster.torchft import (ENV_INCARNATION, ENV_LIGHTHOUSE, ENV_STARTED, ENV_STORE, ENV_WORKER, LOOPBACK,
+                              loopback_environment, loopback_store, require_torchft)
 from .metrics import write_json_atomic
 from .trainer import Experiment, Terminated, signals_end_the_run
 
@@ -64,25 +66,25 @@ class Launcher:
 
     def start_services(self) -> None:
         c = self.cfg.cluster
-        self.store = connect_store("127.0.0.1:0", c.restart_timeout_s, is_master=True)
-        self.store_address = f"127.0.0.1:{self.store.port}"
+        self.store = loopback_store(c.restart_timeout_s)
+        self.store_address = f"{LOOPBACK}:{self.store.port}"
         self.lighthouse_address = c.lighthouse
         if self.lighthouse_address is None:
             from torchft._torchft import LighthouseServer
 
             # min_replicas 1: the survivors go on down to one worker; join_timeout: how long a
             # quorum waits for a live worker that is late; heartbeat_timeout: when a silent one is out
-            self.lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=1, join_timeout_ms=c.join_timeout_ms,
+            self.lighthouse = LighthouseServer(bind=f"{LOOPBACK}:0", min_replicas=1, join_timeout_ms=c.join_timeout_ms,
                                                heartbeat_timeout_ms=c.heartbeat_timeout_ms)
-            self.lighthouse_address = self.lighthouse.address()
+            # its own address names this host, which may resolve to another interface than the one it listens on
+            self.lighthouse_address = f"http://{LOOPBACK}:{self.lighthouse.address().rsplit(':', 1)[1]}"
             self.started_lighthouse = True
         log.info("torchft: lighthouse %s%s, %d workers, logs in %s", self.lighthouse_address,
                  " (started for this run)" if self.lighthouse else "", self.n, self.run_dir / "torchft")
 
     def start_worker(self, w: int, incarnation: int) -> None:
-        env = dict(os.environ, **{ENV_WORKER: str(w), ENV_INCARNATION: str(incarnation),
-                                  ENV_LIGHTHOUSE: self.lighthouse_address, ENV_STORE: self.store_address,
-                                  ENV_STARTED: repr(time.time())})
+        env = {**loopback_environment(), **os.environ, ENV_WORKER: str(w), ENV_INCARNATION: str(incarnation),
+               ENV_LIGHTHOUSE: self.lighthouse_address, ENV_STORE: self.store_address, ENV_STARTED: repr(time.time())}
         self.procs[w] = subprocess.Popen([sys.executable, "-m", "mecefo_exp.torchft_launch", str(self.run_dir)],
                                          env=env, preexec_fn=_die_with_parent)
         self.incarnation[w] = incarnation
@@ -196,6 +198,8 @@ def worker_main() -> int:
     logging.basicConfig(level=logging.INFO, handlers=[console, file])
     for noisy in ("torchft", "torchft_quorums", "torchft_commits", "torchft_errors"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # torchft 0.2.0's process-group transport warns on every heal about its own buffer handling
+    warnings.filterwarnings("ignore", module="torchft.checkpointing.pg_transport")
     try:
         Experiment(cfg, run_dir).run()
     except Terminated as e:

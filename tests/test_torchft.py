@@ -1,5 +1,5 @@
-"""cluster=torchft (issue 15): real SIGKILLs, membership from torchft's quorum, heals from a
-live peer, and the same losses as the simulated tier on the same trace."""
+"""cluster=torchft: real SIGKILLs, membership from torchft's quorum, heals from a live peer,
+the same losses as the simulated tier on the same trace, and nothing listening beyond loopback."""
 
 import json
 import os
@@ -154,3 +154,71 @@ def test_a_failing_worker_ends_the_run_and_leaves_no_process(tmp_path):
     assert summary["status"] == "failed" and "exited with code" in summary["error"], summary.get("error")
     assert not worker_processes(run_dir), "a worker outlived the run"
     assert lighthouse_is_gone(summary["torchft"]["lighthouse"])
+
+
+def worker_of(pid: int) -> int:
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return next(int(v.split(b"=", 1)[1]) for v in environ if v.startswith(b"MECEFO_TORCHFT_WORKER="))
+
+
+def listening_addresses(pids):
+    """(address, port) of every TCP socket the processes `pids` listen on (Linux /proc)."""
+    inodes = set()
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = []
+    for table, width in (("tcp", 8), ("tcp6", 32)):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
+                continue
+            hex_addr, hex_port = fields[1].split(":")
+            raw = bytes.fromhex(hex_addr)
+            # the kernel writes each 32-bit word in host (little-endian) order
+            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            found.append((socket.inet_ntop(socket.AF_INET if width == 8 else socket.AF_INET6, raw), int(hex_port, 16)))
+    return found
+
+
+@pytest.mark.parametrize("method", ["mecefo", "oobleck"])
+def test_a_worker_killed_from_outside_is_restarted_heals_and_nothing_listens_beyond_loopback(method, tmp_path):
+    """A SIGKILL the trace did not plan: the survivors go on in place, the worker's next process
+    heals from a live peer, only that worker is recorded as failed. Every socket the run
+    listens on (launcher, lighthouse, stores, Managers, gloo) is on the loopback interface."""
+    run_dir = tmp_path / "ft"
+    launcher = subprocess.Popen(torchft_cmd(run_dir, "trainer.threads=1", f"method={method}", "failure=none",
+                                            "trainer.max_steps=300", "trainer.eval_every=0"),
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env())
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline and len(read_jsonl(run_dir / "metrics.jsonl")
+                                             if (run_dir / "metrics.jsonl").exists() else []) < 20:
+            time.sleep(0.2)
+        workers = worker_processes(run_dir)
+        assert len(workers) == WORKERS, "the workers did not start"
+        listening = listening_addresses([launcher.pid, *workers])
+        assert len(listening) >= 1 + 2 * WORKERS  # the store and lighthouse; each worker's store and Manager
+        assert all(address in ("127.0.0.1", "::1") for address, _ in listening), listening
+        victim = next(pid for pid in workers if worker_of(pid) == 1)
+        os.kill(victim, signal.SIGKILL)
+        out, _ = launcher.communicate(timeout=180)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 0, out[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["steps"] == 300
+    ft = summary["torchft"]
+    assert ft["processes_started"] == {"0": 1, "1": 2, "2": 1}  # no job restart: one new process, worker 1's
+    assert [(f["worker"], f["unplanned"]) for f in ft["failures"]] == [(1, True)]
+    (rec,) = ft["recoveries"]
+    assert rec["worker"] == 1 and rec["unplanned"] and rec["state_bytes"] > 0
+    kinds = [(e["kind"], e["worker"]) for e in read_jsonl(run_dir / "events.jsonl") if e["kind"] in ("fail", "recover")]
+    assert kinds == [("fail", 1), ("recover", 1)]
+    assert not worker_processes(run_dir) and lighthouse_is_gone(ft["lighthouse"])

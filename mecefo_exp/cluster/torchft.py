@@ -1,4 +1,4 @@
-"""One process per worker, membership from torchft's quorum: real kills, real rejoins (issue 15).
+"""One process per worker, membership from torchft's quorum: real kills, real rejoins.
 
 Every worker process runs the loop of the torchrun tier (the same trace, the same method
 books, the same plan; it computes only its own micro-batches). What changes is who is alive.
@@ -11,10 +11,21 @@ survivors act only on what the quorum shows:
     trace: worker w recovers  -> the launcher starts w's process again. The others wait until
                                  its torchft Manager is up; the next quorum includes it, torchft
                                  heals it from a live peer (model, optimizer and the harness's
-                                 books over HTTP, no disk), then everyone runs `method.on_recover`.
+                                 books over the process group, no disk), then everyone runs
+                                 `method.on_recover`.
     a plan needs a dead one   -> a spare (checkpoint-restart's replacement, an in-place method's
                                  fall-back): started and healed the same way, no method hook.
-    a worker dies unplanned   -> the quorum misses it: `on_failures` as for a trace failure.
+    a worker dies unplanned   -> (killed from outside, a crash of its machine) the quorum misses
+                                 it: `on_failures` as for a trace failure, and its next process
+                                 is asked for at once; it heals like a trace recovery and then
+                                 `on_recover`. A death inside a collective fails that step's
+                                 commit or the membership all-reduce: the step or the quorum is
+                                 taken again without it.
+
+Nothing listens beyond this machine: every server of a run (the launcher's store, each
+worker's group store, torchft's Manager, gloo's connections) is bound to the loopback
+interface, and a heal moves state over the process group rather than torchft's HTTP
+checkpoint server (docs/DESIGN.md, "What listens on the network").
 
 The trace says *when*; the quorum says *whether*. Gradients are summed with torchft's
 allreduce (ReduceOp.SUM, not its default average) and divided by the plan's contributor
@@ -32,11 +43,13 @@ coordination store below and the processes:
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
 import os
 import signal
+import socket
 import time
 from typing import Dict, List, Optional, Set
 
@@ -62,12 +75,62 @@ def require_torchft() -> None:
                           f"({e})") from None
 
 
-def connect_store(address: str, timeout_s: float, is_master: bool = False):
+#: the one interface a torchft run on one machine listens on
+LOOPBACK = "127.0.0.1"
+#: how often a quorum is taken again when a peer died inside its membership all-reduce
+QUORUM_ATTEMPTS = 5
+
+
+def connect_store(address: str, timeout_s: float):
     from torch.distributed import TCPStore
 
     host, port = address.rsplit(":", 1)
-    return TCPStore(host, int(port), is_master=is_master, wait_for_workers=False,
+    return TCPStore(host, int(port), is_master=False, wait_for_workers=False,
                     timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def loopback_store(timeout_s: float):
+    """A TCPStore server on the loopback interface only. torch's own server binds every
+    interface, so it is handed a socket already bound here (`master_listen_fd`)."""
+    from torch.distributed import TCPStore
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((LOOPBACK, 0))
+    sock.listen(128)
+    port = sock.getsockname()[1]
+    return TCPStore(LOOPBACK, port, is_master=True, wait_for_workers=False,
+                    timeout=datetime.timedelta(seconds=timeout_s), master_listen_fd=sock.detach())
+
+
+def loopback_interface() -> Optional[str]:
+    """The loopback interface's name (lo on Linux, lo0 on macOS), for gloo and NCCL."""
+    names = {name for _, name in socket.if_nameindex()}
+    return next((n for n in ("lo", "lo0") if n in names), None)
+
+
+def loopback_environment() -> Dict[str, str]:
+    """What a worker process needs so that gloo and NCCL connect over loopback only."""
+    lo = loopback_interface()
+    return {"GLOO_SOCKET_IFNAME": lo, "NCCL_SOCKET_IFNAME": lo} if lo else {}
+
+
+@contextlib.contextmanager
+def manager_server_on_loopback():
+    """torchft 0.2.0's Manager binds its server to every interface ("[::]:port") with no
+    setting to change it; while a Manager is built, its server is bound to loopback instead."""
+    import torchft.manager as torchft_manager
+
+    original = torchft_manager.ManagerServer
+
+    def on_loopback(**kwargs):
+        kwargs["bind"] = f"{LOOPBACK}:{kwargs['bind'].rsplit(':', 1)[1]}"
+        return original(**kwargs)
+
+    torchft_manager.ManagerServer = on_loopback
+    try:
+        yield
+    finally:
+        torchft_manager.ManagerServer = original
 
 
 def sum_over_quorum(manager, tensor: torch.Tensor) -> None:
@@ -136,14 +199,21 @@ class TorchftMembership:
             from torchft import ProcessGroupNCCL as pg_cls
         else:
             pg_cls = ProcessGroupGloo
+        from torchft.checkpointing.pg_transport import PGTransport
+
         # the replica group's own store (one process per group here)
-        self._group_store = connect_store("127.0.0.1:0", cfg.quorum_timeout_s, is_master=True)
+        self._group_store = loopback_store(cfg.quorum_timeout_s)
         timeout = datetime.timedelta(seconds=cfg.quorum_timeout_s)
-        return Manager(pg=pg_cls(timeout=timeout), min_replica_size=1, load_state_dict=self._load_from_peer,
-                       state_dict=self._state_for_peer, replica_id=f"worker{self.me}", store_addr="127.0.0.1",
-                       store_port=self._group_store.port, rank=0, world_size=1, lighthouse_addr=lighthouse, port=0,
-                       use_async_quorum=False, init_sync=False, timeout=timeout, quorum_timeout=timeout,
-                       connect_timeout=timeout)
+        pg = pg_cls(timeout=timeout)
+        # a heal is sent over the process group (on loopback), not by torchft's default HTTP
+        # server, which would listen on every interface
+        transport = PGTransport(pg, timeout=timeout, device=self.run.device)
+        with manager_server_on_loopback():
+            return Manager(pg=pg, min_replica_size=1, load_state_dict=self._load_from_peer,
+                           state_dict=self._state_for_peer, replica_id=f"worker{self.me}", store_addr=LOOPBACK,
+                           store_port=self._group_store.port, rank=0, world_size=1, lighthouse_addr=lighthouse,
+                           port=0, hostname=LOOPBACK, use_async_quorum=False, init_sync=False, timeout=timeout,
+                           quorum_timeout=timeout, connect_timeout=timeout, checkpoint_transport=transport)
 
     def _state_for_peer(self) -> dict:
         """What a healing peer receives: the training state and every book a later step reads."""
@@ -181,7 +251,18 @@ class TorchftMembership:
         self.store.set(f"ready/{self.me}/{self.incarnation[self.me]}", repr(time.time()))
 
     def _quorum(self) -> Set[int]:
-        """torchft's quorum (healing this process if it is behind), as a set of workers."""
+        """torchft's quorum (healing this process if it is behind), as a set of workers; taken
+        again when a peer dies inside the membership all-reduce."""
+        for attempt in range(1, QUORUM_ATTEMPTS + 1):
+            members = self._one_quorum()
+            if members is not None:
+                return members
+            log.warning("torchft: a peer died during the membership all-reduce (%s); quorum again (%d of %d)",
+                        self.manager.errored(), attempt, QUORUM_ATTEMPTS)
+        raise RuntimeError(f"torchft: the membership all-reduce failed {QUORUM_ATTEMPTS} times in a row: "
+                           f"{self.manager.errored()}")
+
+    def _one_quorum(self) -> Optional[Set[int]]:
         started = time.time()
         self.manager.start_quorum()
         self._quorum_at = time.time()
@@ -199,7 +280,7 @@ class TorchftMembership:
         onehot[self.me] = 1.0
         sum_over_quorum(self.manager, onehot)
         if self.manager.errored() is not None:
-            raise RuntimeError(f"torchft: the membership allreduce failed: {self.manager.errored()}")
+            return None
         return {w for w in range(self.n) if onehot[w].item() > 0.5}
 
     def barrier(self) -> None:
@@ -289,7 +370,8 @@ class TorchftMembership:
                 (w,) = workers
                 if ev["confirm"] and w not in quorum:
                     break  # not back yet (it was slower than the quorum): keep the trace's order
-                detail = {"trace_time_s": ev["time"], "membership": "torchft"}
+                detail = ({"unplanned": True} if ev["time"] is None else {"trace_time_s": ev["time"]})
+                detail["membership"] = "torchft"
                 if ev["confirm"]:
                     detail.update(self._rejoined(w))
                     self.real["recoveries"].append({"worker": w, "step": run.step, **detail})
@@ -299,12 +381,15 @@ class TorchftMembership:
                 run.membership_event(RECOVER, w, detail)
                 run.method.on_recover(w)
             self.pending.pop(0)
-        for w in sorted(self.live - quorum):  # a real fault the trace did not plan
+        for w in sorted(self.live - quorum):  # a real fault the trace did not plan: its next process at once
             real = {"worker": w, "step": run.step, "unplanned": True, "survivors": len(quorum)}
             self.real["failures"].append(real)
             run.membership_event(FAIL, w, {"membership": "torchft", **real})
             self.live.discard(w)
             run.method.on_failures([w])
+            if not any(e["kind"] == FAIL and w in e["workers"] for e in self.pending):
+                self._request_restart(w)
+                self.pending.append({"kind": RECOVER, "workers": [w], "time": None, "confirm": True})
         for w in sorted(quorum - self.live):  # spares the plan asked for
             if not any(e["kind"] == RECOVER and w in e["workers"] for e in self.pending):
                 spare = {"worker": w, "step": run.step, **self._rejoined(w)}
