@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from . import runlock
 from .config import ConfigError, validate, with_new_defaults
-from .hydra_glue import register_configs, run_name
+from .hydra_glue import register_configs, run_name, torchrun_restarted
 from .faults import TraceError
 from .console import install_console, resume_command
 from .metrics import write_json_atomic
@@ -84,7 +84,7 @@ def _job(cfg: DictConfig, run_dir: Path):
     from omegaconf import OmegaConf
 
     hc = HydraConfig.get()
-    if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+    if torchrun_restarted():
         cfg.resume = True  # torchrun restarted the group after a failure: continue, don't start over
     if cfg.resume and (run_dir / "config.yaml").exists():
         typed = cfg

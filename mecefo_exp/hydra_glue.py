@@ -36,12 +36,20 @@ def hydra_output_subdir(resume: Any, output_dir: str) -> str:
     import os
     from pathlib import Path
 
-    resuming = str(resume).lower() == "true" or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"
+    resuming = str(resume).lower() == "true" or torchrun_restarted()
     hydra_dir = Path(output_dir) / ".hydra"
     if not resuming or not (hydra_dir / "config.yaml").exists():
         return ".hydra"
     n = 1 + sum(1 for p in hydra_dir.glob("resume-*") if p.is_dir())
     return f".hydra/resume-{n}"
+
+
+def torchrun_restarted() -> bool:
+    """Whether this process belongs to a later torchrun round than the first: it resumes.
+    (cluster/torchrun.py's init_distributed says which round; torch-free here.)"""
+    import os
+
+    return os.environ.get("MECEFO_TORCHRUN_ROUND", os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) != "0"
 
 
 def conf_file(relative: str) -> str:

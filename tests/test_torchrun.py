@@ -71,3 +71,83 @@ def test_mecefo_on_torchrun_drifts_no_more_than_an_exact_method(run_exp, fixed_p
         if method == "mecefo":
             assert summary["degraded_steps"] > 0
     assert gaps["mecefo"] < 1e-4 and gaps["checkpoint"] < 1e-4, gaps
+
+
+def rendezvous_store():
+    """The rendezvous store, served by this process: it outlives either machine's agent, as a
+    rendezvous host apart from the training machines does."""
+    import datetime
+
+    import torch.distributed as dist
+
+    return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                         timeout=datetime.timedelta(seconds=300))
+
+
+def two_machines(run_dir, port, *overrides, run_id="job"):
+    """Two torchrun agents on this host standing in for two machines of two ranks each (c10d
+    rendezvous on a local endpoint); the run folder and .cache/ stand in for a shared file system."""
+    cmd = [TORCHRUN, "--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+           "--rdzv-conf=is_host=false", f"--rdzv-id={run_id}", "--max-restarts=2", "run.py", "cluster=torchrun",
+           *[o for o in MICRO if not o.startswith("cluster.n_workers")], *overrides, f"hydra.run.dir={run_dir}"]
+    # a replaced machine's agent cannot join a shared rendezvous store's later round (docs/DESIGN.md)
+    env = dict(os.environ, OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+    return lambda: subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def descendants(pid):
+    """Every live process below `pid` (torchrun starts each rank in a session of its own)."""
+    from pathlib import Path
+
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        for child in (task / "children").read_text().split():
+            found += [int(child), *descendants(int(child))]
+    return found
+
+
+@pytest.mark.slow  # ~2-3 min: three 4-rank starts
+def test_two_machines_match_the_simulated_tier_and_survive_one_machine_killed(run_exp, fixed_profile, tmp_path):
+    import json
+    import signal
+    import time
+
+    prof = fixed_profile()
+    common = ["trainer.threads=1", "method=checkpoint", "method.interval=3", "failure=none", "trainer.max_steps=200",
+              "trainer.eval_every=100", f"cluster.profile={prof}"]
+    _, local = run_exp(*common, "cluster.n_workers=4")
+
+    store = rendezvous_store()
+    start = two_machines(tmp_path / "free", store.port, *common, run_id="free")
+    agents = [start(), start()]
+    for agent in agents:
+        out, _ = agent.communicate(timeout=300)
+        assert agent.returncode == 0, out[-3000:]
+    assert_same_losses(local, tmp_path / "free")
+
+    run_dir = tmp_path / "killed"
+    start = two_machines(run_dir, store.port, *common, run_id="killed")
+    survivor, victim = start(), start()
+    replacement = None
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and (len(read_jsonl(run_dir / "metrics.jsonl"))
+                                          if (run_dir / "metrics.jsonl").exists() else 0) < 20:
+            time.sleep(0.1)
+        machine = [victim.pid, *descendants(victim.pid)]
+        assert len(machine) >= 3, machine  # the agent and its two ranks
+        for pid in machine:  # the whole machine at once: its agent and both of its ranks
+            os.kill(pid, signal.SIGKILL)
+        victim.wait(timeout=30)
+        replacement = start()  # the machine comes back (or a new one takes its place)
+        for agent in (survivor, replacement):
+            out, _ = agent.communicate(timeout=300)
+            assert agent.returncode == 0, out[-3000:]
+    finally:
+        for agent in (survivor, victim, replacement):
+            if agent is not None and agent.poll() is None:
+                agent.kill()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["steps"] == 200
+    assert len(summary["resumes"]) == 1 and summary["resumes"][0]["from_step"] >= 15
+    assert losses_by_step(run_dir) == losses_by_step(tmp_path / "free")  # the same tier: bit for bit

@@ -9,7 +9,10 @@ the math is the simulated tier's (up to the order of float additions).
 
 Only rank 0 writes the run folder. `agree_run_dir` makes every rank use rank 0's folder,
 also across torchrun restarts (`--max-restarts`), through a small file keyed by torchrun's
-run id.
+run id. Across machines (`--nnodes=N`, c10d rendezvous) the run folder, that file
+(`runs/.torchrun/`) and the caches (`.cache/` or `$MECEFO_CACHE`) must be on a file
+system every machine sees; a later round (after a failure, on the machines that are there)
+resumes the run from its newest checkpoint.
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ from ..plan import Plan, Sample
 from .local import LocalCluster
 
 
+#: the torchrun round this process belongs to (0: the first start), set by init_distributed
+ROUND_ENV = "MECEFO_TORCHRUN_ROUND"
+
+
 def launched_by_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
@@ -40,14 +47,26 @@ def init_distributed(backend: str = "auto") -> None:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     timeout = datetime.timedelta(seconds=120)
-    # torchrun's store outlives a restart (--max-restarts); without a prefix per attempt,
-    # a restarted rank can read the dead attempt's gloo addresses and fail to connect.
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "False") == "True"
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
                           is_master=(rank == 0 and not agent_store), timeout=timeout)
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    dist.init_process_group(backend=backend, store=dist.PrefixStore(f"mecefo/attempt{attempt}", store),
-                            rank=rank, world_size=world, timeout=timeout)
+    # An agent's TORCHELASTIC_RESTART_COUNT differs between machines (a replaced machine's agent
+    # starts at 0), so the ranks agree on the round (0: the first start) themselves.
+    restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if agent_store:
+        # the rendezvous store outlives a round: every rank counts its start in it, so the ranks
+        # of one round agree without talking to each other, and the round's prefix keeps a
+        # restarted rank from reading the dead round's gloo addresses
+        round_ = (store.add("mecefo/rank_starts", 1) - 1) // world
+        dist.init_process_group(backend=backend, store=dist.PrefixStore(f"mecefo/round{round_}", store),
+                                rank=rank, world_size=world, timeout=timeout)
+    else:  # rank 0 serves a fresh store every round (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, static rendezvous)
+        dist.init_process_group(backend=backend, store=dist.PrefixStore("mecefo", store), rank=rank,
+                                world_size=world, timeout=timeout)
+        most = torch.tensor([restarts], dtype=torch.int64)
+        dist.all_reduce(most, op=dist.ReduceOp.MAX)
+        round_ = int(most.item())
+    os.environ[ROUND_ENV] = str(round_)  # a later round resumes the run (cli, hydra_glue)
 
 
 def agree_run_dir(proposed: str, root: Path) -> str:
@@ -56,7 +75,7 @@ def agree_run_dir(proposed: str, root: Path) -> str:
     marker = root / ".torchrun" / f"{run_id}.dir"
     chosen = [proposed]
     if dist.get_rank() == 0:
-        if run_id != "none" and marker.exists() and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0:
+        if run_id != "none" and marker.exists() and int(os.environ.get(ROUND_ENV, 0)) > 0:
             chosen = [marker.read_text().strip()]
         elif run_id != "none":
             marker.parent.mkdir(parents=True, exist_ok=True)
