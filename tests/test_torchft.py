@@ -130,20 +130,28 @@ def test_the_record_writer_dies_and_spares_replace_workers_under_a_rollback_meth
     assert la.keys() == lb.keys() and all(la[k] == pytest.approx(lb[k], rel=1e-5) for k in la)
 
 
+def start_and_wait(run_dir, steps, *overrides):
+    """A failure-free torchft run in the background, once it has logged `steps` steps: (launcher, worker pids)."""
+    launcher = subprocess.Popen(torchft_cmd(run_dir, "trainer.threads=1", "failure=none", "trainer.eval_every=0",
+                                            *overrides), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env=env())
+    deadline = time.time() + 180
+    while time.time() < deadline and launcher.poll() is None and len(
+            read_jsonl(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []) < steps:
+        time.sleep(0.2)
+    workers = worker_processes(run_dir)
+    if len(workers) != WORKERS:
+        launcher.kill()
+        pytest.fail(f"the workers did not start: {launcher.communicate()[0][-3000:]}")
+    return launcher, workers
+
+
 def test_a_failing_worker_ends_the_run_and_leaves_no_process(tmp_path):
     """A worker that dies of an error (here: SIGTERM from outside) fails the run: the launcher
     stops every other worker and the lighthouse, and summary.json says failed and why."""
     run_dir = tmp_path / "ft"
-    launcher = subprocess.Popen(torchft_cmd(run_dir, "trainer.threads=1", "method=mecefo", "failure=none",
-                                            "trainer.max_steps=5000", "trainer.eval_every=0"),
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env())
+    launcher, workers = start_and_wait(run_dir, 3, "method=mecefo", "trainer.max_steps=5000")
     try:
-        deadline = time.time() + 180
-        while time.time() < deadline and len(read_jsonl(run_dir / "metrics.jsonl")
-                                             if (run_dir / "metrics.jsonl").exists() else []) < 3:
-            time.sleep(0.5)
-        workers = worker_processes(run_dir)
-        assert len(workers) == WORKERS, "the workers did not start"
         os.kill(max(workers), signal.SIGTERM)  # one of them (not the launcher)
         out, _ = launcher.communicate(timeout=120)
     finally:
@@ -192,16 +200,8 @@ def test_a_worker_killed_from_outside_is_restarted_heals_and_nothing_listens_bey
     heals from a live peer, only that worker is recorded as failed. Every socket the run
     listens on (launcher, lighthouse, stores, Managers, gloo) is on the loopback interface."""
     run_dir = tmp_path / "ft"
-    launcher = subprocess.Popen(torchft_cmd(run_dir, "trainer.threads=1", f"method={method}", "failure=none",
-                                            "trainer.max_steps=300", "trainer.eval_every=0"),
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env())
+    launcher, workers = start_and_wait(run_dir, 20, f"method={method}", "trainer.max_steps=300")
     try:
-        deadline = time.time() + 180
-        while time.time() < deadline and len(read_jsonl(run_dir / "metrics.jsonl")
-                                             if (run_dir / "metrics.jsonl").exists() else []) < 20:
-            time.sleep(0.2)
-        workers = worker_processes(run_dir)
-        assert len(workers) == WORKERS, "the workers did not start"
         listening = listening_addresses([launcher.pid, *workers])
         assert len(listening) >= 1 + 2 * WORKERS  # the store and lighthouse; each worker's store and Manager
         assert all(address in ("127.0.0.1", "::1") for address, _ in listening), listening
