@@ -220,7 +220,8 @@ def check_overrides(args: List[str]) -> Optional[str]:
     unknown = unknown_preset(args)
     if unknown:
         return unknown
-    if any(a.startswith("-") for a in args):  # -m, --cfg, --help, --info, ...
+    # -m, --help, --info, ... are Hydra's; --cfg (print the config) shows what would run, so it is checked too
+    if any(a.startswith("-") and a not in ("--cfg", "-c", "--resolve") for a in args):
         return None
     from hydra.errors import HydraException
 
@@ -228,11 +229,17 @@ def check_overrides(args: List[str]) -> Optional[str]:
     from yaml import YAMLError
 
     try:
-        _compose(args)
+        cfg = _compose(args)
     except HydraException as e:
         return _one_line(e)
     except (YAMLError, OmegaConfBaseException) as e:  # e.g. a broken conf/local/default.yaml
         return f"{type(e).__name__}: {' '.join(str(e).split())}"
+    if cfg.resume:  # a resume runs the folder's own config (check_resume), validated when it starts
+        return None
+    try:
+        validate(cfg)  # a key added with + that no schema has, a bad value: before Hydra writes a folder
+    except (ConfigError, TraceError) as e:
+        return str(e)
     return None
 
 

@@ -76,8 +76,17 @@ def test_cli_bad_value_exits_with_one_line_before_compute(tmp_path):
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == ["config error: cluster.n_workers=0: must be >= 1"]
-    assert '"status": "failed"' in (tmp_path / "r" / "summary.json").read_text()
-    assert not (tmp_path / "r" / "metrics.jsonl").exists()
+    assert not (tmp_path / "r").exists()  # refused before Hydra writes the folder: nothing to collect
+
+
+def test_a_key_added_with_plus_and_a_printed_config_are_refused_before_any_folder(tmp_path):
+    out = subprocess.run([sys.executable, "run.py", "+foo=1", f"hydra.run.dir={tmp_path}/r"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith("config error: foo: no such setting")
+    assert not (tmp_path / "r").exists()
+    out = subprocess.run([sys.executable, "run.py", "--cfg", "job", "trainer.max_steps=-5"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr == "config error: trainer.max_steps=-5: must be >= 1\n"
 
 
 def test_experiment_preset_overrides_the_defaults():
