@@ -177,6 +177,12 @@ class BambooMethodConfig(MethodConfig):
     rebalance_after_steps: Optional[int] = None  # steps degraded before a rebalance (None: rebalance_after_s)
     fatal_restart_s: Optional[float] = None  # seconds of the restart after adjacent failures (None: cluster's)
     charge_initial_checkpoint: bool = True  # false: the step-0 state (the seeded initialisation) costs no write
+    # under a throughput table: pipelines of this many stages with idle spares (None: the ring of all workers)
+    pipeline_stages: Optional[int] = field(default=None, metadata=at_least(1, "stages"))
+    start_order: Optional[List[int]] = None  # worker slots in the order the first pipelines take them (None: 0..n-1)
+    node_order: Optional[List[int]] = None  # worker slots in the order later re-formations take them (None: 0..n-1)
+    # the Oobleck artifact's behaviours that are physically questionable (docs/ARTIFACT.md), as options
+    artifact_quirks: bool = False
 
 
 @dataclass
