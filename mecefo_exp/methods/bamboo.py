@@ -213,8 +213,8 @@ class Bamboo(InPlaceMethod):
         if held:
             pipe, stage = held[0]
             before = (pipe, (stage - 1) % self.stages)
-            holder = next(w for w in self.node_order if before in self.holds.get(w, ()))
-            if len(held) > 1 or len(self.holds[holder]) > 1:
+            holder = None if len(held) > 1 else next((w for w in self.node_order if before in self.holds.get(w, ())), None)
+            if holder is None or len(self.holds[holder]) > 1:  # it held two stages, or its shadow does
                 self.holds[worker] = held  # fall_back re-forms from scratch
                 return self.fall_back(worker, {"reason": "adjacent failures", "stage": [pipe, stage],
                                                "holder": holder})
