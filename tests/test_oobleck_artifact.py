@@ -151,12 +151,15 @@ def test_the_scenario_presets_give_the_artifact_constants_to_a_single_run():
     assert compose_cfg(["method=checkpoint"]).method.restart_on == "spares"  # no scenario: today's defaults
 
 
-@pytest.mark.parametrize("method,trace,expected", [("oobleck", "10m", 3.546095), ("checkpoint", "6h", 4.144960)])
-def test_two_cells_agree_with_the_artifact_when_its_behaviour_is_on(tmp_path, method, trace, expected):
-    """GPT-3 6.7B: the artifact's Oobleck at 10 minutes (the abstract's 13.9x cell) and Varuna at 6 hours."""
+@pytest.mark.parametrize("model,method,trace,expected", [("gpt3_6_7b", "oobleck", "10m", 3.546095),
+                                                         ("gpt3_6_7b", "checkpoint", "6h", 4.144960),
+                                                         ("bert_large", "bamboo", "6h", 77.037770)])
+def test_three_cells_agree_with_the_artifact_when_its_behaviour_is_on(tmp_path, model, method, trace, expected):
+    """GPT-3 6.7B: the artifact's Oobleck at 10 minutes (the abstract's 13.9x cell) and Varuna at 6 hours;
+    BERT-large: Bamboo at 6 hours, whose first removal is an idle spare."""
     from mecefo_exp.trainer import Experiment
 
-    cfg = compose_cfg(["scenario=oobleck_artifact/gpt3_6_7b", f"method={method}", f"scenario.trace={trace}",
+    cfg = compose_cfg([f"scenario=oobleck_artifact/{model}", f"method={method}", f"scenario.trace={trace}",
                        "scenario.quirks=true", "hardware.timing_model=null", "trainer.progress=none"])
     summary = Experiment(cfg, tmp_path / "run").run()
     assert summary["window"]["samples_per_s"] == pytest.approx(expected, rel=2e-3)
@@ -233,3 +236,32 @@ def test_the_bamboo_preset_orders_are_the_artifacts_heap_order():
         assert (joined, registered) == (list(cfg.method.start_order), list(cfg.method.node_order))
     # not first-in first-out: node30 is handed out first
     assert joined[:3] == [29, 0, 24]
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["method.pipeline_stages=2"], "needs hardware=table"),
+    (["hardware=table", "hardware.samples_per_step=8", "+hardware.tables.default={4: 40}", "method.pipeline_stages=5"],
+     "more stages than"),
+    (["hardware=table", "hardware.samples_per_step=8", "+hardware.tables.default={4: 40}", "method.pipeline_stages=2",
+      "method.start_order=[0,1,1,3]"],
+     r"method.start_order: must list each worker slot 0..3 once"),
+])
+def test_bamboo_pipelines_bad_settings_are_one_line(overrides, message):
+    cfg = compose_cfg(["method=bamboo", "cluster.n_workers=4", *overrides])
+    with pytest.raises(ConfigError, match=message):
+        validate(cfg)
+
+
+def test_bamboo_pipelines_take_an_added_node_when_it_completes_a_pipeline(tmp_path):
+    # 2-stage pipelines on a, b, c, d; d falls at 10 s (c covers it), the re-formation after that
+    # step leaves one pipeline (a, b) and c idle; e, added at 20 s, is usable at 21 s and with c
+    # completes a second pipeline: the step ending at 21.67 s is followed by a re-formation to 4 nodes
+    rows = [(0, "add", n) for n in "abcd"] + [(10000, "remove", "d"), (20000, "add", "e"), (40000, "remove", "a")]
+    s, run_dir = run(tmp_path, trace_file(tmp_path, rows), "method=bamboo", "method.pipeline_stages=2",
+                     "method.fallback_slowdown=1.5", "method.rebalance_stall_s=2", "method.fatal_restart_s=1",
+                     "method.charge_initial_checkpoint=false")
+    costs = {round(r["sim_time_s"], 3): r["step_cost_s"] for r in map(json.loads, open(run_dir / "metrics.jsonl"))}
+    # 4.5, 7, 9.5; the step in flight ends at 13 (its last 2 s at 1.5x); re-form to 15; 18.33, 21.67 on
+    # 3 nodes; re-form to 23.67; 2.5 s steps on 4 nodes: 26.17 ... 38.67
+    assert costs[21.667] == pytest.approx(100 / 30) and costs[26.167] == pytest.approx(2.5)
+    assert max(costs) == pytest.approx(38.667) and s["rebalances"] == 2 and s["steps"] == 12

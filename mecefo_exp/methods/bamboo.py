@@ -123,18 +123,6 @@ class Bamboo(InPlaceMethod):
         self.table_nodes = len(self.ring)  # compute=table: nodes at the last (re)configuration
         self.degraded_since_cover = 0
 
-    def setup(self) -> None:
-        super().setup()
-        if self.stages and self.run.costs.table is None:
-            raise ValueError("method.pipeline_stages needs a throughput table (hardware=table): "
-                             "only the table clock times the artifact's pipelines")
-        if self.stages and self.stages > self.n:
-            raise ValueError(f"method.pipeline_stages={self.stages}: more stages than cluster.n_workers={self.n}")
-        for key in ("start_order", "node_order"):
-            order = self.cfg.get(key)
-            if order is not None and sorted(order) != list(range(self.n)):
-                raise ValueError(f"method.{key}: must list each worker slot 0..{self.n - 1} once (got {order})")
-
     def job_start_s(self) -> float:
         own = self.cfg.get("fatal_restart_s")
         return super().job_start_s() if own is None else self.run.costs.stall_s(own)
@@ -181,9 +169,13 @@ class Bamboo(InPlaceMethod):
     def on_recover(self, worker: int) -> None:
         if not self.rejoins(worker):
             return
-        if self.stages:  # a new node waits, idle, until a re-formation takes it (after_step decides)
+        if self.stages:  # a new node waits, idle, until a re-formation takes it
             self.node_order = [w for w in self.node_order if w != worker] + [worker]
             self.run.event("waiting", worker, {"spares": self._spares()})
+            # the loop hands a recovery over at the end of the step it fell in: decide now, as the
+            # artifact does at that step's completion (B:1345-1351); never inside a step in flight
+            if self.credit is None and self._should_reform():
+                self._reform()
             return
         self._rebalance("rejoin", worker)
 
