@@ -81,7 +81,9 @@ the pipelines re-form (`rebalance_stall_s`) when a node holds two stages and the
 relieve it or a doubled node is more than 5% of the active ones (2 x doubled / active > 0.05),
 or when the waiting nodes would complete another pipeline. Losing an idle spare changes
 nothing, except with `artifact_quirks`, where it starts the fallback slowdown as in the
-artifact's simulator (until the next re-formation).
+artifact's simulator (until the next re-formation). A fatal removal goes through the harness's
+fall-back (spares for every failed node, pipelines re-formed over all slots); the artifact's
+traces never reach it, nor a removal during a re-formation's stall, which is not modelled.
 """
 
 from __future__ import annotations
@@ -205,7 +207,8 @@ class Bamboo(InPlaceMethod):
         if held:
             pipe, stage = held[0]
             before = (pipe, (stage - 1) % self.stages)
-            holder = None if len(held) > 1 else next((w for w in self.node_order if before in self.holds.get(w, ())), None)
+            holder = None if len(held) > 1 else next(
+                (w for w in self.node_order if before in self.holds.get(w, ())), None)
             if holder is None or len(self.holds[holder]) > 1:  # it held two stages, or its shadow does
                 self.holds[worker] = held  # fall_back re-forms from scratch
                 return self.fall_back(worker, {"reason": "adjacent failures", "stage": [pipe, stage],
