@@ -8,7 +8,8 @@ failure-frequency trace and system, our samples per second (the artifact's metri
 samples over the window from the first step to the last completed one), the same with the
 artifact's behaviours switched on (`scenario.quirks=true`), the artifact's own number
 (conf/scenario/oobleck_artifact/reference.csv), their ratio, and goodput over ideal; then the
-ratios Oobleck/Varuna, Oobleck/Bamboo and Bamboo/Varuna, ours beside the artifact's.
+ratios Oobleck/Varuna, Oobleck/Bamboo and Bamboo/Varuna, ours (without and with the artifact's
+behaviours) beside the artifact's.
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def system_ratios(table: pd.DataFrame) -> pd.DataFrame:
 
         row = {"trace": trace}
         for a, b in (("Oobleck", "Varuna"), ("Oobleck", "Bamboo"), ("Bamboo", "Varuna")):
-            for col, label in (("ours", "ours"), ("artifact", "artifact")):
+            for col, label in (("ours", "ours"), ("ours_artifact_behaviour", "ours+quirks"), ("artifact", "artifact")):
                 x, y = val(a, col), val(b, col)
                 row[f"{a}/{b} {label}"] = (x / y if y else float("inf")) if x is not None and y is not None else None
         out.append(row)

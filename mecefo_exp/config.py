@@ -177,6 +177,12 @@ class BambooMethodConfig(MethodConfig):
     rebalance_after_steps: Optional[int] = None  # steps degraded before a rebalance (None: rebalance_after_s)
     fatal_restart_s: Optional[float] = None  # seconds of the restart after adjacent failures (None: cluster's)
     charge_initial_checkpoint: bool = True  # false: the step-0 state (the seeded initialisation) costs no write
+    # under a throughput table: pipelines of this many stages with idle spares (None: the ring of all workers)
+    pipeline_stages: Optional[int] = field(default=None, metadata=at_least(1, "stages"))
+    start_order: Optional[List[int]] = None  # worker slots in the order the first pipelines take them (None: 0..n-1)
+    node_order: Optional[List[int]] = None  # worker slots in the order later re-formations take them (None: 0..n-1)
+    # the Oobleck artifact's behaviours that are physically questionable (docs/ARTIFACT.md), as options
+    artifact_quirks: bool = False
 
 
 @dataclass
@@ -633,8 +639,23 @@ def _validate_failure(f: Any, n_workers: int) -> None:
         _check(not bad, f"failure.workers={list(f.workers)}: workers {bad} do not exist (0..{n_workers - 1})")
 
 
+def _validate_bamboo_pipelines(cfg: Any) -> None:
+    """Bamboo's pipelines with spares: the table clock only; the orders list every worker slot once."""
+    m, n = cfg.method, cfg.cluster.n_workers
+    if m.name != "bamboo" or m.get("pipeline_stages") is None:
+        return
+    _check(cfg.hardware.compute == "table", f"method.pipeline_stages={m.pipeline_stages} needs hardware=table "
+                                            "(only the throughput-table clock times pipelines); or leave it null")
+    _check(m.pipeline_stages <= n, f"method.pipeline_stages={m.pipeline_stages}: more stages than cluster.n_workers={n}")
+    for key in ("start_order", "node_order"):
+        order = m.get(key)
+        _check(order is None or sorted(order) == list(range(n)),
+               f"method.{key}: must list each worker slot 0..{n - 1} once (got {None if order is None else list(order)})")
+
+
 def _validate_table_fits(cfg: Any) -> None:
     """compute=table: the method must have a table, and fit at the run's starting node count."""
+    _validate_bamboo_pipelines(cfg)
     h = cfg.hardware
     if h.compute != "table":
         return

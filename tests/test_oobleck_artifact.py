@@ -151,12 +151,15 @@ def test_the_scenario_presets_give_the_artifact_constants_to_a_single_run():
     assert compose_cfg(["method=checkpoint"]).method.restart_on == "spares"  # no scenario: today's defaults
 
 
-@pytest.mark.parametrize("method,trace,expected", [("oobleck", "10m", 3.546095), ("checkpoint", "6h", 4.144960)])
-def test_two_cells_agree_with_the_artifact_when_its_behaviour_is_on(tmp_path, method, trace, expected):
-    """GPT-3 6.7B: the artifact's Oobleck at 10 minutes (the abstract's 13.9x cell) and Varuna at 6 hours."""
+@pytest.mark.parametrize("model,method,trace,expected", [("gpt3_6_7b", "oobleck", "10m", 3.546095),
+                                                         ("gpt3_6_7b", "checkpoint", "6h", 4.144960),
+                                                         ("bert_large", "bamboo", "6h", 77.037770)])
+def test_three_cells_agree_with_the_artifact_when_its_behaviour_is_on(tmp_path, model, method, trace, expected):
+    """GPT-3 6.7B: the artifact's Oobleck at 10 minutes (the abstract's 13.9x cell) and Varuna at 6 hours;
+    BERT-large: Bamboo at 6 hours, whose first removal is an idle spare."""
     from mecefo_exp.trainer import Experiment
 
-    cfg = compose_cfg(["scenario=oobleck_artifact/gpt3_6_7b", f"method={method}", f"scenario.trace={trace}",
+    cfg = compose_cfg([f"scenario=oobleck_artifact/{model}", f"method={method}", f"scenario.trace={trace}",
                        "scenario.quirks=true", "hardware.timing_model=null", "trainer.progress=none"])
     summary = Experiment(cfg, tmp_path / "run").run()
     assert summary["window"]["samples_per_s"] == pytest.approx(expected, rel=2e-3)
@@ -180,3 +183,85 @@ def test_the_analysis_sets_our_cells_beside_the_artifacts(tmp_path):
     assert oobleck.within_2pct == "yes" and varuna.ours == pytest.approx(4.0135, rel=1e-3)
     ratios = pd.read_csv(tmp_path / "out" / "oobleck_artifact_gpt3_6_7b_ratios.csv").set_index("trace")
     assert ratios.loc["6h", "Oobleck/Varuna artifact"] == pytest.approx(4.329178 / 4.144960)
+
+
+@pytest.mark.parametrize("quirks", [False, True])
+def test_bamboo_pipelines_with_a_spare_by_hand(tmp_path, quirks):
+    # 5 nodes in 2-stage pipelines: slots 0-1 and 2-3 are pipelines, slot 4 the idle spare. A step
+    # is 100 samples at 50 / 30 samples/s on 5 / 3 nodes: 2 s / 3.333 s. Ready at 1 s + a 1 s start.
+    # The spare (e) is removed at 11 s, node b (pipeline 0, stage 1) at 21 s: a, holding stage 0,
+    # absorbs b's stage; the hard stop is at 40 s.
+    rows = [(0, "add", n) for n in "abcde"] + [(11000, "remove", "e"), (21000, "remove", "b"), (40000, "remove", "a")]
+    trace = trace_file(tmp_path, rows)
+    s, run_dir = run(tmp_path, trace, "cluster.n_workers=5", "+hardware.tables.default={5: 50, 4: 40, 3: 30}",
+                     "method=bamboo", "method.pipeline_stages=2", "method.fallback_slowdown=1.5",
+                     "method.rebalance_stall_s=2", "method.fatal_restart_s=1", "method.charge_initial_checkpoint=false",
+                     f"method.artifact_quirks={str(quirks).lower()}")
+    w = s["window"]
+    if not quirks:
+        # the spare's loss changes nothing: steps end 4, 6, ..., 20 (9); b falls 1 s into the next,
+        # whose last second runs 1.5x slower (22.5); a holds two stages: re-form (2 s, to 24.5) into
+        # one pipeline on 3 nodes (a, c; d the spare): 27.83, 31.17, 34.5, 37.83 (41.17 > 40). 14 steps.
+        assert s["steps"] == 14 and w["last_step_end_s"] == pytest.approx(37.0 + 5 / 6)
+    else:
+        # the artifact: losing the spare starts the fallback; the step in flight (10-12) ends at 12.5,
+        # then 3 s steps: 15.5, 18.5, 21.5 (b's loss adds nothing: the fallback is on); re-form to 23.5;
+        # 26.83, 30.17, 33.5, 36.83. 12 steps.
+        assert s["steps"] == 12 and w["last_step_end_s"] == pytest.approx(36.0 + 5 / 6)
+    assert w["train_start_s"] == pytest.approx(2.0)
+    assert w["samples_per_s"] == pytest.approx(100 * s["steps"] / (w["last_step_end_s"] - 2.0))
+    assert s["rebalances"] == 1 and s["spares_lost"] == 1 and s["neighbor_assignments"] == 1 and s["fatal"] == 0
+    events = [json.loads(line) for line in open(run_dir / "events.jsonl")]
+    assert [e["detail"]["spares"] for e in events if e["kind"] == "rebalance"] == [[3]]
+
+
+def test_bamboo_pipelines_two_adjacent_removals_are_fatal(tmp_path):
+    # a (stage 0) absorbs b (stage 1) at 5 s; a falls at 6 s, before the re-formation: fatal
+    rows = [(0, "add", n) for n in "abcde"] + [(5000, "remove", "b"), (6000, "remove", "a"), (40000, "remove", "c")]
+    s, _ = run(tmp_path, trace_file(tmp_path, rows), "cluster.n_workers=5", "+hardware.tables.default={5: 50, 3: 30}",
+               "method=bamboo", "method.pipeline_stages=2", "method.fallback_slowdown=1.5",
+               "method.rebalance_stall_s=20", "method.fatal_restart_s=1", "method.charge_initial_checkpoint=false")
+    assert s["fatal"] == 1
+
+
+def test_the_bamboo_preset_orders_are_the_artifacts_heap_order():
+    """The order the artifact's event heap hands out the 30 nodes added at t = 0, derived from each
+    trace, is the order the BERT-large preset gives Bamboo's pipelines."""
+    from mecefo_exp.faults import node_tie_order
+
+    cfg = compose_cfg(["scenario=oobleck_artifact/bert_large", "method=bamboo"])
+    for trace in ("6h", "3h", "1h", "30m", "10m"):
+        path = cfg.failure.path.replace("10m.csv", f"{trace}.csv")
+        registered, joined = node_tie_order(path, ready_s=45.0, first_delay_s=30.0)
+        assert (joined, registered) == (list(cfg.method.start_order), list(cfg.method.node_order))
+    # not first-in first-out: node30 is handed out first
+    assert joined[:3] == [29, 0, 24]
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["method.pipeline_stages=2"], "needs hardware=table"),
+    (["hardware=table", "hardware.samples_per_step=8", "+hardware.tables.default={4: 40}", "method.pipeline_stages=5"],
+     "more stages than"),
+    (["hardware=table", "hardware.samples_per_step=8", "+hardware.tables.default={4: 40}", "method.pipeline_stages=2",
+      "method.start_order=[0,1,1,3]"],
+     r"method.start_order: must list each worker slot 0..3 once"),
+])
+def test_bamboo_pipelines_bad_settings_are_one_line(overrides, message):
+    cfg = compose_cfg(["method=bamboo", "cluster.n_workers=4", *overrides])
+    with pytest.raises(ConfigError, match=message):
+        validate(cfg)
+
+
+def test_bamboo_pipelines_take_an_added_node_when_it_completes_a_pipeline(tmp_path):
+    # 2-stage pipelines on a, b, c, d; d falls at 10 s (c covers it), the re-formation after that
+    # step leaves one pipeline (a, b) and c idle; e, added at 20 s, is usable at 21 s and with c
+    # completes a second pipeline: the step ending at 21.67 s is followed by a re-formation to 4 nodes
+    rows = [(0, "add", n) for n in "abcd"] + [(10000, "remove", "d"), (20000, "add", "e"), (40000, "remove", "a")]
+    s, run_dir = run(tmp_path, trace_file(tmp_path, rows), "method=bamboo", "method.pipeline_stages=2",
+                     "method.fallback_slowdown=1.5", "method.rebalance_stall_s=2", "method.fatal_restart_s=1",
+                     "method.charge_initial_checkpoint=false")
+    costs = {round(r["sim_time_s"], 3): r["step_cost_s"] for r in map(json.loads, open(run_dir / "metrics.jsonl"))}
+    # 4.5, 7, 9.5; the step in flight ends at 13 (its last 2 s at 1.5x); re-form to 15; 18.33, 21.67 on
+    # 3 nodes; re-form to 23.67; 2.5 s steps on 4 nodes: 26.17 ... 38.67
+    assert costs[21.667] == pytest.approx(100 / 30) and costs[26.167] == pytest.approx(2.5)
+    assert max(costs) == pytest.approx(38.667) and s["rebalances"] == 2 and s["steps"] == 12

@@ -70,6 +70,20 @@ runs at the table's throughput for the node count of the last (re)configuration,
 `method.fallback_slowdown` while a shadow covers a failed node; the part of the interrupted
 step after the failure runs at that slowdown too; `rebalance_after_steps` rebalances after that
 many degraded steps, and `fatal_restart_s` is the restart after adjacent failures.
+
+`pipeline_stages` (table clock only) replaces the ring by the artifact's pipelines: the alive
+nodes, in `start_order` at the first formation and `node_order` at every later one, fill
+floor(alive / stages) pipelines stage by stage; the rest are idle spares. A removed pipeline
+node's stage goes to the holder of the previous stage of its pipeline (stage 0 wraps to the
+last); a removal is fatal when the removed node or that holder already holds two stages. The
+first removal that a holder absorbs starts the fallback slowdown; after each completed step
+the pipelines re-form (`rebalance_stall_s`) when a node holds two stages and the spares can
+relieve it or a doubled node is more than 5% of the active ones (2 x doubled / active > 0.05),
+or when the waiting nodes would complete another pipeline. Losing an idle spare changes
+nothing, except with `artifact_quirks`, where it starts the fallback slowdown as in the
+artifact's simulator (until the next re-formation). A fatal removal goes through the harness's
+fall-back (spares for every failed node, pipelines re-formed over all slots); the artifact's
+traces never reach it, nor a removal during a re-formation's stall, which is not modelled.
 """
 
 from __future__ import annotations
@@ -78,7 +92,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ..timing.clock import StepCost
 from ..plan import NORMAL, Mode, Plan, Sample, WorkItem
-from .base import InPlaceMethod
+from .base import InPlaceMethod, resplit_plan
 
 # Profiled but never planned: the clock charges the redundant forward from its kernel.
 FORWARD = Mode("forward", backward=False)
@@ -96,6 +110,12 @@ class Bamboo(InPlaceMethod):
         self.degraded_since_cover = 0  # degraded steps since the current cover began
         self.counts.update(neighbor_assignments=0, rebalances=0, survived_interruptions=0)
         self._reset_ring()
+        self.stages: Optional[int] = cfg.get("pipeline_stages")  # None: the ring of all workers
+        if self.stages:
+            self.counts.update(spares_lost=0)
+            self.fallback_step: Optional[int] = None  # the step in flight when the fallback slowdown began
+            self.node_order: List[int] = list(cfg.get("node_order") or range(self.n))
+            self._form_pipelines(cfg.get("start_order") or list(range(self.n)))
 
     def _reset_ring(self) -> None:
         self.ring: List[int] = list(range(self.n))  # members since the last rebalance, in ring order
@@ -131,6 +151,8 @@ class Bamboo(InPlaceMethod):
 
     def on_failure(self, worker: int) -> None:
         super().on_failure(worker)
+        if self.stages:
+            return self._pipeline_failure(worker)
         pred, succ = self._ring_neighbors(worker)
         if pred == worker or succ in self.down or pred in self.down:
             reason = "no other worker alive" if pred == worker else "adjacent failures"
@@ -149,12 +171,92 @@ class Bamboo(InPlaceMethod):
     def on_recover(self, worker: int) -> None:
         if not self.rejoins(worker):
             return
+        if self.stages:  # a new node waits, idle, until a re-formation takes it
+            self.node_order = [w for w in self.node_order if w != worker] + [worker]
+            self.run.event("waiting", worker, {"spares": self._spares()})
+            # the loop hands a recovery over at the end of the step it fell in: decide now, as the
+            # artifact does at that step's completion (B:1345-1351); never inside a step in flight
+            if self.credit is None and self._should_reform():
+                self._reform()
+            return
         self._rebalance("rejoin", worker)
 
     def after_fall_back(self) -> None:
         """Adjacent failures: spares replace every failed worker, the ring is whole again."""
         self._reset_ring()
         self.credit = None  # the interrupted step, if any, is rolled back with the rest
+        if self.stages:
+            self._form_pipelines(self.node_order)
+
+    # ------------------------------------------------------------ pipelines with spares
+    def _form_pipelines(self, order: List[int]) -> None:
+        """Fill floor(alive / stages) pipelines stage by stage in `order`; the rest are spares."""
+        alive = [w for w in order if w not in self.down]
+        pipes = len(alive) // self.stages
+        self.holds: Dict[int, List[Tuple[int, int]]] = {
+            w: [(i // self.stages, i % self.stages)] for i, w in enumerate(alive[:pipes * self.stages])}
+        self.pipes = pipes
+        self.table_nodes = len(alive)  # the table counts every usable node, spares included
+        self.fallback_step = None
+
+    def _spares(self) -> List[int]:
+        return [w for w in range(self.n) if w not in self.down and w not in self.holds]
+
+    def _pipeline_failure(self, worker: int) -> None:
+        held = self.holds.pop(worker, [])
+        if held:
+            pipe, stage = held[0]
+            before = (pipe, (stage - 1) % self.stages)
+            holder = None if len(held) > 1 else next(
+                (w for w in self.node_order if before in self.holds.get(w, ())), None)
+            if holder is None or len(self.holds[holder]) > 1:  # it held two stages, or its shadow does
+                self.holds[worker] = held  # fall_back re-forms from scratch
+                return self.fall_back(worker, {"reason": "adjacent failures", "stage": [pipe, stage],
+                                               "holder": holder})
+            self.holds[holder].append((pipe, stage))
+            self.counts["neighbor_assignments"] += 1
+            self.run.event("neighbor", worker, {"neighbor": holder, "stage": [pipe, stage]})
+        else:
+            self.counts["spares_lost"] += 1
+            self.run.event("spare_lost", worker, {"spares": self._spares()})
+            if not self.cfg.get("artifact_quirks", False):
+                return  # an idle spare did no work: nothing slows down
+        if self.fallback_step is None:
+            self.fallback_step = self.run.step
+
+    def _should_reform(self) -> bool:
+        doubled = sum(1 for held in self.holds.values() if len(held) > 1)
+        active = self.stages * self.pipes - doubled
+        waiting = len(self._spares())
+        if doubled and (waiting >= doubled or 2 * doubled / active > 0.05):
+            return True
+        return (active + waiting) // self.stages > self.pipes
+
+    def _reform(self) -> None:
+        stall = self.run.costs.stall_s(self.cfg.rebalance_stall_s)
+        self.run.clock.charge("stall", stall)
+        self._form_pipelines(self.node_order)
+        self.counts["rebalances"] += 1
+        self.run.event("rebalance", None, {"pipelines": self.pipes, "spares": self._spares(), "stall_s": stall})
+
+    def _pipeline_plan(self, step: int) -> Plan:
+        if not self.holds:
+            return Plan(step, {})  # fewer nodes than one pipeline: nobody trains until a node arrives
+        idle = set(range(self.n)) - set(self.holds)
+        work = resplit_plan(step, self.n, idle).work  # the spares' and failed nodes' samples, dealt out
+        return Plan(step, work, degraded=self.fallback_step is not None)
+
+    def _pipeline_step_cost(self, plan: Plan) -> StepCost:
+        """The table's step, slowed while the fallback lasts; the step in flight when it began
+        runs its remaining part slowed, a step begun slowed keeps its cost."""
+        costs = self.run.costs
+        slow = (self.cfg.get("fallback_slowdown") or 2.0) if self.fallback_step is not None else 1.0
+        if not (self.credit and self.credit[0] == plan.step):
+            return costs.table_step(self.table_nodes, slow)
+        if self.fallback_step == plan.step:
+            left = max(0.0, costs.table.step_s(self.table_nodes) - self.credit[1])
+            return StepCost(compute=left, degraded_extra=(slow - 1.0) * left)
+        return _minus(costs.table_step(self.table_nodes, slow), self.credit[1])
 
     def _rebalance(self, reason: str, worker: Optional[int]) -> None:
         stall = self.run.costs.stall_s(self.cfg.rebalance_stall_s)
@@ -175,6 +277,8 @@ class Bamboo(InPlaceMethod):
 
     # ------------------------------------------------------------ the step
     def plan(self, step: int) -> Plan:
+        if self.stages:
+            return self._pipeline_plan(step)
         work = {w: [WorkItem(Sample(step, owner)) for owner in sorted(self.load[w])]
                 for w in self.ring if w not in self.down and self.load.get(w)}
         degraded = any(len(items) > 1 for items in work.values())
@@ -197,6 +301,8 @@ class Bamboo(InPlaceMethod):
         return extra
 
     def step_cost(self, plan: Plan) -> StepCost:
+        if self.stages:
+            return self._pipeline_step_cost(plan)
         if self.run.costs.table is not None:
             return self._table_step_cost(plan)
         base = self.run.costs.step(plan.worker_modes(), n_allreduce=len(plan.computing_workers))
@@ -238,6 +344,10 @@ class Bamboo(InPlaceMethod):
             self.credit = None
             self.counts["survived_interruptions"] += 1
         super().after_step(step)  # checkpoints
+        if self.stages:
+            if self._should_reform():
+                self._reform()
+            return
         after, after_steps = self.cfg.rebalance_after_s, self.cfg.get("rebalance_after_steps")
         if self.cover and after_steps is not None and self.degraded_since_cover >= after_steps:
             self._rebalance("degraded steps", None)
