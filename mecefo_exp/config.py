@@ -337,6 +337,10 @@ class TrainerConfig:
     # false: walk the trace, the methods and the clock without tensor math (the model lives
     # on the meta device); the paper's 6,000-60,000 steps at 7B take seconds
     numerics: bool = True
+    # numerics-free runs only: book the steps between two events (a trace event, the method's
+    # checkpoint, snapshot, SVD refresh or rebalance) at once, one metrics row per run of steps;
+    # false steps one at a time, one row per step (the same summary to float rounding)
+    event_driven: bool = True
 
 
 @dataclass
