@@ -103,3 +103,37 @@ def test_a_method_that_cannot_name_its_events_is_stepped(run_exp, monkeypatch, c
         summary, run_dir = run_exp(*SHAPE, "method=oobleck", "failure=high", micro=False)
     assert "cannot name its next event" in caplog.text
     assert len(read_jsonl(run_dir / "metrics.jsonl")) >= summary["steps"]  # one row per step
+
+
+def test_a_run_of_steps_books_and_rolls_back_as_its_steps_one_by_one():
+    from mecefo_exp.timing.clock import SimClock, StepCost
+
+    cost = StepCost(compute=0.3, comm=0.1, ft_overhead=0.05, degraded_extra=0.2)
+    one, runs = SimClock(), SimClock()
+    for s in range(1000):
+        one.commit_step(s, cost)
+    runs.commit_steps(0, 400, cost)
+    runs.commit_step(400, cost)
+    runs.commit_steps(401, 599, cost)
+    for clock in (one, runs):
+        clock.add_to_step(399, "ft_overhead", 2.0)  # a checkpoint written after step 399
+    assert close(runs.now, one.now, 1e-12)
+    lost_one, lost_runs = one.discard_steps_from(350), runs.discard_steps_from(350)
+    assert close(lost_runs, lost_one, 1e-12) and close(runs.now, one.now, 1e-12)
+    for cat in one.breakdown:
+        assert abs(runs.breakdown[cat] - one.breakdown[cat]) <= 1e-12 * one.now, cat
+    assert runs._runs == [[0, 350, cost.as_dict()]]  # the rest of the first run and the others are gone
+
+
+@pytest.mark.parametrize("now, t, ending, starting", [
+    (0.0, None, math.inf, math.inf),
+    (0.0, 10.5, 10, 11),   # the failure falls in step 10: steps 0..9 end before it; steps 0..10 start before it
+    (0.0, 10.0, 9, 10),    # exactly on a boundary: the step ending there is taken alone
+    (5.0, 4.0, 0, 0),      # already past
+    (0.0, 0.5, 0, 1),
+])
+def test_how_many_steps_fit_before_a_time(now, t, ending, starting):
+    from mecefo_exp.timing.clock import steps_ending_by, steps_starting_before
+
+    assert steps_ending_by(now, 1.0, t) == ending
+    assert steps_starting_before(now, 1.0, t) == starting
