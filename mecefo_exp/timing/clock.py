@@ -16,6 +16,7 @@ time between failures).
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional
@@ -211,6 +212,9 @@ class SimClock:
         self._committed: Dict[int, Dict[str, float]] = {}
         # runs of equal steps booked at once (commit_steps): [first step, count, parts of one step]
         self._runs: List[list] = []
+        # steps enter `_committed` in increasing order (a rollback removes every later one): then a
+        # rollback pops its steps off the end instead of looking at every step of the run
+        self._ordered = True
 
     def charge(self, category: str, seconds: float) -> None:
         if category not in self.breakdown:
@@ -220,15 +224,24 @@ class SimClock:
         self.breakdown[category] += seconds
         self.now += seconds
 
+    def _entry(self, step: int) -> Dict[str, float]:
+        if step not in self._committed:
+            if self._committed and step < next(reversed(self._committed)):
+                self._ordered = False
+            self._committed[step] = {}
+        return self._committed[step]
+
     def commit_step(self, step: int, cost: StepCost) -> None:
         parts = cost.as_dict()
         for cat, sec in parts.items():
             self.charge(cat, sec)
         # add_to_step time booked before the commit (Bamboo: the part of a step done before a
         # failure it survived) stays with the step, so a later rollback discards it too
-        for cat, sec in self._committed.get(step, {}).items():
+        entry = self._entry(step)
+        for cat, sec in entry.items():
             parts[cat] = parts.get(cat, 0.0) + sec
-        self._committed[step] = parts
+        entry.clear()
+        entry.update(parts)
 
     def commit_steps(self, first: int, count: int, cost: StepCost) -> None:
         """`count` steps of equal `cost` from step `first` on, booked at once (an event-driven
@@ -242,8 +255,8 @@ class SimClock:
     def add_to_step(self, step: int, category: str, seconds: float) -> None:
         """Charge time that belongs to a committed step (a checkpoint written after it)."""
         self.charge(category, seconds)
-        self._committed.setdefault(step, {}).setdefault(category, 0.0)
-        self._committed[step][category] += seconds
+        entry = self._entry(step)
+        entry[category] = entry.get(category, 0.0) + seconds
 
     def state_dict(self) -> Dict[str, object]:
         return {"now": self.now, "breakdown": dict(self.breakdown),
@@ -255,11 +268,16 @@ class SimClock:
         self.breakdown = dict(state["breakdown"])
         self._committed = {int(s): dict(parts) for s, parts in state["committed"].items()}
         self._runs = [[int(first), int(count), dict(parts)] for first, count, parts in state.get("runs", [])]
+        self._ordered = list(self._committed) == sorted(self._committed)
 
     def discard_steps_from(self, step: int) -> float:
         """Steps >= `step` are rolled back: their time becomes lost work. Returns those seconds."""
         lost = 0.0
-        for s in [s for s in self._committed if s >= step]:
+        if self._ordered:
+            gone = list(itertools.takewhile(lambda s: s >= step, reversed(self._committed)))
+        else:
+            gone = [s for s in self._committed if s >= step]
+        for s in gone:
             for cat, sec in self._committed.pop(s).items():
                 self.breakdown[cat] -= sec
                 lost += sec
