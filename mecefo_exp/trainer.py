@@ -19,6 +19,8 @@ console (console.py). Methods see the run only through `RunContext` (methods/bas
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import itertools
 import math
 import time
@@ -337,7 +339,8 @@ class Experiment(Context):
             with signals_end_the_run():
                 try:
                     self.setup()
-                    self.train()
+                    with heap_frozen(not self.training.numerics):
+                        self.train()
                     summary = self.summary("ok")
                     self.records.summary(summary)
                     self.records.close()
@@ -357,6 +360,22 @@ class Experiment(Context):
     def _record_failure(self, e: BaseException) -> None:
         """Leave summary.json `failed` with the reason, even on a full disk."""
         record_failure(self.records, lambda error: self.summary("failed", error=error), e, self.run_dir)
+
+
+@contextlib.contextmanager
+def heap_frozen(enabled: bool):
+    """Keep the objects that exist before the loop (torch, transformers, the model, the configs)
+    out of the garbage collector's passes while it runs (gc.freeze; both calls are O(1)). A
+    numerics-free loop builds a plan of every worker at every event: at 2,048 workers the
+    collector's full passes over the old heap took 20 s of a 23 s loop (2.7 s frozen)."""
+    if not enabled:
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _plain(cfg) -> dict:
