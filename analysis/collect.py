@@ -60,8 +60,8 @@ CONFIG_PATHS = {
 DEDUP_KEY = ("label", "identity", "seed")
 #: settings that cannot change a run's numbers: left out of its identity (prefixes end in ".")
 IDENTITY_EXCLUDE = ("seed", "resume", "experiment", "hydra.", "logger.", "trainer.progress", "trainer.log_every",
-                    "trainer.log_events", "trainer.resume_every", "trainer.threads", "trainer.event_driven", "cluster.profile",
-                    "cluster.profile_warmup", "cluster.profile_repeats", "data.cache_dir")
+                    "trainer.log_events", "trainer.resume_every", "trainer.threads", "trainer.event_driven",
+                    "cluster.profile", "cluster.profile_warmup", "cluster.profile_repeats", "data.cache_dir")
 #: method settings that act only on a degraded step (MeCeFO's neighbour): a failure-free run is
 #: the same whatever they are, so they belong with the failure reading (`failure_variant`), and
 #: one failure-free run is the baseline of every value (the ablation, method.rank, ...)

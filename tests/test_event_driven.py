@@ -21,7 +21,8 @@ READINGS = {
 # numerics-free, 16 workers on the paper's cluster, paper time scaled: a 400-step run sees the paper run's failures
 # (one paper hour is this run's failure-free duration / cluster.paper_run_h)
 SHAPE = ["model=llama_350m", "model.vocab_size=512", "hardware=a100_32", "hardware.paper_time=scaled",
-         "cluster.n_workers=16", "data.micro_batch=8", "data.seq_len=256", "trainer.numerics=false", "trainer.max_steps=400",
+         "cluster.n_workers=16", "data.micro_batch=8", "data.seq_len=256", "trainer.numerics=false",
+         "trainer.max_steps=400",
          "trainer.eval_every=0", "trainer.progress=none", "trainer.log_events=0", "seed=1"]
 EXACT = ("status", "steps", "tokens_committed", "tokens_processed", "failures", "rollbacks", "lost_steps",
          "interrupted_steps")
