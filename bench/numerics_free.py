@@ -1,6 +1,6 @@
 """Simulated steps per wall second of numerics-free runs, and what the loop's cost grows with.
 
-    python bench/numerics_free.py            # the headline and both sweeps (~1-2 min here)
+    python bench/numerics_free.py            # the headline and both sweeps (~2-4 min here)
     python bench/numerics_free.py --quick    # the headline only
 
 LLaMA-7B on hardware=a100_32 (ZeRO-1), 32 x 256 tokens per worker, 60,000 steps (the paper's
