@@ -61,8 +61,8 @@ CONFIG_PATHS = {
 DEDUP_KEY = ("label", "identity", "seed")
 #: settings that cannot change a run's numbers: left out of its identity (prefixes end in ".")
 IDENTITY_EXCLUDE = ("seed", "resume", "experiment", "hydra.", "logger.", "trainer.progress", "trainer.log_every",
-                    "trainer.log_events", "trainer.resume_every", "trainer.threads", "cluster.profile", "cluster.profile_warmup", "cluster.profile_repeats",
-                    "data.cache_dir")
+                    "trainer.log_events", "trainer.resume_every", "trainer.threads", "trainer.event_driven",
+                    "cluster.profile", "cluster.profile_warmup", "cluster.profile_repeats", "data.cache_dir")
 #: method settings that act only on a degraded step (MeCeFO's neighbour): a failure-free run is
 #: the same whatever they are, so they belong with the failure reading (`failure_variant`), and
 #: one failure-free run is the baseline of every value (the ablation, method.rank, ...)
@@ -307,7 +307,8 @@ def load_run(run_dir) -> Dict[str, object]:
     if row["status"] != "ok":
         # what the record shows of an unfinished run
         metrics = load_metrics(run_dir)
-        row["steps_logged"] = int(len(metrics))
+        # an event-driven numerics-free run logs one row per run of equal steps (first_step..step)
+        row["steps_logged"] = int(metrics["step"].max()) + 1 if "first_step" in metrics else int(len(metrics))
         if not metrics.empty and "sim_time_s" in metrics and row.get("sim_time_s") is None:
             row["sim_time_s"] = float(metrics["sim_time_s"].iloc[-1])
     row["mtime"] = _mtime(run_dir)

@@ -114,8 +114,11 @@ class LowRankProjections:
         return last is None or step - last >= self.every or step < last  # step < last: rolled back
 
     @torch.no_grad()
-    def refresh(self, step: int) -> None:
-        self.v = {id(lin): top_right_singular_vectors(lin.weight, self.rank) for lin in self.linears()}
+    def refresh(self, step: int, compute: bool = True) -> None:
+        """New V from the current weights; `compute=False` only records the step (a numerics-free
+        run: the weights are on the meta device, so an SVD would produce nothing, at ~12 ms a 7B)."""
+        if compute:
+            self.v = {id(lin): top_right_singular_vectors(lin.weight, self.rank) for lin in self.linears()}
         self.refreshed_at = step
 
 

@@ -343,6 +343,10 @@ class TrainerConfig:
     # false: walk the trace, the methods and the clock without tensor math (the model lives
     # on the meta device); the paper's 6,000-60,000 steps at 7B take seconds
     numerics: bool = True
+    # numerics-free runs only: book the steps between two events (a trace event, the method's
+    # checkpoint, snapshot, SVD refresh or rebalance) at once, one metrics row per run of steps;
+    # false steps one at a time, one row per step (the same summary to float rounding)
+    event_driven: bool = True
 
 
 @dataclass
@@ -374,8 +378,8 @@ class Config:
     resume: bool = False
 
 
-#: the most workers a run may have: the step loop visits every worker, so beyond this a run
-#: cannot finish in reasonable time (200 numerics-free steps at 16,384 workers: 205 s here)
+#: the most workers a run may have: a plan names every worker, so an event of a numerics-free run
+#: costs time linear in the workers (at 16,384: ~50 ms an event here, BENCHMARKS.md)
 MAX_WORKERS = 16_384
 
 METHOD_SCHEMAS = {
@@ -491,8 +495,8 @@ def validate(cfg: Any) -> None:
            "cluster=torchrun needs torchrun to start the ranks: torchrun --nproc-per-node=N run.py cluster=torchrun "
            "cluster.n_workers=N ...; without torchrun use cluster=local")
     _check(c.n_workers <= MAX_WORKERS,
-           f"cluster.n_workers={c.n_workers}: must be in 1..{MAX_WORKERS:,} (the loop's cost grows with workers: 16,384 "
-           "numerics-free workers take ~1 s a step here)")
+           f"cluster.n_workers={c.n_workers}: must be in 1..{MAX_WORKERS:,} (the loop's cost grows with workers: at 16,384 "
+           "a numerics-free run spends ~50 ms on each event here)")
     _check(c.profile_repeats >= 1 and c.profile_warmup >= 0,
            f"cluster.profile_repeats={c.profile_repeats}, profile_warmup={c.profile_warmup}: need repeats >= 1, warmup >= 0")
     _check(len(t.betas) == 2 and all(0.0 <= b < 1.0 for b in t.betas),

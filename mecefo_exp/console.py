@@ -125,6 +125,7 @@ class Progress:
         self.log = logger or logging.getLogger(__name__)
         self.bar = None
         self.t0 = time.perf_counter()
+        self._lined = 0  # the step of the last numerics-free update
         if mode == "bar":
             from tqdm import tqdm
 
@@ -143,8 +144,10 @@ class Progress:
                 self.bar.n = step
                 self.bar.set_postfix(sim=f"{sim_s:.0f}s", alive=alive, refresh=False)
                 self.bar.refresh()
-            elif step % self.every == 0 or step == self.total:
+            elif step // self.every > self._lined // self.every or step == self.total:
+                # an event-driven run jumps over steps: a line whenever a multiple of log_every is passed
                 self.log.info("step %d/%d  sim %.1fs  alive %d", step, self.total, sim_s, alive)
+            self._lined = step
             return
         ppl = math.exp(min(loss, 50.0))
         if self.bar is not None:

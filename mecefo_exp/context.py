@@ -38,6 +38,7 @@ class Context:
     max_steps: int
     tokens_per_step: int
     resume_every: int  # trainer.resume_every, read every step: a plain int, not a config lookup
+    numerics: bool  # trainer.numerics
     cluster_cfg: object  # plain cluster settings (detection_s, restart_s, reconfigure_s, ...)
     model_cfg: object
     tier: LocalTier
@@ -56,6 +57,8 @@ class Context:
     step: int
     resumed: bool
     resumes: List[Dict]  # one record per resume of this folder, oldest first (summary.json)
+    event_driven: bool  # numerics-free: steps between events are booked at once (trainer.event_driven)
+    eval_every: int  # trainer.eval_every, read every step
     wall_start: float
 
     def __init__(self, cfg, run_dir: Path):
@@ -74,6 +77,9 @@ class Context:
         self.step = 0
         self.resumed = False
         self.resumes = []
+        self.numerics = cfg.trainer.numerics  # a plain bool: methods read it at every event
+        self.event_driven = False
+        self.eval_every = cfg.trainer.eval_every
         self.wall_start = time.perf_counter()
         self._git_sha = git_sha()  # once: summary.json is rewritten during the run
         self._summary_at = time.perf_counter()
@@ -93,10 +99,6 @@ class Context:
     @property
     def cluster(self):
         return self.training.cluster
-
-    @property
-    def numerics(self) -> bool:
-        return self.cfg.trainer.numerics
 
     @property
     def is_main(self) -> bool:

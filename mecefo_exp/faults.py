@@ -130,6 +130,7 @@ class Trace:
         self.stop_s: Optional[float] = None  # the run ends here (a node trace's hard stop); None: at max_steps
         self.start_s: Optional[float] = None  # a node trace: when the first nodes are usable (then the job starts)
         self.position = 0  # index of the first event not yet handed out: the cursor a resume restores
+        self._next_fail: Optional[List[int]] = None  # next_failure_time's index, built at its first call
 
     def state_dict(self) -> Dict[str, int]:
         return {"position": self.position}
@@ -146,10 +147,16 @@ class Trace:
 
     def next_failure_time(self) -> Optional[float]:
         """Time of the first pending `fail` event, if any (pending = not yet popped)."""
-        for e in self.events[self.position:]:
-            if e.kind == FAIL:
-                return e.time
-        return None
+        if self._next_fail is None:  # once: the index of the first fail at or after each position
+            nxt = len(self.events)
+            index = [nxt] * (nxt + 1)
+            for i in range(nxt - 1, -1, -1):
+                if self.events[i].kind == FAIL:
+                    nxt = i
+                index[i] = nxt
+            self._next_fail = index
+        i = self._next_fail[self.position]
+        return self.events[i].time if i < len(self.events) else None
 
     def next_event_time(self) -> Optional[float]:
         return self.events[self.position].time if self.position < len(self.events) else None

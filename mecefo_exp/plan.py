@@ -19,8 +19,7 @@ class Sample(NamedTuple):
     owner: int
 
 
-@dataclass(frozen=True)
-class WorkItem:
+class WorkItem(NamedTuple):  # a tuple: plans of 16,384 workers are built at every event
     sample: Sample
     mode: str = "normal"
 

@@ -187,6 +187,10 @@ class ShapeOnlyState:
         method.before_optimizer(plan, None)
         return {"tokens": self.tokens_per_step, "lr": self.lr * self._lr_factor(step)}
 
+    def book_steps(self, first: int, count: int) -> Dict:
+        """`count` steps from `first` on at once (an event-driven run): their tokens, the last one's lr."""
+        return {"tokens": count * self.tokens_per_step, "lr": self.lr * self._lr_factor(first + count - 1)}
+
     def evaluate(self) -> Optional[float]:
         return None
 

@@ -41,3 +41,13 @@ def test_slurm_launcher_config_runs_through_submitit_locally(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     summaries = _summaries(tmp_path / "sweep")
     assert len(summaries) == 1 and json.loads(summaries[0].read_text())["status"] == "ok"
+
+
+def test_the_cell_sweeper_composes_one_job_per_new_override_before_launching():
+    from hydra_plugins.mecefo_sweeper.cell_sweeper import representatives
+
+    jobs = [[f"model={m}", f"method={k}", f"failure={f}"] for m in ("a", "b") for k in ("x", "y", "z")
+            for f in ("none", "high")]
+    picked = representatives(jobs)
+    assert {o for job in picked for o in job} == {o for job in jobs for o in job}  # every key=value is checked
+    assert len(picked) == 5 and picked[0] == jobs[0]  # 12 jobs, 7 values: 5 compositions

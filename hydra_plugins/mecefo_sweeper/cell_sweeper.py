@@ -32,6 +32,21 @@ from mecefo_exp import sweeps
 log = logging.getLogger(__name__)
 
 
+def representatives(jobs: Sequence[Sequence[str]]) -> List[Sequence[str]]:
+    """The jobs that bring an override (key=value) no earlier job had: composing these checks
+    every key and value of the sweep before any job runs, as Hydra's basic sweeper does by
+    composing every job (318 jobs of paper_table2: 53 s of composition before the first job
+    started, against about 20 compositions here). A combination that only fails together is
+    found by its job, whose record then says `failed` and why."""
+    seen, out = set(), []
+    for job in jobs:
+        new = set(job) - seen
+        if new:
+            seen |= new
+            out.append(job)
+    return out
+
+
 class CellSweeper(BasicSweeper):
     def __init__(self, max_batch_size: Optional[int] = None, params: Optional[dict] = None,
                  groups: Optional[List[List[List[str]]]] = None):
@@ -66,7 +81,7 @@ class CellSweeper(BasicSweeper):
         returns, first = [], 0
         while not self.is_done():
             batch = self.get_job_batch()
-            self.validate_batch_is_legal(batch)
+            self.validate_batch_is_legal(representatives(batch))
             results = self.launcher.launch(batch, initial_job_idx=first)
             for r in results:
                 _ = r.return_value  # raise if a job failed

@@ -18,9 +18,9 @@ failed worker's place, so the loss curve is the failure-free one, bit for bit.
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Optional
 
-from .base import RollbackMethod
+from .base import RollbackMethod, steps_before_multiple
 
 
 def bubble_fraction(stages: int, microbatches: int) -> float:
@@ -51,6 +51,9 @@ class Baft(RollbackMethod):
     def after_step(self, step: int) -> None:
         if (step + 1) % self.interval == 0:
             self.save_checkpoint(step + 1, charge_s=self.checkpoint_charge_s)
+
+    def steady_steps(self, plan, step_s: float) -> Optional[int]:
+        return steps_before_multiple(plan.step, self.interval)  # its after_step writes on the interval only
 
     def summary(self) -> Dict[str, object]:
         out = super().summary()

@@ -90,7 +90,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
-from ..timing.clock import StepCost
+from ..timing.clock import StepCost, steps_ending_by
 from ..plan import NORMAL, Mode, Plan, Sample, WorkItem
 from .base import InPlaceMethod, resplit_plan
 
@@ -338,6 +338,26 @@ class Bamboo(InPlaceMethod):
         if plan.degraded:
             self.degraded_steps += 1
             self.degraded_since_cover += 1
+
+    def steady_steps(self, plan: Plan, step_s: float) -> Optional[int]:
+        """Quiet until the next checkpoint or rebalance (after so many degraded steps, or once the
+        cover is old enough); a step that survived a failure is an event of its own."""
+        if self.credit:
+            return 0
+        quiet = super().steady_steps(plan, step_s)
+        if self.cover:
+            after_steps = self.cfg.get("rebalance_after_steps")
+            if after_steps is not None and plan.degraded:
+                quiet = min(quiet, max(0, after_steps - self.degraded_since_cover - 1))
+            if self.cfg.rebalance_after_s is not None:
+                due_s = self.cover_since + self.run.costs.stall_s(self.cfg.rebalance_after_s)
+                quiet = min(quiet, steps_ending_by(self.run.clock.now, step_s, due_s))
+        return quiet
+
+    def book_steady(self, plan: Plan, count: int) -> None:
+        if plan.degraded:
+            self.degraded_steps += count
+            self.degraded_since_cover += count
 
     def after_step(self, step: int) -> None:
         if self.credit and self.credit[0] == step:  # an interrupted step committed: it survived

@@ -152,6 +152,24 @@ class Method:
     def after_step(self, step: int) -> None:
         pass
 
+    # ---- event-driven numerics-free runs: quiet steps are booked at once
+    @property
+    def names_its_events(self) -> bool:
+        """Whether `steady_steps` is this method's own (the base's None steps it one at a time)."""
+        return type(self).steady_steps is not Method.steady_steps
+
+    def steady_steps(self, plan: Plan, step_s: float) -> Optional[int]:
+        """How many steps from `plan.step` on (this one included) run with this plan and this
+        cost (`step_s` seconds each) and end with nothing but counting: no checkpoint, snapshot,
+        refresh, rebalance or anything else that changes a later step. The loop books them at once
+        (`book_steady`) and takes the next step as usual. 0: this very step is the method's next
+        event. None: the method cannot tell; the loop then steps it one step at a time."""
+        return None
+
+    def book_steady(self, plan: Plan, count: int) -> None:
+        """What `before_optimizer(plan, None)` and `after_step` do over `count` quiet steps
+        (a method's step counters), in closed form."""
+
     def summary(self) -> Dict[str, object]:
         return {}
 
@@ -251,6 +269,10 @@ class RollbackMethod(Method):
             self.checkpoint_due = False
             self.save_checkpoint(step + 1)
 
+    def steady_steps(self, plan: Plan, step_s: float) -> Optional[int]:
+        """Quiet until the next step that ends on a multiple of the interval (its checkpoint)."""
+        return 0 if self.checkpoint_due else steps_before_multiple(plan.step, self.interval)
+
     def on_failure(self, worker: int) -> None:
         super().on_failure(worker)
         self.restart_from_checkpoint(worker, reason="failure")
@@ -318,6 +340,12 @@ class InPlaceMethod(RollbackMethod):
 
     def after_fall_back(self) -> None:
         """Forget the method's own assignments: every worker is up again."""
+
+
+def steps_before_multiple(step: int, every: int) -> int:
+    """Steps from `step` on before the first step t with (t + 1) % every == 0, whose end is an
+    every-`every`-steps action (a checkpoint after step t is the state before step t + 1)."""
+    return (every - 1 - step) % every
 
 
 def resplit_plan(step: int, n: int, down: set) -> Plan:

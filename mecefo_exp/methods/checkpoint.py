@@ -27,7 +27,7 @@ from typing import List, Optional
 
 from ..plan import Plan
 from ..timing.clock import StepCost
-from .base import Method, RollbackMethod, resplit_cost, resplit_plan
+from .base import Method, RollbackMethod, resplit_cost, resplit_plan, steps_before_multiple
 
 
 class CheckpointRestart(RollbackMethod):
@@ -110,6 +110,18 @@ class CheckpointRestart(RollbackMethod):
         self.restart_at = None
         self.running_without = sorted(self.down)
         self.run.event("restart", None, {"from_step": self.run.step, "running_without": self.running_without})
+
+    def steady_steps(self, plan: Plan, step_s: float) -> Optional[int]:
+        """Quiet until the next checkpoint (quirks: by completed steps); a carried step is an event."""
+        if self.carry is not None:
+            return 0
+        if not self.quirks:
+            return super().steady_steps(plan, step_s)
+        return 0 if self.checkpoint_due else steps_before_multiple(self.completed, self.interval)
+
+    def book_steady(self, plan: Plan, count: int) -> None:
+        if self.quirks:
+            self.completed += count
 
     def after_step(self, step: int) -> None:
         self.carry = None

@@ -168,7 +168,7 @@ class Mecefo(InPlaceMethod):
         if self.projections is not None and self.projections.due(step):
             # Every svd_every steps, from the current weights. Decided here, not where the
             # neighbour runs, so every torchrun rank keeps the same state and clock.
-            self.projections.refresh(step)
+            self.projections.refresh(step, compute=self.run.numerics)
             self.counts["svd_refreshes"] += 1
             self._svd_step = step
         work = {w: [WorkItem(Sample(step, w))] for w in range(self.n) if w not in self.down}
@@ -182,11 +182,27 @@ class Mecefo(InPlaceMethod):
         costs, profile = self.run.costs, self.run.costs.profile
         if costs.table is not None:  # no node leaves the job: all n workers' samples, the neighbours' pairs slower
             return costs.table_step(self.n, slowdown=profile[f"neighbor_pair{self.tag}"] / profile["mb:normal"])
-        # the slowest worker: a neighbour (its pair kernel: two approximate micro-batches) or a normal one
-        slowest = max((profile[f"neighbor_pair{self.tag}"], 2) if MODE in modes else (costs.worker_s(modes), len(modes))
-                      for modes in plan.worker_modes().values())
+        # the slowest worker: a neighbour (its pair kernel: two approximate micro-batches) or, if
+        # any worker is not a neighbour, one normal micro-batch (counted, not walked: 16,384 workers)
+        slowest = (profile[f"neighbor_pair{self.tag}"], 2)
+        if len(plan.work) > len(plan.notes["cover"]):
+            slowest = max(slowest, (costs.worker_s(("normal",)), 1))
         svd = profile[f"mecefo_svd{self.tag}"] if self._svd_step == plan.step else 0.0
-        return costs.synchronous_step(slowest[0], slowest[1], len(plan.computing_workers), ft_overhead=svd)
+        return costs.synchronous_step(slowest[0], slowest[1], len(plan.work), ft_overhead=svd)
+
+    def steady_steps(self, plan: Plan, step_s: float) -> Optional[int]:
+        """Quiet until the next checkpoint and, while degraded, the next SVD refresh (a refresh
+        step costs more: it is an event of its own)."""
+        quiet = super().steady_steps(plan, step_s)
+        if plan.degraded and self.projections is not None:
+            if self._svd_step == plan.step:
+                return 0
+            quiet = min(quiet, self.projections.refreshed_at + self.projections.every - plan.step)
+        return quiet
+
+    def book_steady(self, plan: Plan, count: int) -> None:
+        if plan.degraded:
+            self.degraded_steps += count
 
     def before_optimizer(self, plan: Plan, result) -> None:
         if not plan.degraded:

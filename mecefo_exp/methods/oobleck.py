@@ -122,6 +122,14 @@ class Oobleck(InPlaceMethod):
             return StepCost(compute=self.finishing[1])
         return resplit_cost(self.run.costs, self.n, plan) if plan.degraded else super().step_cost(plan)
 
+    def steady_steps(self, plan: Plan, step_s: float) -> Optional[int]:
+        """Quiet until the next checkpoint; a step finishing inside a reconfiguration is an event."""
+        return 0 if self.finishing is not None else super().steady_steps(plan, step_s)
+
+    def book_steady(self, plan: Plan, count: int) -> None:
+        if plan.degraded:
+            self.degraded_steps += count
+
     def before_optimizer(self, plan: Plan, result) -> None:
         self.finishing = None
         if plan.degraded:

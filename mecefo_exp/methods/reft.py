@@ -50,7 +50,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
-from .base import Method, RollbackMethod
+from .base import Method, RollbackMethod, steps_before_multiple
 
 
 class UnrecoverableSnapshot(RuntimeError):
@@ -213,6 +213,10 @@ class Reft(RollbackMethod):
         if (step + 1) % self.cfg.snapshot_every == 0:
             self.take_snapshot(step + 1)
         super().after_step(step)  # the disk checkpoint, every `interval` steps
+
+    def steady_steps(self, plan, step_s: float) -> Optional[int]:
+        """Quiet until the next snapshot or disk checkpoint."""
+        return min(steps_before_multiple(plan.step, self.cfg.snapshot_every), super().steady_steps(plan, step_s))
 
     def take_snapshot(self, step: int) -> None:
         """Snapshot the state before step `step` into the workers' memory; charge its visible part."""
