@@ -342,6 +342,8 @@ class Bamboo(InPlaceMethod):
     def steady_steps(self, plan: Plan, step_s: float) -> Optional[int]:
         """Quiet until the next checkpoint or rebalance (after so many degraded steps, or once the
         cover is old enough); a step that survived a failure is an event of its own."""
+        if self.stages:
+            return None  # the pipelines' re-formation rule is read after every step: stepped one at a time
         if self.credit:
             return 0
         quiet = super().steady_steps(plan, step_s)
