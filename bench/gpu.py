@@ -1,4 +1,4 @@
-"""GPU benchmark (issue 14): what the harness reaches on a GPU, against a plain loop.
+"""GPU benchmark: what the harness reaches on a GPU, against a plain loop.
 
 For each model (default llama_130m and llama_350m) at one micro-batch, bf16:
   1. MFU of the harness's failure-free step (its own metrics rows: achieved TFLOP/s over the

@@ -1,4 +1,4 @@
-"""Real detection and heal times of the harness on torchft (issue 15), against the constants
+"""Real detection and heal times of the harness on torchft, against the constants
 the simulated clock charges (conf/cluster/local.yaml: detection_s 30, restart_s 76,
 reconfigure_s 2).
 
@@ -52,7 +52,7 @@ def main() -> int:
     try:
         import torchft  # noqa: F401
     except ImportError:
-        print("torchft not installed: pip install -c constraints.txt -r requirements-torchft.txt (optional; issue 15)")
+        print("torchft not installed: pip install -c constraints.txt -r requirements-torchft.txt (optional)")
         return 0
     tmp = Path(tempfile.mkdtemp(prefix="torchft_faults_"))
     (tmp / "trace.csv").write_text(TRACE)

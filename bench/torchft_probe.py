@@ -1,5 +1,5 @@
 """What torchft does on this machine when a replica group is SIGKILLed and started again
-(issue 15, first step: torchft's own membership, before it drives the harness's methods).
+(torchft's own membership, before it drives the harness's methods).
 
 N replica groups of one process each (gloo, CPU) and a lighthouse on the loopback address.
 Every step each replica starts a quorum, all-reduces its id + 1 with SUM (the reduction the
@@ -80,7 +80,7 @@ def main() -> int:
     try:
         import torchft  # noqa: F401
     except ImportError:
-        print("torchft not installed: pip install -c constraints.txt torchft==0.2.0 (optional; issue 15)")
+        print("torchft not installed: pip install -c constraints.txt torchft==0.2.0 (optional)")
         return 0
     if args.role == "replica":
         replica(args.rid, args.lighthouse, args.steps, args.pause)

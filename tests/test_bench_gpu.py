@@ -1,4 +1,4 @@
-"""bench/gpu.py (issue 14): one line and exit 0 without CUDA; its code path checked on the CPU;
+"""bench/gpu.py: one line and exit 0 without CUDA; its code path checked on the CPU;
 the profile it writes drives the simulated clock of a CPU run (cluster.profile=<file>)."""
 
 import json

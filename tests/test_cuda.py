@@ -1,4 +1,4 @@
-"""Issue 14 on a GPU: the CUDA paths. Skipped where no CUDA device is visible (never run in
+"""On a GPU: the CUDA paths. Skipped where no CUDA device is visible (never run in
 this project's CI, which has none); on a GPU machine: `pytest -m cuda`."""
 
 import pytest

@@ -46,7 +46,7 @@ def test_golden(run_exp, name):
 
 
 def test_default_clock_ignores_this_machine(run_exp, monkeypatch):
-    """Issue 16: the default clock is the same whatever this machine measures. Two runs with
+    """The default clock is the same whatever this machine measures. Two runs with
     the machine's timings perturbed by 1.3x in between: identical losses and clocks; the same
     perturbation under hardware=measured does move the clock (so it was a real perturbation)."""
     from mecefo_exp.timing import profile as profile_mod

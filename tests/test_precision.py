@@ -1,4 +1,4 @@
-"""Issue 14 on the CPU: trainer.precision (bf16 autocast) and trainer.grad_accum."""
+"""On the CPU: trainer.precision (bf16 autocast) and trainer.grad_accum."""
 
 import pytest
 import torch
@@ -84,7 +84,7 @@ def test_precision_and_accumulation_are_checked_before_compute():
     validate(compose_cfg([*MICRO, "trainer.grad_accum=2"]))
 
 
-# ---------------------------------------------------------------- FLOP/s and MFU in the record (item 4)
+# ---------------------------------------------------------------- FLOP/s and MFU in the record
 def test_the_peak_table_knows_the_paper_and_lent_gpus_by_their_cuda_names():
     from mecefo_exp.timing.peaks import peak_tflops
 
@@ -102,7 +102,7 @@ def test_every_step_records_its_achieved_flops_and_a_cpu_has_no_mfu(run_exp, fix
     assert summary["achieved_tflops_s"] > 0 and summary["mfu"] is None
 
 
-# ---------------------------------------------------------------- trainer.compile (item 3)
+# ---------------------------------------------------------------- trainer.compile
 @pytest.mark.slow  # torch.compile's first graph takes ~40 s on 2 cores
 def test_compile_on_and_off_give_the_same_loss_curve_with_mecefos_neighbour_running_eagerly(run_exp, fixed_profile,
                                                                                               tmp_path):

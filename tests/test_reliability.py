@@ -1,4 +1,4 @@
-"""Issue 12: every run is resumable and exact, every record tells the truth, no input can
+"""Every run is resumable and exact, every record tells the truth, no input can
 hang or corrupt a run. One test (or a few) per defect; the crash-safety sweep over all six
 methods with a real SIGKILL is in test_crash_safety.py (slow)."""
 
@@ -185,7 +185,7 @@ def test_a_crashed_run_resumes_to_the_uninterrupted_run(method, run_exp, fixed_p
         strip = lambda rs: [{k: v for k, v in r.items() if k not in WALL_CLOCK_FIELDS} for r in rs]  # noqa: E731
         assert strip(rows) == strip(expected), name
     assert (tmp_path / "run2" / "superseded" / "resume-1" / "metrics.jsonl").exists()  # the discarded rows, kept aside
-    # wall time goes on from the checkpoint (#12 item 11): the kept segments summed, never back to 0
+    # wall time goes on from the checkpoint: the kept segments summed, never back to 0
     walls = [r["wall_time_s"] for r in read_jsonl(tmp_path / "run2" / "metrics.jsonl")]
     assert walls == sorted(walls) and resumed["wall_time_s"] >= walls[-1]
 

@@ -55,7 +55,7 @@ def test_mecefo_under_a_forced_failure_matches_simulated_tier(run_exp, fixed_pro
 
 @pytest.mark.slow
 def test_mecefo_on_torchrun_drifts_no_more_than_an_exact_method(run_exp, fixed_profile, tmp_path):
-    """Issue 12 item 11: a 400-step MeCeFO run once ended at ppl 710.02 on torchrun vs 704.48
+    """A 400-step MeCeFO run once ended at ppl 710.02 on torchrun vs 704.48
     simulated. At this commit, 4 ranks x 100 steps under failure=high: MeCeFO's gap to the
     simulated tier is float reordering, the size of checkpoint-restart's (docs/DESIGN.md)."""
     prof = fixed_profile({"mb:mecefo[sa=1,rc=1,lr=1,r=8]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=8]": 0.016,
