@@ -37,14 +37,16 @@ import numpy as np
 import torch
 from filelock import FileLock
 
+from .paths import default_cache_dir
+
 log = logging.getLogger(__name__)
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 EOS = "<|endoftext|>"
 
 
 def cache_root(data_cfg) -> Path:
-    root = Path(data_cfg.cache_dir) if data_cfg.cache_dir else PROJECT_ROOT / ".cache"
+    """data.cache_dir, else the checkout's .cache/, $MECEFO_CACHE or ~/.cache/mecefo-exp (paths.py)."""
+    root = Path(data_cfg.cache_dir) if data_cfg.cache_dir else default_cache_dir()
     root.mkdir(parents=True, exist_ok=True)
     return root
 
@@ -122,7 +124,7 @@ def package_versions(packages=DOCSTRING_PACKAGES) -> Dict[str, str]:
 
 
 def _lee_background() -> List[str]:
-    path = PROJECT_ROOT / ".cache" / "corpus" / "lee_background.cor"
+    path = default_cache_dir() / "corpus" / "lee_background.cor"
     if not path.exists():
         raise FileNotFoundError(
             f"{path} is missing: run `make setup` (it extracts the Lee corpus from the gensim wheel), "

@@ -1,4 +1,5 @@
-"""Extract the Lee news corpus from the gensim wheel into .cache/corpus/ (run by `make setup`).
+"""Extract the Lee news corpus from the gensim wheel into .cache/corpus/ (run by `make setup`;
+$MECEFO_CACHE/corpus/ when that is set, where the runs look for it).
 
 gensim ships the corpus as test data; we download its wheel without installing gensim,
 copy one text file out of it and throw the wheel away. The pinned version keeps the text,
@@ -13,7 +14,10 @@ from pathlib import Path
 
 GENSIM = "gensim==4.4.0"
 MEMBER = "gensim/test/test_data/lee_background.cor"
-TARGET = Path(__file__).resolve().parent.parent / ".cache" / "corpus" / "lee_background.cor"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from mecefo_exp.paths import default_cache_dir  # noqa: E402  (the checkout's package, installed or not)
+
+TARGET = default_cache_dir() / "corpus" / "lee_background.cor"
 
 
 def main() -> int:

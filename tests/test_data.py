@@ -127,3 +127,15 @@ def test_default_corpus_is_large_enough_for_3000_steps():
     tokens_3000 = 3000 * cfg.cluster.n_workers * cfg.data.micro_batch * (cfg.data.seq_len + 1)
     assert tokens_3000 / corpus.train.size <= 2.0
     assert corpus.val.size > 100_000
+
+
+def test_the_caches_follow_mecefo_cache(tmp_path, monkeypatch):
+    """An installed package has no checkout: its corpus and its token caches live under $MECEFO_CACHE."""
+    from omegaconf import OmegaConf
+
+    from mecefo_exp.data import CORPUS_SOURCES, cache_root
+
+    monkeypatch.setenv("MECEFO_CACHE", str(tmp_path / "cache"))
+    assert cache_root(OmegaConf.create({"cache_dir": None})) == tmp_path / "cache"
+    with pytest.raises(FileNotFoundError, match=str(tmp_path / "cache" / "corpus" / "lee_background.cor")):
+        CORPUS_SOURCES["lee_background"]()
