@@ -8,9 +8,9 @@ TORCH_SPEC ?= torch==2.13.0
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: setup run test test-slow test-torchft bench bench-gpu figures paper-mini paper-table2 paper-table3 oobleck-artifact clean
+.PHONY: setup run test test-slow test-torchft bench bench-gpu figures paper-mini paper-table2 paper-table3 oobleck-artifact results notebook clean
 
-setup: $(VENV)/.installed .cache/corpus/lee_background.cor
+setup: $(VENV)/.installed .cache/corpus/lee_background.cor .cache/data/default-corpus.txt
 
 $(VENV)/.installed: requirements.txt requirements-optional.txt requirements-test.txt constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ $(VENV)/.installed: requirements.txt requirements-optional.txt requirements-test
 
 .cache/corpus/lee_background.cor: | $(VENV)/.installed
 	$(PY) scripts/fetch_corpus.py
+
+# the default corpus and its tokenizer, built once (~1-2 min on 2 cores)
+.cache/data/default-corpus.txt: .cache/corpus/lee_background.cor
+	$(PY) scripts/fetch_corpus.py --tokenize
 
 run: setup
 	$(PY) run.py
@@ -79,6 +83,21 @@ oobleck-artifact: setup
 	@start=$$(date +%s); \
 	$(PY) run.py -m experiment=oobleck_artifact hydra.sweep.dir=runs/sweeps/oobleck_artifact && \
 	echo "oobleck-artifact took $$(( $$(date +%s) - start )) s"
+
+# rerun every table of RESULTS.md that a CPU regenerates in reasonable time (paper-mini,
+# paper-table2, the ablation's memory table: ~15-30 min on 2 cores) into a scratch folder and
+# diff them against RESULTS.md; exits 1 if anything differs (analysis/published.py says what is
+# not regenerated and why)
+RESULTS_OUT ?= runs/results_$(shell date +%Y-%m-%d_%H-%M-%S)
+results: setup
+	@start=$$(date +%s); \
+	$(PY) -m analysis.published regenerate --out $(RESULTS_OUT); rc=$$?; \
+	echo "results took $$(( $$(date +%s) - start )) s"; exit $$rc
+
+# the analysis notebook (Table 2 readings, Table 3 with intervals, the miniature's figures)
+notebook: setup
+	$(PY) -m pip install -q -c constraints.txt -r requirements-notebook.txt
+	$(VENV)/bin/jupyter lab analysis/paper.ipynb
 
 clean:
 	rm -rf .cache runs/2* runs/sweeps

@@ -263,7 +263,10 @@ def shown(df: pd.DataFrame, columns: Dict[str, tuple], drop_empty: bool = True) 
     def cell(fmt, v) -> str:
         return fmt(v) if fmt else ("" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
 
-    text = pd.DataFrame({columns[c][0]: [cell(columns[c][1], v) for v in df[c]] for c in cols})
+    # built by position: two columns may share a header (memory's three "fits"), which a dict keyed
+    # by header would fold into one
+    text = pd.DataFrame({i: [cell(columns[c][1], v) for v in df[c]] for i, c in enumerate(cols)}, index=df.index)
+    text.columns = [columns[c][0] for c in cols]
     # numbers right-aligned, and the "mean ± half-width" text of with_ci_cells too
     text.attrs["right"] = [bool(pd.api.types.is_numeric_dtype(df[c])) or c.startswith("cell_") for c in cols]
     return text

@@ -1,5 +1,7 @@
 """Extract the Lee news corpus from the gensim wheel into .cache/corpus/ (run by `make setup`;
-$MECEFO_CACHE/corpus/ when that is set, where the runs look for it).
+$MECEFO_CACHE/corpus/ when that is set, where the runs look for it). With --tokenize, then
+build the default corpus and its tokenizer (~1-2 min on 2 cores, once; cached in .cache/data/),
+so that the first run, and the tests that check RESULTS.md's data fingerprint, find it ready.
 
 gensim ships the corpus as test data; we download its wheel without installing gensim,
 copy one text file out of it and throw the wheel away. The pinned version keeps the text,
@@ -20,7 +22,31 @@ from mecefo_exp.paths import default_cache_dir  # noqa: E402  (the checkout's pa
 TARGET = default_cache_dir() / "corpus" / "lee_background.cor"
 
 
+def tokenize() -> int:
+    """Build (or find) the default corpus: the one `data=local` reads with its default sources."""
+    import os
+
+    from hydra import compose, initialize_config_dir
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from mecefo_exp.data import load_corpus
+    from mecefo_exp.hydra_glue import register_configs
+    from mecefo_exp.paths import conf_dir
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        data_cfg = compose("config").data
+    corpus = load_corpus(data_cfg)
+    stamp = default_cache_dir() / "data" / "default-corpus.txt"
+    stamp.write_text(f"{corpus.fingerprint}\n")
+    print(f"default corpus ready: {corpus.train.size:,} training and {corpus.val.size:,} validation tokens, "
+          f"fingerprint {corpus.fingerprint}")
+    return 0
+
+
 def main() -> int:
+    if "--tokenize" in sys.argv[1:]:
+        return tokenize()
     if TARGET.exists():
         print(f"{TARGET} already there")
         return 0

@@ -158,6 +158,13 @@ def test_memory_and_clock(sweep):
     assert (mem["peak_normal_GB"], mem["peak_neighbour_GB"], mem["peak_naive_GB"]) == (40.0, 30.0, 90.0)
     assert (mem["fits_normal"], mem["fits_neighbour"], mem["fits_naive"]) == ("yes", "yes", "no")
     assert mem["agrees_with_paper"] == "yes" and mem["source_method"] == "mecefo"
+    # the markdown keeps one "fits" column per peak (three columns share the header)
+    header, _, row = paper_scale.memory_markdown(paper_scale.memory_table(runs)).split("\n")[:3]
+    cells = dict(enumerate(c.strip() for c in row.strip("|").split("|")))
+    heads = [c.strip() for c in header.strip("|").split("|")]
+    assert heads.count("fits") == 3
+    assert [cells[i + 1] for i, h in enumerate(heads) if h.endswith(" GB") and h.split()[0] in
+            ("normal", "neighbour", "naive")] == ["yes", "yes", "no"]
     clock = paper_scale.clock_table(runs).iloc[0]
     assert clock["efficiency"] == 0.25 and clock["flop_ratio_neighbour_normal"] == 1.59
     assert clock["thr_none"] == 1000.0 and clock["paper_thr_none"] == 1199e3

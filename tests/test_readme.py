@@ -91,7 +91,8 @@ def test_readme_command_parses_and_composes(line, args, multirun, monkeypatch):
 # its launcher), --help/--cfg/--info (they run
 # nothing) or data=c4 (needs C4 on disk; tests/test_c4.py runs it on shards it writes)
 CHEAP = [c for c in COMMANDS if not c[2] and not any(w in c[0] for w in ("resume=true", "cluster=torch", "--help",
-                                                                         "--cfg", "--info", "data=c4"))]
+                                                                         "--cfg", "--info", "data=c4",
+                                                                         "cluster.device=cuda"))]
 
 
 @pytest.mark.slow
@@ -106,3 +107,51 @@ def test_readme_command_runs_at_a_tiny_size(line, args, multirun, tmp_path):
     cfg = compose_cfg(overrides + tiny + ["trainer.max_steps=2", "trainer.eval_every=0", "trainer.progress=none"])
     summary = Experiment(cfg, tmp_path / "run").run()
     assert summary["status"] == "ok" and summary["steps"] == 2
+
+
+# ------------------------------------------------------------------ analysis/README.md
+def analysis_readme_commands():
+    """(line, module, arguments) for each `python -m analysis...` line in analysis/README.md's blocks."""
+    text = (ROOT / "analysis" / "README.md").read_text()
+    found = []
+    for block in re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            if not line.strip().startswith("python -m "):
+                continue
+            words = shlex.split(line, comments=True)
+            if len(words) >= 3:
+                found.append((line.strip(), words[2], words[3:]))
+    return found
+
+
+ANALYSIS_COMMANDS = analysis_readme_commands()
+
+
+def test_analysis_readme_lists_its_commands():
+    modules = {m for _, m, _ in ANALYSIS_COMMANDS}
+    assert {"analysis", "analysis.collect", "analysis.paper_scale", "analysis.published"} <= modules
+
+
+class _Parsed(Exception):
+    """Raised by the stand-in parser: the arguments parsed, nothing of the command's work runs."""
+
+
+@pytest.mark.parametrize("line,module,args", ANALYSIS_COMMANDS, ids=[c[0][:60] for c in ANALYSIS_COMMANDS])
+def test_analysis_readme_command_parses(line, module, args, monkeypatch):
+    """Each line's options are ones its module's parser knows: its main() parses them with a
+    parser that stops right after parsing (no folder is read, no sweep is run)."""
+    import argparse
+    import importlib
+
+    entry = {"analysis": "analysis.figures"}.get(module, module)
+    mod = importlib.import_module(entry)
+    known = argparse.ArgumentParser.parse_known_args
+
+    def parse_then_stop(self, argv=None, namespace=None):
+        _, unknown = known(self, argv, namespace)  # argparse exits 2 here on a malformed line
+        assert unknown == [], f"{line}: options its parser does not know: {unknown}"
+        raise _Parsed
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+    with pytest.raises(_Parsed):
+        mod.main(args)
