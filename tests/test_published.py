@@ -54,3 +54,16 @@ def test_rewrite_replaces_marked_tables_and_fingerprint_lines_only():
     assert "| untouched | table |" in out and out.startswith("intro\n")
     assert published.published_fingerprints(out)["demo"]["data"] == "ccc"
     assert published.published_fingerprints(out)["demo"]["clock"] == "ddd"
+
+
+def test_every_number_in_the_readme_results_appears_in_results_md():
+    """README's results summary quotes RESULTS.md, never a number of its own."""
+    import re
+
+    readme = (published.ROOT / "README.md").read_text()
+    section = readme[readme.index("## Results"):]
+    section = section[:section.index("\n## ", 1)]
+    numbers = set(re.findall(r"\d+\.\d+%?|\d+(?:\.\d+)?x\b", section))
+    assert len(numbers) > 20
+    missing = sorted(n for n in numbers if n not in TEXT)
+    assert not missing, f"README's results cite numbers RESULTS.md does not have: {missing}"
