@@ -220,14 +220,25 @@ def load_corpus(data_cfg) -> TokenizedCorpus:
     raise ValueError(f"data.name={data_cfg.name!r}: allowed: local, c4")
 
 
+def _builder_hash() -> str:
+    """A hash of the code that turns the sources into tokens: an edit to it builds the corpus
+    again instead of reusing tokens the new code would not make (and the data fingerprint then
+    says whether the tokens changed)."""
+    import inspect
+
+    parts = [_pydoc_topics, _docstrings, _stdlib_docstrings, _package_root, _package_docstrings, _lee_background,
+             load_local_documents, is_validation, train_bpe_tokenizer, _encode_stream, _load_local]
+    return hashlib.sha1("".join(inspect.getsource(f) for f in parts).encode()).hexdigest()[:12]
+
+
 def _load_local(data_cfg) -> TokenizedCorpus:
     # The texts are fixed by the Python version (pydoc, stdlib), the pinned gensim wheel and
     # the pinned packages' versions, so the key need not hash the texts themselves (reading
     # them takes a minute; the token arrays are cached, their hash is the fingerprint).
     sources = list(data_cfg.sources)
     versions = package_versions() if "package_docstrings" in sources else {}
-    ident = json.dumps([CORPUS_FORMAT, sources, sys.version, data_cfg.vocab_size, data_cfg.val_fraction]
-                       + ([versions] if versions else []))
+    ident = json.dumps([CORPUS_FORMAT, sources, sys.version, data_cfg.vocab_size, data_cfg.val_fraction,
+                        _builder_hash()] + ([versions] if versions else []))
     key = "local-" + hashlib.sha1(ident.encode()).hexdigest()[:12]
 
     def build(folder: Path):
