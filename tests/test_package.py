@@ -93,7 +93,14 @@ def test_the_wheel_is_self_contained(tmp_path):
     out = _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
                tmp_path, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    env = {"PYTHONPATH": str(target), "MECEFO_CACHE": str(ROOT / ".cache")}  # reuse the checkout's FLOP cache
+    # a cache of its own, without data.cache_dir: the installed package must find and fill it
+    # ($MECEFO_CACHE), never its site-packages folder; the Lee corpus and the FLOP counts are
+    # borrowed from the checkout so that nothing is downloaded or counted again
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for name in ("corpus", "flops"):
+        (cache / name).symlink_to(ROOT / ".cache" / name, target_is_directory=True)
+    env = {"PYTHONPATH": str(target), "MECEFO_CACHE": str(cache)}
     run = tmp_path / "elsewhere"
     run.mkdir()
     where = _run([sys.executable, "-c", "import mecefo_exp; print(mecefo_exp.__file__)"], run, env)
@@ -101,8 +108,10 @@ def test_the_wheel_is_self_contained(tmp_path):
     steps = [o for o in MICRO if not o.startswith(("trainer.max_steps", "trainer.eval_every"))]
     # a one-job sweep: configs from the wheel, and the collect callback through mecefo_exp.analysis
     out = _run([sys.executable, "-m", "mecefo_exp", "-m", *steps, "trainer.max_steps=2", "trainer.eval_every=0",
-                "failure=none", "method=checkpoint", f"data.cache_dir={ROOT / '.cache'}", "hydra.sweep.dir=s"], run, env)
+                "failure=none", "method=checkpoint", "hydra.sweep.dir=s"], run, env)
     assert out.returncode == 0, out.stderr[-3000:]
     summaries = list((run / "s").rglob("summary.json"))
     assert len(summaries) == 1 and '"status": "ok"' in summaries[0].read_text()
     assert (run / "s" / "analysis" / "runs.csv").exists()
+    assert list((cache / "data").glob("local-*/train.npy")), "the tokens were not cached under $MECEFO_CACHE"
+    assert not list(target.rglob(".cache")), "the installed package wrote a cache inside site-packages"
