@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: setup run test test-slow test-torchft bench bench-gpu figures paper-mini paper-table2 paper-table3 oobleck-artifact results notebook clean
+.PHONY: setup run test test-slow test-crash test-torchft bench bench-gpu figures paper-mini paper-table2 paper-table3 oobleck-artifact results notebook clean
 
 setup: $(VENV)/.installed .cache/corpus/lee_background.cor .cache/data/default-corpus.txt
 
@@ -36,6 +36,10 @@ test: setup
 test-slow: setup
 	$(PY) -m pip install -q -c constraints.txt -r requirements-notebook.txt
 	$(PY) -m pytest -q -m slow
+
+# the crash and torchrun tests: kill -9 and resume, torchrun on one and on two "machines" (~4 min here)
+test-crash: setup
+	$(PY) -m pytest -q -m slow tests/test_resume.py tests/test_torchrun.py
 
 # cluster=torchft: installs the optional torchft, then its tests (real SIGKILLs, ~1-2 min here)
 test-torchft: setup

@@ -190,9 +190,13 @@ def fingerprints(study: Study) -> Fingerprints:
     """What the current code gives for the study: its configurations run numerics-free for one step."""
     import logging
 
-    logging.getLogger("mecefo_exp").setLevel(logging.ERROR)
-    with tempfile.TemporaryDirectory(prefix=f"fingerprints-{study.name}-") as tmp:
-        summaries = run_configs(study.configs(), Path(tmp), extra=PROBE)
+    quiet, level = logging.getLogger("mecefo_exp"), logging.getLogger("mecefo_exp").level
+    quiet.setLevel(logging.ERROR)  # the probes' start lines and memory warnings say nothing here
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"fingerprints-{study.name}-") as tmp:
+            summaries = run_configs(study.configs(), Path(tmp), extra=PROBE)
+    finally:
+        quiet.setLevel(level)
     clocks = {label: s["clock"]["fingerprint"] for label, s in summaries.items()}
     data = {s.get("data_fingerprint") for s in summaries.values()} if study.trains else {None}
     if len(data) != 1:

@@ -13,6 +13,7 @@ from conftest import MICRO, ROOT, losses_by_step, read_jsonl
 from test_torchrun import TORCHRUN, torchrun
 
 
+@pytest.mark.slow  # a real kill -9 (~20 s); make test-crash and CI run it
 def test_kill_9_the_whole_run_and_resume_to_the_identical_end(run_exp, fixed_profile, tmp_path):
     prof = fixed_profile()
     common = ["method=checkpoint", "failure=high", "method.interval=3", "trainer.max_steps=40",

@@ -29,6 +29,7 @@ def assert_same_losses(a, b, rtol=2e-4):
         assert la[step] == pytest.approx(lb[step], rel=rtol), step
 
 
+@pytest.mark.slow  # starts torchrun (~10 s); make test-crash and CI run it
 def test_failure_free_torchrun_matches_simulated_tier(run_exp, fixed_profile, tmp_path):
     prof = fixed_profile()
     _, local = run_exp("method=checkpoint", "failure=none", "cluster.n_workers=2", f"cluster.profile={prof}")
@@ -38,6 +39,7 @@ def test_failure_free_torchrun_matches_simulated_tier(run_exp, fixed_profile, tm
     assert not list(tmp_path.glob("tr/*rank*"))  # one run folder, written by rank 0 only
 
 
+@pytest.mark.slow  # starts torchrun (~10 s); make test-crash and CI run it
 def test_mecefo_under_a_forced_failure_matches_simulated_tier(run_exp, fixed_profile, tmp_path):
     trace = tmp_path / "one.csv"
     trace.write_text("time,worker,event\n3.5,1,fail\n8.5,1,recover\n")
