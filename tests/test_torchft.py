@@ -291,6 +291,7 @@ def test_two_machines_one_killed_with_its_launcher_go_on_in_place_and_match_the_
         second.wait(timeout=30)
         at_kill = steps_done(run_dir)
         wait_for_steps(run_dir, at_kill + 5, [first])  # the survivors go on without machine 1
+        restarted_at = time.time()
         replacement = machine(1, attempt=1)  # the machine comes back: the same command again
         assert first.wait(timeout=240) == 0, (logs / "machine0-0.log").read_text()[-3000:]
         assert replacement.wait(timeout=60) == 0, (logs / "machine1-1.log").read_text()[-3000:]
@@ -312,9 +313,12 @@ def test_two_machines_one_killed_with_its_launcher_go_on_in_place_and_match_the_
     assert min(r["step"] for r in recs.values()) >= fails[0]["step"] + 5  # they went on without machine 1
 
     detection = fails[0]["detected_at"] - killed_at
-    print(f"\n{method}: machine failure detected {detection:.2f} s after the SIGKILL; rejoin: "
-          + "; ".join(f"worker {w}: process start -> Manager up {r['process_start_to_ready_s']:.2f} s, quorum + heal "
-                      f"{r['heal_s']:.3f} s, {r['state_bytes'] / 1e6:.2f} MB" for w, r in sorted(recs.items())))
+    print(f"\n{method}: machine failure detected {detection:.2f} s after the SIGKILL (load average "
+          f"{os.getloadavg()[0]:.1f}); failure -> rejoined (launcher started again after "
+          f"{restarted_at - killed_at:.2f} s) " + "; ".join(
+              f"worker {w}: {r['requested_to_rejoined_s']:.2f} s, of which process start -> Manager up "
+              f"{r['process_start_to_ready_s']:.2f} s, quorum + heal {r['heal_s']:.3f} s, "
+              f"{r['state_bytes'] / 1e6:.2f} MB" for w, r in sorted(recs.items())))
     assert 0 < detection < 30
 
     # the same failure on the simulated tier: both workers fail at the boundary the survivors saw
@@ -341,3 +345,34 @@ def test_two_machines_one_killed_with_its_launcher_go_on_in_place_and_match_the_
 
     assert not worker_processes(run_dir) and lighthouse_is_gone(ft["lighthouse"])
     assert lighthouse_is_gone(f"127.0.0.1:{port}")  # the coordination store too
+
+
+def test_a_failing_worker_on_one_machine_ends_the_run_on_every_machine(tmp_path):
+    """A worker of machine 1 dies of an error (SIGTERM from outside): its launcher says so in
+    the store, machine 0's launcher stops its own workers and records the run failed, naming
+    the machine and the worker; nothing is left on either machine."""
+    run_dir, port = tmp_path / "ft", free_port()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    launchers = []
+    for m in (0, 1):
+        cmd = torchft_cmd(run_dir, "trainer.threads=1", "failure=none", "trainer.eval_every=0", "method=mecefo",
+                          "trainer.max_steps=5000", "cluster.n_workers=4", "cluster.machines=2",
+                          f"cluster.machine_rank={m}", f"cluster.coordinator=127.0.0.1:{port}")
+        launchers.append(subprocess.Popen(cmd, cwd=ROOT, stdout=open(logs / f"machine{m}.log", "w"),
+                                          stderr=subprocess.STDOUT, env=env()))
+    try:
+        wait_for_steps(run_dir, 3, launchers)
+        victim = next(pid for pid in children(launchers[1].pid) if worker_of(pid) == 3)
+        os.kill(victim, signal.SIGTERM)
+        codes = [p.wait(timeout=120) for p in launchers]
+    finally:
+        for p in launchers:
+            if p.poll() is None:
+                p.kill()
+    assert codes[0] != 0 and codes[1] != 0, codes
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed", summary.get("error")
+    assert "machine 1: worker 3 exited with code" in summary["error"], summary["error"]
+    assert not worker_processes(run_dir), "a worker outlived the run"
+    assert lighthouse_is_gone(summary["torchft"]["lighthouse"]) and lighthouse_is_gone(f"127.0.0.1:{port}")
