@@ -153,11 +153,13 @@ def _ipv6_interfaces() -> Dict[str, str]:
     """IPv6 address -> interface (Linux: /proc/net/if_inet6)."""
     found = {}
     try:
-        for line in open("/proc/net/if_inet6").read().splitlines():
-            fields = line.split()
-            found[socket.inet_ntop(socket.AF_INET6, bytes.fromhex(fields[0]))] = fields[-1]
+        with open("/proc/net/if_inet6") as f:
+            lines = f.read().splitlines()
     except OSError:
-        pass
+        return found
+    for line in lines:
+        fields = line.split()
+        found[socket.inet_ntop(socket.AF_INET6, bytes.fromhex(fields[0]))] = fields[-1]
     return found
 
 
@@ -186,11 +188,6 @@ def network_environment(bind: str) -> Dict[str, str]:
         raise ConfigError(f"cluster.bind={bind}: no interface of this machine has this address; give one of this "
                           "machine's addresses (127.0.0.1, the default, listens on loopback only)")
     return {"GLOO_SOCKET_IFNAME": name, "NCCL_SOCKET_IFNAME": name}
-
-
-def loopback_environment() -> Dict[str, str]:
-    """What a worker process needs so that gloo and NCCL connect over loopback only."""
-    return network_environment(LOOPBACK) if loopback_interface() else {}
 
 
 @contextlib.contextmanager
