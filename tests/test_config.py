@@ -183,13 +183,32 @@ def test_torchft_across_machines_is_valid_with_an_address_to_listen_on():
                           "cluster.coordinator=127.0.0.1:29510"]))
 
 
+def _is_local(address: str) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as s:
+        try:
+            s.bind((address, 0))  # only an address one of this machine's interfaces has binds
+        except OSError:
+            return False
+    return True
+
+
 def test_the_bind_address_names_the_interface_gloo_is_given():
+    import socket
+
     from mecefo_exp.cluster.torchft import interface_of, loopback_interface, network_environment
 
     assert interface_of("127.0.0.1") == loopback_interface()
     assert network_environment("0.0.0.0") == {}  # every interface: gloo picks as it would alone
+    # documentation addresses (RFC 5737): the first that this machine does not have
+    foreign = next(a for a in ("203.0.113.254", "198.51.100.254", "192.0.2.254") if not _is_local(a))
     with pytest.raises(ConfigError, match="no interface of this machine has this address"):
-        network_environment("192.0.2.1")  # TEST-NET-1: never assigned to a machine
+        network_environment(foreign)
+    # this machine's own addresses, where it has any beyond loopback, name an interface
+    own = {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)}
+    for address in sorted(a for a in own if not a.startswith("127.") and _is_local(a)):
+        assert network_environment(address)["GLOO_SOCKET_IFNAME"] in {n for _, n in socket.if_nameindex()}
 
 
 def test_launchers_of_other_machines_lock_and_record_apart(tmp_path):

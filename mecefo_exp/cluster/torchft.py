@@ -60,6 +60,7 @@ from typing import Dict, List, Optional, Set
 
 import torch
 
+from ..config import is_loopback
 from ..faults import FAIL, RECOVER
 from .torchrun import TorchrunCluster
 
@@ -182,6 +183,8 @@ def network_environment(bind: str) -> Dict[str, str]:
     if is_wildcard(bind):
         return {}
     name = interface_of(bind)
+    if name is None and is_loopback(bind):
+        return {}  # loopback under a name other than lo/lo0: gloo's default resolves to it as well
     if name is None:
         from ..config import ConfigError
 
