@@ -376,3 +376,39 @@ def test_a_failing_worker_on_one_machine_ends_the_run_on_every_machine(tmp_path)
     assert "machine 1: worker 3 exited with code" in summary["error"], summary["error"]
     assert not worker_processes(run_dir), "a worker outlived the run"
     assert lighthouse_is_gone(summary["torchft"]["lighthouse"]) and lighthouse_is_gone(f"127.0.0.1:{port}")
+
+
+def test_two_machines_bound_to_a_network_address_listen_there_only(tmp_path):
+    """cluster.bind names a non-loopback address (as across machines): every server of both
+    launchers and their workers (stores, lighthouse, Managers, gloo) listens on it and on
+    nothing else, and the run ends ok."""
+    from mecefo_exp.cluster.torchft import _ipv4_of
+
+    own = [a for a in (_ipv4_of(n) for _, n in socket.if_nameindex()) if a and not a.startswith("127.")]
+    if not own:
+        pytest.skip("this machine has no IPv4 address beyond loopback")
+    address, run_dir = own[0], tmp_path / "ft"
+    with socket.socket() as s:
+        s.bind((address, 0))
+        port = s.getsockname()[1]
+    launchers = []
+    for m in (0, 1):
+        cmd = torchft_cmd(run_dir, "trainer.threads=1", "failure=none", "trainer.eval_every=0", "method=mecefo",
+                          "trainer.max_steps=60", "cluster.n_workers=4", "cluster.machines=2",
+                          f"cluster.machine_rank={m}", f"cluster.coordinator={address}:{port}", f"cluster.bind={address}")
+        launchers.append(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env()))
+    try:
+        wait_for_steps(run_dir, 3, launchers)
+        pids = [p.pid for p in launchers] + [c for p in launchers for c in children(p.pid)]
+        listening = listening_addresses(pids)
+        codes = [p.wait(timeout=120) for p in launchers]
+    finally:
+        for p in launchers:
+            if p.poll() is None:
+                p.kill()
+    assert len(listening) >= 2 + 2 * 4  # the store and lighthouse; each worker's store and Manager
+    assert {a for a, _ in listening} == {address}, listening
+    assert codes == [0, 0]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["torchft"]["lighthouse"].startswith(f"http://{address}:")
+    assert not worker_processes(run_dir)
