@@ -69,15 +69,26 @@ def _one_run(cfg: DictConfig):
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     if not _writes_record():
         return _job(cfg, run_dir)
+    locked = lock_folder(run_dir, cfg)
     try:
-        runlock.acquire(run_dir)  # before anything is written; released when the job ends (a sweep runs many)
+        runlock.acquire(locked)  # before anything is written; released when the job ends (a sweep runs many)
     except runlock.RunFolderBusy as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     try:
         return _job(cfg, run_dir)
     finally:
-        runlock.release(run_dir)
+        runlock.release(locked)
+
+
+def lock_folder(run_dir: Path, cfg) -> Path:
+    """The folder whose lock a run takes: its run folder, or for the launcher of torchft machine
+    m > 0 (machine 0's launcher owns the run folder) `<run>/torchft/machine-<m>`, so that one
+    launcher per machine can run."""
+    c = cfg.cluster if cfg is not None else None
+    if c is not None and c.name == "torchft" and c.get("machine_rank", 0) > 0:
+        return Path(run_dir) / "torchft" / f"machine-{c.machine_rank}"
+    return Path(run_dir)
 
 
 def _job(cfg: DictConfig, run_dir: Path):
@@ -169,7 +180,7 @@ def _lock_the_given_run_dir() -> None:
     if not given or "${" in given[-1]:
         return
     try:
-        runlock.acquire(given[-1])
+        runlock.acquire(lock_folder(Path(given[-1]), _composed(sys.argv[1:])))
     except runlock.RunFolderBusy as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -271,7 +282,18 @@ def _compose(args: List[str]):
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        return compose("config", overrides=_user_overrides(args))
+        cfg = compose("config", overrides=_user_overrides(args))
+    _COMPOSED[tuple(args)] = cfg
+    return cfg
+
+
+#: configs composed by check_overrides, by their arguments (entry reads one again for the lock)
+_COMPOSED: dict = {}
+
+
+def _composed(args: List[str]):
+    """The config check_overrides composed for `args`, or None (not composed: a sweep, a flag)."""
+    return _COMPOSED.get(tuple(args))
 
 
 def check_resume(args: List[str]) -> Optional[str]:

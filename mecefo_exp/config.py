@@ -257,6 +257,15 @@ class ClusterConfig:
     join_timeout_ms: int = 30000  # the lighthouse waits this long for a heartbeating worker to join a quorum
     quorum_timeout_s: float = 120.0  # a worker gives up on a quorum after this long
     restart_timeout_s: float = 300.0  # a restarted worker must be up (imports, model, torchft) by then
+    # torchft across machines (one launcher per machine; docs/DESIGN.md, "torchft across machines")
+    machines: int = field(default=1, metadata=at_least(1))  # how many launchers (machines) the run has
+    machine_rank: int = field(default=0, metadata=at_least(0))  # this launcher's machine: 0 hosts the lighthouse and store
+    # machine 0's coordination store as host:port, which every machine reaches (needed when machines > 1)
+    coordinator: Optional[str] = None
+    # the one address this machine's servers listen on (store, lighthouse, Managers, group stores,
+    # gloo): loopback unless the user names another (an interface's address, or 0.0.0.0 for all)
+    bind: str = "127.0.0.1"
+    advertise: Optional[str] = None  # the name the other machines reach this one by (None: the bind address)
 
 
 # -------------------------------------------------------------------------- hardware
@@ -521,6 +530,10 @@ def validate(cfg: Any) -> None:
     _validate_table_fits(cfg)
     if c.name == "torchft":
         _validate_torchft(cfg)
+    else:
+        _check(c.machines == 1 and c.machine_rank == 0,
+               f"cluster.machines={c.machines}, cluster.machine_rank={c.machine_rank} with cluster={c.name}: one "
+               "launcher per machine is cluster=torchft's (torchrun across machines: torchrun --nnodes=N)")
     if f.kill and c.name != "torchft":
         _check(c.name == "torchrun", "failure.kill=true kills real processes: it needs cluster=torchrun under torchrun "
                                      "(method=checkpoint) or cluster=torchft (any method)")
@@ -553,9 +566,65 @@ def _validate_torchft(cfg: Any) -> None:
            "unset and the run starts one on 127.0.0.1)")
     for key in ("heartbeat_timeout_ms", "join_timeout_ms", "quorum_timeout_s", "restart_timeout_s"):
         _check(c[key] > 0, f"cluster.{key}={c[key]}: must be > 0")
+    _validate_machines(c)
     ckpt = cfg.method.get("backend", "torch")
     _check(ckpt == "torch", f"method.backend={ckpt} with cluster=torchft: only torch (torch.distributed.checkpoint "
                             "needs one process group over all workers, which torchft replaces with its quorum)")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an address or localhost) names this machine's loopback interface."""
+    import ipaddress
+
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def split_host_port(address: str, key: str) -> tuple:
+    """host:port (an IPv6 host in brackets) -> (host, port), or a ConfigError naming `key`."""
+    host, sep, port = str(address).rpartition(":")
+    _check(bool(sep) and bool(host.strip("[]")) and port.isdigit() and 0 < int(port) < 65536,
+           f"{key}={address!r}: give host:port (a port in 1..65535), e.g. node001:29510")
+    return host.strip("[]"), int(port)
+
+
+def _validate_machines(c: Any) -> None:
+    """cluster=torchft across machines: who this launcher is, where machine 0 is, what listens where."""
+    import ipaddress
+
+    _check(c.machine_rank < c.machines,
+           f"cluster.machine_rank={c.machine_rank} with cluster.machines={c.machines}: must be in 0..{c.machines - 1}")
+    _check(c.n_workers % c.machines == 0 and c.n_workers // c.machines >= 1,
+           f"cluster.n_workers={c.n_workers} over cluster.machines={c.machines}: every machine runs the same number "
+           f"of workers, so n_workers must be a multiple of machines")
+    try:
+        bind = ipaddress.ip_address(c.bind)
+    except ValueError:
+        raise ConfigError(f"cluster.bind={c.bind!r}: give an address of this machine (127.0.0.1, the default, listens "
+                          "on loopback only; an interface's address, e.g. 10.0.0.5, or 0.0.0.0 for every interface)"
+                          ) from None
+    if c.coordinator is not None:
+        host, _ = split_host_port(c.coordinator, "cluster.coordinator")
+    _check(c.machines == 1 or c.coordinator is not None,
+           f"cluster.machines={c.machines}: give cluster.coordinator=host:port, where machine 0's launcher serves the "
+           "run's coordination store (every launcher and worker connects to it), e.g. cluster.coordinator=node001:29510")
+    if bind.is_loopback:
+        # the default: nothing is reachable from another machine, so every name the run hands out must be loopback too
+        _check(c.coordinator is None or is_loopback(host),
+               f"cluster.coordinator={c.coordinator} with cluster.bind={c.bind}: machine 0 listens on loopback only, "
+               "so no other machine could reach it; set cluster.bind to this machine's address on the network the "
+               "machines share (an explicit choice: that interface then serves the run's stores and model state)")
+        _check(c.advertise is None or is_loopback(c.advertise),
+               f"cluster.advertise={c.advertise} with cluster.bind={c.bind}: the servers listen on loopback only, "
+               "so other machines could not reach that name; set cluster.bind to the address it resolves to")
+    elif bind.is_unspecified:
+        _check(c.advertise is not None,
+               f"cluster.bind={c.bind} listens on every interface: also give cluster.advertise=<the name or address "
+               "the other machines reach this one by>")
 
 
 def _check_known_keys(cfg: Any) -> None:

@@ -25,16 +25,20 @@ def run_name(overrides: str, limit: int = 120) -> str:
     return name[: limit - 9] + "_" + hashlib.sha1(name.encode()).hexdigest()[:8]
 
 
-def hydra_output_subdir(resume: Any, output_dir: str) -> str:
+def hydra_output_subdir(resume: Any, output_dir: str, machine_rank: Any = 0) -> str:
     """Where Hydra writes its record of a job (hydra.output_subdir, relative to the run folder).
 
     A start writes .hydra/ (config, overrides: how the run was started). A resume, or a
     torchrun restart, of a folder that has one writes .hydra/resume-<n>/ instead, so the
     record of the start survives every resume. (The run's resolved config, what a resume
-    reuses, is <run>/config.yaml, written once by the trainer.)
+    reuses, is <run>/config.yaml, written once by the trainer.) The launcher of torchft
+    machine m > 0 shares machine 0's run folder and writes .hydra/machine-<m>/.
     """
     import os
     from pathlib import Path
+
+    if str(machine_rank) not in ("0", "None"):
+        return f".hydra/machine-{machine_rank}"
 
     resuming = str(resume).lower() == "true" or torchrun_restarted()
     hydra_dir = Path(output_dir) / ".hydra"

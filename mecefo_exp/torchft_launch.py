@@ -1,26 +1,39 @@
 """`python run.py cluster=torchft ...`: the lighthouse, the worker processes, their restarts.
 
-This process trains nothing. It starts torchft's lighthouse on 127.0.0.1 (unless
-cluster.lighthouse names a running one), a small store the workers coordinate through, and
-one process per worker (`python -m mecefo_exp.torchft_launch <run dir>`: `worker_main` below);
-then it watches:
+This process trains nothing. One launcher runs per machine (`cluster.machines`, this one's
+`cluster.machine_rank`); machine m runs workers m*k .. m*k+k-1 (k = n_workers / machines).
+Machine 0's launcher writes config.yaml (every worker loads it) and serves, on `cluster.bind`,
+the small store everyone coordinates through (at `cluster.coordinator` across machines) and
+torchft's lighthouse (unless cluster.lighthouse names a running one). Each launcher starts
+its own workers (`python -m mecefo_exp.torchft_launch <run dir>`: `worker_main` below), then
+watches them:
 
 - a worker that SIGKILLed itself for the trace (it says so first in the store) is gone as
   planned; the survivors go on without it (cluster/torchft.py);
-- when the survivors ask for worker w again (a trace recovery or a spare), its next process
-  starts here and heals from a live peer: the job itself is never restarted;
-- a worker SIGKILLed from outside is a real fault: the survivors go on without it and ask
-  for its next process, which heals as after a trace recovery;
-- a worker that exits with an error ends the run: every process is stopped, summary.json
-  says failed and why.
+- when the survivors ask for worker w again (a trace recovery, a spare, a replacement after an
+  unplanned death), w's launcher starts its next process, which heals from a live peer: the
+  job itself is never restarted;
+- a worker SIGKILLed from outside, or a whole machine gone with its launcher, is a real fault:
+  the survivors go on without it and ask for its next process. A launcher started again on
+  that machine (by SLURM, or by hand with the same command) finds the run under way in the
+  store and starts only the processes the survivors asked for;
+- a worker that exits with an error ends the run.
 
-Whatever happens, the workers and the lighthouse are gone when this returns (the workers
-also die with this process: PR_SET_PDEATHSIG).
+How the run ended reaches every launcher through the store's `end` key (the first launcher to
+see a worker finish, or fail, sets it): at `ok` each launcher lets its workers finish, at an
+error it stops them. Each launcher then sets `left/<m>`, and machine 0's waits for the others
+(those still alive) before it writes the launchers' part of summary.json and stops the
+lighthouse and the store. A launcher that loses the store (machine 0 gone) stops its workers
+and fails: the run cannot go on without machine 0.
+
+Whatever happens, a launcher's workers are gone when it returns (they also die with it:
+PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import logging
 import os
 import signal
@@ -29,10 +42,12 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
-from .cluster.torchft import (ENV_INCARNATION, ENV_LIGHTHOUSE, ENV_STARTED, ENV_STORE, ENV_WORKER, LOOPBACK,
-                              loopback_environment, loopback_store, require_torchft)
+from .cluster.torchft import (ENV_ADVERTISE, ENV_BIND, ENV_INCARNATION, ENV_LIGHTHOUSE, ENV_STARTED, ENV_STORE,
+                              ENV_WORKER, bound_store, connect_store, host_port, local_host, network_environment,
+                              require_torchft)
+from .config import ConfigError, split_host_port
 from .metrics import write_json_atomic
 from .trainer import Experiment, Terminated, signals_end_the_run
 
@@ -40,6 +55,10 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.05
 STOP_GRACE_S = 10.0  # SIGTERM, then this long to write the record, then SIGKILL
+ALIVE_EVERY_S = 1.0  # each launcher says it is alive this often (machine 0 waits only for live ones)
+LEFT_WAIT_S = 60.0  # at the end, machine 0 waits at most this long for the other launchers to leave
+#: settings that differ between the launchers of one run (everything else must be machine 0's)
+PER_MACHINE = ("cluster.machine_rank", "cluster.bind", "cluster.advertise")
 
 
 class WorkerFailed(RuntimeError):
@@ -54,60 +73,139 @@ def _die_with_parent() -> None:
         pass
 
 
+def workers_of(machine: int, n_workers: int, machines: int) -> List[int]:
+    k = n_workers // machines
+    return list(range(machine * k, machine * k + k))
+
+
 class Launcher:
     def __init__(self, cfg, run_dir: Path):
-        self.cfg, self.run_dir, self.n = cfg, Path(run_dir), cfg.cluster.n_workers
+        c = cfg.cluster
+        self.cfg, self.run_dir, self.n = cfg, Path(run_dir), c.n_workers
+        self.machine, self.machines = c.machine_rank, c.machines
+        self.mine = workers_of(self.machine, self.n, self.machines)
+        self.bind = c.bind
+        self.advertise = c.advertise or local_host(c.bind)
         self.procs: Dict[int, subprocess.Popen] = {}
-        self.incarnation: Dict[int, int] = {w: 0 for w in range(self.n)}
+        self.incarnation: Dict[int, int] = {w: -1 for w in self.mine}  # the newest started (-1: none yet)
         self.lighthouse = None
         self.store = None
         self.lighthouse_address: Optional[str] = None
         self.started_lighthouse = False
+        self.rejoined = False  # a launcher started again on a run under way
+        self._alive_at = 0.0
+
+    @property
+    def tag(self) -> str:
+        return f"torchft (machine {self.machine})" if self.machines > 1 else "torchft"
 
     def start_services(self) -> None:
         c = self.cfg.cluster
-        self.store = loopback_store(c.restart_timeout_s)
-        self.store_address = f"{LOOPBACK}:{self.store.port}"
-        self.lighthouse_address = c.lighthouse
-        if self.lighthouse_address is None:
-            from torchft._torchft import LighthouseServer
+        self.net_env = network_environment(self.bind)  # one line if no interface has cluster.bind's address
+        if self.machine == 0:
+            port = split_host_port(c.coordinator, "cluster.coordinator")[1] if c.coordinator else 0
+            self.store = bound_store(self.bind, c.restart_timeout_s, port)
+            self.store_address = c.coordinator or host_port(self.advertise, self.store.port)
+            self.lighthouse_address = c.lighthouse
+            if self.lighthouse_address is None:
+                from torchft._torchft import LighthouseServer
 
-            # min_replicas 1: the survivors go on down to one worker; join_timeout: how long a
-            # quorum waits for a live worker that is late; heartbeat_timeout: when a silent one is out
-            self.lighthouse = LighthouseServer(bind=f"{LOOPBACK}:0", min_replicas=1, join_timeout_ms=c.join_timeout_ms,
-                                               heartbeat_timeout_ms=c.heartbeat_timeout_ms)
-            # its own address names this host, which may resolve to another interface than the one it listens on
-            self.lighthouse_address = f"http://{LOOPBACK}:{self.lighthouse.address().rsplit(':', 1)[1]}"
-            self.started_lighthouse = True
-        log.info("torchft: lighthouse %s%s, %d workers, logs in %s", self.lighthouse_address,
-                 " (started for this run)" if self.lighthouse else "", self.n, self.run_dir / "torchft")
+                # min_replicas 1: the survivors go on down to one worker; join_timeout: how long a
+                # quorum waits for a live worker that is late; heartbeat_timeout: when a silent one is out
+                self.lighthouse = LighthouseServer(bind=host_port(self.bind, 0), min_replicas=1,
+                                                   join_timeout_ms=c.join_timeout_ms,
+                                                   heartbeat_timeout_ms=c.heartbeat_timeout_ms)
+                # its own address names this host, which may resolve to another interface than the one it listens on
+                port = int(self.lighthouse.address().rsplit(":", 1)[1])
+                self.lighthouse_address = f"http://{host_port(self.advertise, port)}"
+                self.started_lighthouse = True
+            self.store.set("lighthouse", self.lighthouse_address)
+        else:
+            self.store_address = c.coordinator
+            try:  # machine 0 may still be starting: the client retries until the timeout
+                self.store = connect_store(c.coordinator, c.restart_timeout_s)
+                self.lighthouse_address = self.store.get("lighthouse").decode()
+            except Exception as e:
+                raise WorkerFailed(f"machine {self.machine}: cannot reach machine 0's coordination store at "
+                                   f"cluster.coordinator={c.coordinator} ({' '.join(str(e).split())[:200]})") from None
+            self._check_same_settings()
+        for w in self.mine:  # a launcher started again: the run is under way, its workers ran before
+            if self.store.check([f"launched/{w}"]):
+                self.incarnation[w] = int(self.store.get(f"launched/{w}").decode())
+                self.rejoined = True
+        log.info("%s: lighthouse %s%s, coordination store %s, workers %s%s, logs in %s", self.tag,
+                 self.lighthouse_address, " (started for this run)" if self.lighthouse else "", self.store_address,
+                 self.mine, " (joining the run under way)" if self.rejoined else "", self.run_dir / "torchft")
+
+    def _check_same_settings(self) -> None:
+        """A machine's launcher must run machine 0's run: the same settings but its own place."""
+        from omegaconf import OmegaConf
+
+        ours = _flat(OmegaConf.to_container(self.cfg, resolve=True))
+        theirs = _flat(OmegaConf.to_container(OmegaConf.load(self.run_dir / "config.yaml"), resolve=True))
+        differ = sorted(k for k in set(ours) | set(theirs) if k not in PER_MACHINE and ours.get(k) != theirs.get(k))
+        if differ:
+            raise ConfigError(f"cluster.machine_rank={self.machine}: settings differ from machine 0's run in "
+                              f"{self.run_dir}: " + "; ".join(f"{k}={ours.get(k)} (machine 0: {theirs.get(k)})"
+                                                              for k in differ[:5]))
+
+    def start_workers(self) -> None:
+        if self.rejoined:
+            return  # the watch starts the processes the survivors ask for
+        for w in self.mine:
+            self.start_worker(w, 0)
 
     def start_worker(self, w: int, incarnation: int) -> None:
-        env = {**loopback_environment(), **os.environ, ENV_WORKER: str(w), ENV_INCARNATION: str(incarnation),
-               ENV_LIGHTHOUSE: self.lighthouse_address, ENV_STORE: self.store_address, ENV_STARTED: repr(time.time())}
+        env = {**self.net_env, **os.environ, ENV_WORKER: str(w), ENV_INCARNATION: str(incarnation),
+               ENV_LIGHTHOUSE: self.lighthouse_address, ENV_STORE: self.store_address, ENV_STARTED: repr(time.time()),
+               ENV_BIND: self.bind, ENV_ADVERTISE: self.advertise}
         self.procs[w] = subprocess.Popen([sys.executable, "-m", "mecefo_exp.torchft_launch", str(self.run_dir)],
                                          env=env, preexec_fn=_die_with_parent)
         self.incarnation[w] = incarnation
+        self.store.set(f"launched/{w}", str(incarnation))
         if incarnation:
-            log.info("torchft: worker %d started again (process %d, incarnation %d)", w, self.procs[w].pid, incarnation)
+            log.info("%s: worker %d started again (process %d, incarnation %d)", self.tag, w, self.procs[w].pid,
+                     incarnation)
+
+    def end(self) -> Optional[dict]:
+        """How the run ended, once some launcher has said so."""
+        return json.loads(self.store.get("end").decode()) if self.store.check(["end"]) else None
+
+    def announce_end(self, status: str, error: Optional[str] = None) -> dict:
+        """Say how the run ended, unless another launcher said it first; returns what stands."""
+        mine = json.dumps({"status": status, "error": error, "machine": self.machine})
+        return json.loads(self.store.compare_set("end", "", mine).decode())
 
     def watch(self) -> None:
-        """Until every worker process has ended: planned deaths, restarts, real faults."""
-        while self.procs:
+        """Until the run has ended: planned deaths, restarts, real faults, the other launchers' news."""
+        while True:
+            now = time.time()
+            if now - self._alive_at >= ALIVE_EVERY_S:
+                self.store.set(f"alive/{self.machine}", repr(now))
+                self._alive_at = now
+            ended = self.end()
+            if ended is not None:
+                if ended["status"] != "ok":
+                    raise WorkerFailed(ended["error"] if ended["machine"] == self.machine
+                                       else f"machine {ended['machine']}: {ended['error']}")
+                self.finish()
+                return
             for w, p in list(self.procs.items()):
                 rc = p.poll()
                 if rc is None:
                     continue
                 del self.procs[w]
                 planned = self.store.check([f"killed/{w}/{self.incarnation[w]}"])
-                if rc == 0:
+                if rc == 0:  # a worker ends only when the run is done
+                    self.announce_end("ok")
                     continue
                 if rc == -signal.SIGKILL:
                     if not planned:
-                        log.warning("torchft: worker %d was SIGKILLed from outside: a real fault, the others go on", w)
+                        log.warning("%s: worker %d was SIGKILLed from outside: a real fault, the others go on",
+                                    self.tag, w)
                     continue
                 raise WorkerFailed(f"worker {w} exited with code {rc} (its log: {self.run_dir}/torchft/worker-{w}.log)")
-            for w in range(self.n):
+            for w in self.mine:
                 if w in self.procs or not self.store.check([f"restart/{w}"]):
                     continue
                 wanted = int(self.store.get(f"restart/{w}").decode())
@@ -115,8 +213,24 @@ class Launcher:
                     self.start_worker(w, wanted)
             time.sleep(POLL_S)
 
+    def finish(self) -> None:
+        """The run is done: this machine's workers end on their own (the last step is behind them)."""
+        deadline = time.time() + self.cfg.cluster.quorum_timeout_s
+        for w, p in list(self.procs.items()):
+            n = self.incarnation[w]
+            if n > 0 and not self.store.check([f"heal/{w}/{n}"]):
+                continue  # started again but never healed into the run (it ended first): stop() ends it
+            try:
+                rc = p.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                raise WorkerFailed(f"worker {w} did not end with the run") from None
+            del self.procs[w]
+            if rc != 0:
+                raise WorkerFailed(f"worker {w} exited with code {rc} at the end of the run "
+                                   f"(its log: {self.run_dir}/torchft/worker-{w}.log)")
+
     def stop(self) -> None:
-        """Every worker gone, then the lighthouse; safe to call twice."""
+        """Every worker of this machine gone; safe to call twice."""
         for p in self.procs.values():
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)  # a worker writes its record, then exits
@@ -128,47 +242,103 @@ class Launcher:
                 p.kill()
                 p.wait()
         self.procs.clear()
+
+    def leave(self) -> None:
+        """Say this launcher is done; machine 0 then waits for the other live launchers."""
+        if self.store is None:
+            return
+        try:
+            self.store.set(f"left/{self.machine}", repr(time.time()))
+            if self.machine == 0:
+                self._wait_for_launchers()
+        except Exception as e:  # the store is gone (machine 0 died): nobody is waiting for this launcher
+            log.warning("%s: the coordination store is gone (%s)", self.tag, " ".join(str(e).split())[:200])
+
+    def _wait_for_launchers(self) -> None:
+        deadline = time.time() + LEFT_WAIT_S
+        for m in range(1, self.machines):
+            while time.time() < deadline and not self.store.check([f"left/{m}"]):
+                seen = float(self.store.get(f"alive/{m}").decode()) if self.store.check([f"alive/{m}"]) else 0.0
+                if time.time() - seen > 5 * ALIVE_EVERY_S:
+                    break  # that machine's launcher is gone: nothing to wait for
+                time.sleep(POLL_S)
+
+    def processes_started(self) -> Dict[str, int]:
+        """How many processes each worker had, on every machine (a restarted job would show more for all)."""
+        return {str(w): int(self.store.get(f"launched/{w}").decode()) + 1 if self.store.check([f"launched/{w}"])
+                else 0 for w in range(self.n)}
+
+    def shutdown_services(self) -> None:
         if self.lighthouse is not None:
             self.lighthouse.shutdown()
             self.lighthouse = None
+        self.store = None  # machine 0's: its server closes with it
+
+
+def _flat(d, prefix: str = "") -> Dict[str, object]:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def launch(cfg, run_dir: Path) -> dict:
-    """Run `cfg` on torchft; returns the run's summary (status ok), or raises with it failed."""
+    """Run `cfg` on torchft (this machine's part); returns the run's summary (status ok), or
+    raises with it failed."""
     from omegaconf import OmegaConf
 
     # torchft's lighthouse and managers log every quorum at info (read once, at torchft's import)
     os.environ.setdefault("RUST_LOG", "warn")
     require_torchft()
     run_dir = Path(run_dir)
-    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)  # what every worker process loads
-    (run_dir / "torchft").mkdir(exist_ok=True)
+    machine = cfg.cluster.machine_rank
+    if machine == 0:
+        OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)  # what every worker process loads
+    (run_dir / "torchft").mkdir(parents=True, exist_ok=True)
     launcher = Launcher(cfg, run_dir)
     error: Optional[str] = None
     try:
         with signals_end_the_run():
             launcher.start_services()
-            for w in range(launcher.n):
-                launcher.start_worker(w, 0)
+            launcher.start_workers()
             launcher.watch()
+    except ConfigError:  # found before any worker started: one line (cli), no record of a run
+        launcher.stop()
+        launcher.shutdown_services()
+        raise
     except BaseException as e:
-        error = f"{type(e).__name__}: {e}"
+        error = f"{type(e).__name__}: {e}" if not isinstance(e, WorkerFailed) else str(e)
+        if launcher.store is not None:
+            try:  # the other launchers stop their workers too
+                launcher.announce_end("failed", error)
+            except Exception:
+                pass
         raise
     finally:
         launcher.stop()
+        launcher.leave()
         summary = _read_summary(run_dir)
-        if error is None and summary.get("status") != "ok":
-            error = "every worker process ended, but none wrote a finished record"
-        if error is not None:
-            summary.update(status="failed", error=f"torchft launcher: {error}")
-        # what only the launcher knows: where the lighthouse was, how many processes each worker had
-        summary.setdefault("torchft", {}).update(
-            lighthouse=launcher.lighthouse_address, lighthouse_started_here=launcher.started_lighthouse,
-            processes_started={str(w): n + 1 for w, n in launcher.incarnation.items()})
-        write_json_atomic(run_dir / "summary.json", summary)
-    if summary.get("status") != "ok":
+        if machine == 0 and launcher.store is not None:
+            if error is None and summary.get("status") != "ok":
+                error = "every worker process ended, but none wrote a finished record"
+            if error is not None:
+                summary.update(status="failed", error=f"torchft launcher: {error}")
+            # what only the launchers know: where the lighthouse was, how many processes each worker had
+            try:
+                started = launcher.processes_started()
+            except Exception:
+                started = {}
+            summary.setdefault("torchft", {}).update(
+                lighthouse=launcher.lighthouse_address, lighthouse_started_here=launcher.started_lighthouse,
+                machines=launcher.machines, processes_started=started)
+            write_json_atomic(run_dir / "summary.json", summary)
+        launcher.shutdown_services()
+    if machine == 0 and summary.get("status") != "ok":
         raise WorkerFailed(summary.get("error", "failed"))
-    return summary
+    return {**summary, "final_val_ppl": summary.get("final_val_ppl")}
 
 
 def _read_summary(run_dir: Path) -> dict:

@@ -142,6 +142,21 @@ def _hydra_cfg(overrides):
     (["cluster=torchft", "cluster.heartbeat_timeout_ms=0"], "cluster.heartbeat_timeout_ms=0"),
     (["cluster=torchft", "method=checkpoint", "method.backend=dcp"], "only torch"),
     (["failure.kill=true"], "cluster=torchft (any method)"),
+    # one launcher per machine
+    (["cluster=torchft", "cluster.n_workers=4", "cluster.machines=2", "cluster.machine_rank=2",
+      "cluster.coordinator=127.0.0.1:29510"], "cluster.machine_rank=2 with cluster.machines=2: must be in 0..1"),
+    (["cluster=torchft", "cluster.n_workers=3", "cluster.machines=2", "cluster.coordinator=127.0.0.1:29510"],
+     "n_workers must be a multiple of machines"),
+    (["cluster=torchft", "cluster.n_workers=4", "cluster.machines=2"], "give cluster.coordinator=host:port"),
+    (["cluster=torchft", "cluster.coordinator=node001"], "give host:port"),
+    (["cluster=torchft", "cluster.coordinator=node001:70000"], "a port in 1..65535"),
+    # nothing listens beyond loopback unless cluster.bind says so
+    (["cluster=torchft", "cluster.n_workers=4", "cluster.machines=2", "cluster.coordinator=node001:29510"],
+     "machine 0 listens on loopback only"),
+    (["cluster=torchft", "cluster.advertise=node001"], "the servers listen on loopback only"),
+    (["cluster=torchft", "cluster.bind=eth0"], "give an address of this machine"),
+    (["cluster=torchft", "cluster.bind=0.0.0.0"], "also give cluster.advertise"),
+    (["cluster.machines=2"], "one launcher per machine is cluster=torchft's"),
 ])
 def test_torchft_settings_are_checked_before_anything_starts(overrides, needle):
     cfg = compose_cfg(overrides)
@@ -154,6 +169,58 @@ def test_torchft_default_config_is_valid():
     cfg = compose_cfg(["cluster=torchft", "failure.kill=true", "method=oobleck"])
     validate(cfg)
     assert cfg.cluster.n_workers == 3 and cfg.cluster.lighthouse is None
+
+
+def test_torchft_across_machines_is_valid_with_an_address_to_listen_on():
+    for machine in (0, 1):
+        validate(compose_cfg(["cluster=torchft", "cluster.n_workers=4", "cluster.machines=2",
+                              f"cluster.machine_rank={machine}", "cluster.coordinator=node001:29510",
+                              "cluster.bind=10.0.0.5"]))
+    # every interface, by choice, with the name the other machines use
+    validate(compose_cfg(["cluster=torchft", "cluster.bind=0.0.0.0", "cluster.advertise=node001"]))
+    # two launchers on one host (the tests): loopback throughout
+    validate(compose_cfg(["cluster=torchft", "cluster.n_workers=4", "cluster.machines=2",
+                          "cluster.coordinator=127.0.0.1:29510"]))
+
+
+def _is_local(address: str) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as s:
+        try:
+            s.bind((address, 0))  # only an address one of this machine's interfaces has binds
+        except OSError:
+            return False
+    return True
+
+
+def test_the_bind_address_names_the_interface_gloo_is_given():
+    import socket
+
+    from mecefo_exp.cluster.torchft import interface_of, loopback_interface, network_environment
+
+    assert interface_of("127.0.0.1") == loopback_interface()
+    assert network_environment("0.0.0.0") == {}  # every interface: gloo picks as it would alone
+    # documentation addresses (RFC 5737): the first that this machine does not have
+    foreign = next(a for a in ("203.0.113.254", "198.51.100.254", "192.0.2.254") if not _is_local(a))
+    with pytest.raises(ConfigError, match="no interface of this machine has this address"):
+        network_environment(foreign)
+    # this machine's own addresses, where it has any beyond loopback, name an interface
+    own = {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)}
+    for address in sorted(a for a in own if not a.startswith("127.") and _is_local(a)):
+        assert network_environment(address)["GLOO_SOCKET_IFNAME"] in {n for _, n in socket.if_nameindex()}
+
+
+def test_launchers_of_other_machines_lock_and_record_apart(tmp_path):
+    from mecefo_exp.cli import lock_folder
+    from mecefo_exp.hydra_glue import hydra_output_subdir
+
+    one = compose_cfg(["cluster=torchft", "cluster.n_workers=4", "cluster.machines=2", "cluster.machine_rank=1",
+                       "cluster.coordinator=127.0.0.1:29510"])
+    assert lock_folder(tmp_path, one) == tmp_path / "torchft" / "machine-1"
+    assert lock_folder(tmp_path, compose_cfg(["cluster=torchft"])) == tmp_path
+    assert hydra_output_subdir("false", str(tmp_path), 1) == ".hydra/machine-1"
+    assert hydra_output_subdir("false", str(tmp_path), 0) == ".hydra"
 
 
 def test_torchft_missing_says_how_to_install_it(monkeypatch):

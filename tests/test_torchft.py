@@ -222,3 +222,193 @@ def test_a_worker_killed_from_outside_is_restarted_heals_and_nothing_listens_bey
     kinds = [(e["kind"], e["worker"]) for e in read_jsonl(run_dir / "events.jsonl") if e["kind"] in ("fail", "recover")]
     assert kinds == [("fail", 1), ("recover", 1)]
     assert not worker_processes(run_dir) and lighthouse_is_gone(ft["lighthouse"])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def steps_done(run_dir: Path) -> int:
+    return len(read_jsonl(run_dir / "metrics.jsonl")) if (run_dir / "metrics.jsonl").exists() else 0
+
+
+def wait_for_steps(run_dir: Path, steps: int, launchers, timeout: float = 180):
+    deadline = time.time() + timeout
+    while steps_done(run_dir) < steps:
+        if time.time() > deadline or any(p.poll() is not None for p in launchers):
+            outputs = [(p.args[-4:], p.poll()) for p in launchers]
+            pytest.fail(f"the run did not reach step {steps} (at {steps_done(run_dir)}): {outputs}")
+        time.sleep(0.1)
+
+
+def children(pid: int):
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("method", ["mecefo", "oobleck"])
+def test_two_machines_one_killed_with_its_launcher_go_on_in_place_and_match_the_simulated_tier(
+        method, run_exp, fixed_profile, tmp_path):
+    """Two launchers on this host stand in for two machines of two workers each (the run folder
+    stands in for a shared file system). Machine 1 dies whole: its launcher and both of its
+    workers are SIGKILLed at once. Machine 0's workers go on in place (no job restart) with a
+    machine-sized failure; the launcher is started again, as SLURM or the user would, and its
+    workers heal from live peers. Replayed on the simulated tier (a trace with both workers
+    failing at the step the survivors saw it and back at the steps they rejoined), the losses
+    are the same. Nothing is left running."""
+    prof = fixed_profile({"mb:mecefo[sa=1,rc=1,lr=1,r=8]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=8]": 0.016,
+                          "mecefo_svd[sa=1,rc=1,lr=1,r=8]": 0.004})
+    common = ["trainer.threads=1", f"method={method}", "trainer.max_steps=200", "trainer.eval_every=0",
+              f"cluster.profile={prof}", "cluster.n_workers=4", "data.micro_batch=8", "data.seq_len=64"] + (["method.rank=8"] if method == "mecefo" else [])
+    run_dir, port = tmp_path / "ft", free_port()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+
+    def machine(m: int, attempt: int = 0):
+        cmd = torchft_cmd(run_dir, *common, "failure=none", "cluster.machines=2", f"cluster.machine_rank={m}",
+                          f"cluster.coordinator=127.0.0.1:{port}")
+        out = open(logs / f"machine{m}-{attempt}.log", "w")
+        return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env())
+
+    first, second = machine(0), machine(1)
+    replacement = None
+    try:
+        wait_for_steps(run_dir, 8, [first, second])
+        victims = [second.pid, *children(second.pid)]
+        assert sorted(worker_of(pid) for pid in victims[1:]) == [2, 3], victims  # the launcher and its two workers
+        listening = listening_addresses([first.pid, *children(first.pid), *victims])
+        assert all(address in ("127.0.0.1", "::1") for address, _ in listening), listening
+        killed_at = time.time()
+        for pid in victims:  # the whole machine at once
+            os.kill(pid, signal.SIGKILL)
+        second.wait(timeout=30)
+        at_kill = steps_done(run_dir)
+        wait_for_steps(run_dir, at_kill + 5, [first])  # the survivors go on without machine 1
+        restarted_at = time.time()
+        replacement = machine(1, attempt=1)  # the machine comes back: the same command again
+        assert first.wait(timeout=240) == 0, (logs / "machine0-0.log").read_text()[-3000:]
+        assert replacement.wait(timeout=60) == 0, (logs / "machine1-1.log").read_text()[-3000:]
+    finally:
+        for p in (first, second, replacement):
+            if p is not None and p.poll() is None:
+                p.kill()
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["steps"] == 200
+    ft = summary["torchft"]
+    # no job restart: machine 0's workers ran in one process each, machine 1's in two
+    assert ft["processes_started"] == {"0": 1, "1": 1, "2": 2, "3": 2} and ft["machines"] == 2
+    fails = ft["failures"]
+    assert [(f["worker"], f["unplanned"]) for f in fails] == [(2, True), (3, True)]
+    assert fails[0]["step"] == fails[1]["step"] >= 8  # one machine-sized failure, seen in one quorum
+    recs = {r["worker"]: r for r in ft["recoveries"]}
+    assert sorted(recs) == [2, 3] and all(r["state_bytes"] > 0 for r in recs.values())
+    assert min(r["step"] for r in recs.values()) >= fails[0]["step"] + 5  # they went on without machine 1
+
+    detection = fails[0]["detected_at"] - killed_at
+    print(f"\n{method}: machine failure detected {detection:.2f} s after the SIGKILL (load average "
+          f"{os.getloadavg()[0]:.1f}); failure -> rejoined (launcher started again after "
+          f"{restarted_at - killed_at:.2f} s) " + "; ".join(
+              f"worker {w}: {r['requested_to_rejoined_s']:.2f} s, of which process start -> Manager up "
+              f"{r['process_start_to_ready_s']:.2f} s, quorum + heal {r['heal_s']:.3f} s, "
+              f"{r['state_bytes'] / 1e6:.2f} MB" for w, r in sorted(recs.items())))
+    assert 0 < detection < 30
+
+    # the same failure on the simulated tier: both workers fail at the boundary the survivors saw
+    # it at (just after it: a failure exactly on a boundary could fall in the step before by a
+    # rounding of the clock), and each is back inside the step before the one it rejoined at
+    events = read_jsonl(run_dir / "events.jsonl")
+    rows = {row["step"]: row["sim_time_s"] for row in read_jsonl(run_dir / "metrics.jsonl")}
+    fail_t = next(e["sim_time_s"] for e in events if e["kind"] == "fail")
+    rows_t = [(fail_t * (1 + 1e-12), w, "fail") for w in (2, 3)]
+    rows_t += [((rows[r["step"] - 2] + rows[r["step"] - 1]) / 2, w, "recover") for w, r in recs.items()]
+    trace = tmp_path / "machine.csv"
+    trace.write_text("time,worker,event\n" + "".join(f"{t!r},{w},{kind}\n" for t, w, kind in sorted(rows_t)))
+    simulated, local = run_exp(*common, "failure=trace", "failure.unit=seconds", f"failure.path={trace}")
+    # the same events at the same steps (within a step the simulated tier logs both recoveries
+    # before the method's reactions, torchft each recovery with its reaction)
+    same = lambda rows: sorted((e["step"], e["kind"], e["worker"]) for e in rows
+                               if e["kind"] not in ("checkpoint", "uncommitted"))
+    assert same(events) == same(read_jsonl(local / "events.jsonl"))
+    la, lb = losses_by_step(run_dir), losses_by_step(local)
+    assert la.keys() == lb.keys()
+    for step in la:
+        assert la[step] == pytest.approx(lb[step], rel=1e-5), step
+    assert summary["final_val_loss"] == pytest.approx(simulated["final_val_loss"], rel=1e-5)
+
+    assert not worker_processes(run_dir) and lighthouse_is_gone(ft["lighthouse"])
+    assert lighthouse_is_gone(f"127.0.0.1:{port}")  # the coordination store too
+
+
+def test_a_failing_worker_on_one_machine_ends_the_run_on_every_machine(tmp_path):
+    """A worker of machine 1 dies of an error (SIGTERM from outside): its launcher says so in
+    the store, machine 0's launcher stops its own workers and records the run failed, naming
+    the machine and the worker; nothing is left on either machine."""
+    run_dir, port = tmp_path / "ft", free_port()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    launchers = []
+    for m in (0, 1):
+        cmd = torchft_cmd(run_dir, "trainer.threads=1", "failure=none", "trainer.eval_every=0", "method=mecefo",
+                          "trainer.max_steps=5000", "cluster.n_workers=4", "cluster.machines=2",
+                          f"cluster.machine_rank={m}", f"cluster.coordinator=127.0.0.1:{port}")
+        launchers.append(subprocess.Popen(cmd, cwd=ROOT, stdout=open(logs / f"machine{m}.log", "w"),
+                                          stderr=subprocess.STDOUT, env=env()))
+    try:
+        wait_for_steps(run_dir, 3, launchers)
+        victim = next(pid for pid in children(launchers[1].pid) if worker_of(pid) == 3)
+        os.kill(victim, signal.SIGTERM)
+        codes = [p.wait(timeout=120) for p in launchers]
+    finally:
+        for p in launchers:
+            if p.poll() is None:
+                p.kill()
+    assert codes[0] != 0 and codes[1] != 0, codes
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed", summary.get("error")
+    assert "machine 1: worker 3 exited with code" in summary["error"], summary["error"]
+    assert not worker_processes(run_dir), "a worker outlived the run"
+    assert lighthouse_is_gone(summary["torchft"]["lighthouse"]) and lighthouse_is_gone(f"127.0.0.1:{port}")
+
+
+def test_two_machines_bound_to_a_network_address_listen_there_only(tmp_path):
+    """cluster.bind names a non-loopback address (as across machines): every server of both
+    launchers and their workers (stores, lighthouse, Managers, gloo) listens on it and on
+    nothing else, and the run ends ok."""
+    from mecefo_exp.cluster.torchft import _ipv4_of
+
+    own = [a for a in (_ipv4_of(n) for _, n in socket.if_nameindex()) if a and not a.startswith("127.")]
+    if not own:
+        pytest.skip("this machine has no IPv4 address beyond loopback")
+    address, run_dir = own[0], tmp_path / "ft"
+    with socket.socket() as s:
+        s.bind((address, 0))
+        port = s.getsockname()[1]
+    launchers = []
+    for m in (0, 1):
+        cmd = torchft_cmd(run_dir, "trainer.threads=1", "failure=none", "trainer.eval_every=0", "method=mecefo",
+                          "trainer.max_steps=60", "cluster.n_workers=4", "cluster.machines=2",
+                          f"cluster.machine_rank={m}", f"cluster.coordinator={address}:{port}", f"cluster.bind={address}")
+        launchers.append(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env()))
+    try:
+        wait_for_steps(run_dir, 3, launchers)
+        pids = [p.pid for p in launchers] + [c for p in launchers for c in children(p.pid)]
+        listening = listening_addresses(pids)
+        codes = [p.wait(timeout=120) for p in launchers]
+    finally:
+        for p in launchers:
+            if p.poll() is None:
+                p.kill()
+    assert len(listening) >= 2 + 2 * 4  # the store and lighthouse; each worker's store and Manager
+    assert {a for a, _ in listening} == {address}, listening
+    assert codes == [0, 0]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["torchft"]["lighthouse"].startswith(f"http://{address}:")
+    assert not worker_processes(run_dir)

@@ -22,10 +22,11 @@ survivors act only on what the quorum shows:
                                  commit or the membership all-reduce: the step or the quorum is
                                  taken again without it.
 
-Nothing listens beyond this machine: every server of a run (the launcher's store, each
-worker's group store, torchft's Manager, gloo's connections) is bound to the loopback
-interface, and a heal moves state over the process group rather than torchft's HTTP
-checkpoint server (docs/DESIGN.md, "What listens on the network").
+Every server of a run (the coordination store, each worker's group store, torchft's Manager,
+gloo's connections) listens on one address, `cluster.bind`: the loopback interface unless the
+user names another, which a run across machines must. A heal moves state over the process
+group rather than torchft's HTTP checkpoint server (docs/DESIGN.md, "What listens on the
+network").
 
 The trace says *when*; the quorum says *whether*. Gradients are summed with torchft's
 allreduce (ReduceOp.SUM, not its default average) and divided by the plan's contributor
@@ -39,6 +40,10 @@ coordination store below and the processes:
     restart/<w>      the incarnation of worker w the survivors want running
     killed/<w>/<n>   worker w's n-th process is about to SIGKILL itself (time): a planned death
     heal/<w>/<n>     what healing cost worker w's n-th process (json)
+
+and, for the launchers (one per machine, mecefo_exp/torchft_launch.py): `lighthouse`,
+`launched/<w>` (the newest incarnation of w started), `end` (how the run ended) and
+`left/<m>` (machine m's launcher has stopped its workers).
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ from typing import Dict, List, Optional, Set
 
 import torch
 
+from ..config import is_loopback
 from ..faults import FAIL, RECOVER
 from .torchrun import TorchrunCluster
 
@@ -63,6 +69,9 @@ log = logging.getLogger(__name__)
 #: the environment the launcher gives each worker process
 ENV_WORKER, ENV_INCARNATION = "MECEFO_TORCHFT_WORKER", "MECEFO_TORCHFT_INCARNATION"
 ENV_LIGHTHOUSE, ENV_STORE, ENV_STARTED = "MECEFO_TORCHFT_LIGHTHOUSE", "MECEFO_TORCHFT_STORE", "MECEFO_TORCHFT_STARTED"
+#: this machine's listening address and the name other machines reach it by (cluster.bind,
+#: cluster.advertise: per machine, so they come from the launcher, not from config.yaml)
+ENV_BIND, ENV_ADVERTISE = "MECEFO_TORCHFT_BIND", "MECEFO_TORCHFT_ADVERTISE"
 
 
 def require_torchft() -> None:
@@ -75,30 +84,51 @@ def require_torchft() -> None:
                           f"({e})") from None
 
 
-#: the one interface a torchft run on one machine listens on
+#: the interface a torchft run listens on unless cluster.bind names another
 LOOPBACK = "127.0.0.1"
 #: how often a quorum is taken again when a peer died inside its membership all-reduce
 QUORUM_ATTEMPTS = 5
+
+
+def host_port(host: str, port: int) -> str:
+    """host:port, with an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def is_wildcard(bind: str) -> bool:
+    return bind in ("0.0.0.0", "::")
+
+
+def local_host(bind: str) -> str:
+    """How a process of this machine reaches a server bound to `bind`."""
+    return LOOPBACK if is_wildcard(bind) else bind
 
 
 def connect_store(address: str, timeout_s: float):
     from torch.distributed import TCPStore
 
     host, port = address.rsplit(":", 1)
-    return TCPStore(host, int(port), is_master=False, wait_for_workers=False,
+    return TCPStore(host.strip("[]"), int(port), is_master=False, wait_for_workers=False,
                     timeout=datetime.timedelta(seconds=timeout_s))
 
 
-def loopback_store(timeout_s: float):
-    """A TCPStore server on the loopback interface only. torch's own server binds every
-    interface, so it is handed a socket already bound here (`master_listen_fd`)."""
+def bound_store(bind: str, timeout_s: float, port: int = 0):
+    """A TCPStore server listening on `bind` only. torch's own server binds every interface,
+    so it is handed a socket already bound there (`master_listen_fd`)."""
     from torch.distributed import TCPStore
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind((LOOPBACK, 0))
+    sock = socket.socket(socket.AF_INET6 if ":" in bind else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((bind, port))
+    except OSError as e:
+        sock.close()
+        from ..config import ConfigError
+
+        raise ConfigError(f"cannot listen on {host_port(bind, port)} (cluster.bind, cluster.coordinator): {e}") from None
     sock.listen(128)
     port = sock.getsockname()[1]
-    return TCPStore(LOOPBACK, port, is_master=True, wait_for_workers=False,
+    return TCPStore(local_host(bind), port, is_master=True, wait_for_workers=False,
                     timeout=datetime.timedelta(seconds=timeout_s), master_listen_fd=sock.detach())
 
 
@@ -108,25 +138,74 @@ def loopback_interface() -> Optional[str]:
     return next((n for n in ("lo", "lo0") if n in names), None)
 
 
-def loopback_environment() -> Dict[str, str]:
-    """What a worker process needs so that gloo and NCCL connect over loopback only."""
-    lo = loopback_interface()
-    return {"GLOO_SOCKET_IFNAME": lo, "NCCL_SOCKET_IFNAME": lo} if lo else {}
+def _ipv4_of(name: str) -> Optional[str]:
+    import fcntl
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:  # SIOCGIFADDR (Linux): the interface's IPv4 address
+            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))
+        except OSError:
+            return None
+    return socket.inet_ntoa(packed[20:24])
+
+
+def _ipv6_interfaces() -> Dict[str, str]:
+    """IPv6 address -> interface (Linux: /proc/net/if_inet6)."""
+    found = {}
+    try:
+        with open("/proc/net/if_inet6") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        fields = line.split()
+        found[socket.inet_ntop(socket.AF_INET6, bytes.fromhex(fields[0]))] = fields[-1]
+    return found
+
+
+def interface_of(address: str) -> Optional[str]:
+    """The name of this machine's interface that holds `address` (gloo and NCCL are given
+    interfaces, not addresses), or None when none does."""
+    import ipaddress
+
+    ip = ipaddress.ip_address(address)
+    if ip.is_loopback:
+        return loopback_interface()
+    if ip.version == 6:
+        return _ipv6_interfaces().get(str(ip))
+    return next((name for _, name in socket.if_nameindex() if _ipv4_of(name) == str(ip)), None)
+
+
+def network_environment(bind: str) -> Dict[str, str]:
+    """What a worker process needs so that gloo and NCCL listen on `bind`'s interface only
+    (nothing for a wildcard: they pick as they would alone)."""
+    if is_wildcard(bind):
+        return {}
+    name = interface_of(bind)
+    if name is None and is_loopback(bind):
+        return {}  # loopback under a name other than lo/lo0: gloo's default resolves to it as well
+    if name is None:
+        from ..config import ConfigError
+
+        raise ConfigError(f"cluster.bind={bind}: no interface of this machine has this address; give one of this "
+                          "machine's addresses (127.0.0.1, the default, listens on loopback only)")
+    return {"GLOO_SOCKET_IFNAME": name, "NCCL_SOCKET_IFNAME": name}
 
 
 @contextlib.contextmanager
-def manager_server_on_loopback():
+def manager_server_bound_to(bind: str):
     """torchft 0.2.0's Manager binds its server to every interface ("[::]:port") with no
-    setting to change it; while a Manager is built, its server is bound to loopback instead."""
+    setting to change it; while a Manager is built, its server is bound to `bind` instead."""
     import torchft.manager as torchft_manager
 
     original = torchft_manager.ManagerServer
 
-    def on_loopback(**kwargs):
-        kwargs["bind"] = f"{LOOPBACK}:{kwargs['bind'].rsplit(':', 1)[1]}"
+    def bound(**kwargs):
+        kwargs["bind"] = host_port(bind, int(kwargs["bind"].rsplit(":", 1)[1]))
         return original(**kwargs)
 
-    torchft_manager.ManagerServer = on_loopback
+    torchft_manager.ManagerServer = bound
     try:
         yield
     finally:
@@ -185,6 +264,9 @@ class TorchftMembership:
         self.incarnation: Dict[int, int] = {w: 0 for w in range(self.n)}
         self.incarnation[worker] = incarnation
         self.awaiting: Dict[int, float] = {}  # restarted workers not yet in a quorum -> when asked
+        # of those, the ones that died unplanned (a crash, a whole machine gone): the survivors go
+        # on without them and admit them when they are back, unless the plan needs them
+        self.replacing: Set[int] = set()
         self.pending: List[dict] = []  # trace events the quorum has not shown yet, in trace order
         self.leader = 0
         self.real: Dict[str, list] = {"failures": [], "recoveries": [], "spares": []}
@@ -201,18 +283,22 @@ class TorchftMembership:
             pg_cls = ProcessGroupGloo
         from torchft.checkpointing.pg_transport import PGTransport
 
-        # the replica group's own store (one process per group here)
-        self._group_store = loopback_store(cfg.quorum_timeout_s)
+        # this machine's listening address and the name its peers on other machines reach it by
+        bind = os.environ.get(ENV_BIND, LOOPBACK)
+        advertise = os.environ.get(ENV_ADVERTISE) or local_host(bind)
+        # the replica group's own store (one process per group here); the quorum hands its
+        # address to every peer, which rendezvous there to build the next process group
+        self._group_store = bound_store(bind, cfg.quorum_timeout_s)
         timeout = datetime.timedelta(seconds=cfg.quorum_timeout_s)
         pg = pg_cls(timeout=timeout)
-        # a heal is sent over the process group (on loopback), not by torchft's default HTTP
-        # server, which would listen on every interface
+        # a heal is sent over the process group (gloo on cluster.bind's interface), not by
+        # torchft's default HTTP server, which would listen on every interface
         transport = PGTransport(pg, timeout=timeout, device=self.run.device)
-        with manager_server_on_loopback():
+        with manager_server_bound_to(bind):
             return Manager(pg=pg, min_replica_size=1, load_state_dict=self._load_from_peer,
-                           state_dict=self._state_for_peer, replica_id=f"worker{self.me}", store_addr=LOOPBACK,
+                           state_dict=self._state_for_peer, replica_id=f"worker{self.me}", store_addr=advertise,
                            store_port=self._group_store.port, rank=0, world_size=1, lighthouse_addr=lighthouse,
-                           port=0, hostname=LOOPBACK, use_async_quorum=False, init_sync=False, timeout=timeout,
+                           port=0, hostname=advertise, use_async_quorum=False, init_sync=False, timeout=timeout,
                            quorum_timeout=timeout, connect_timeout=timeout, checkpoint_transport=transport)
 
     def _state_for_peer(self) -> dict:
@@ -226,11 +312,11 @@ class TorchftMembership:
 
     def state_dict(self) -> dict:
         return {"live": sorted(self.live), "incarnation": dict(self.incarnation), "awaiting": dict(self.awaiting),
-                "pending": [dict(e) for e in self.pending], "leader": self.leader,
+                "replacing": sorted(self.replacing), "pending": [dict(e) for e in self.pending], "leader": self.leader,
                 "real": json.loads(json.dumps(self.real))}
 
     def load_state_dict(self, s: dict) -> None:
-        self.live, self.awaiting = set(s["live"]), dict(s["awaiting"])
+        self.live, self.awaiting, self.replacing = set(s["live"]), dict(s["awaiting"]), set(s["replacing"])
         self.incarnation = {int(k): v for k, v in s["incarnation"].items()}
         self.pending, self.leader, self.real = list(s["pending"]), s["leader"], s["real"]
         self.run.leader = self.leader
@@ -322,27 +408,31 @@ class TorchftMembership:
             self._ready()  # the peers wait for this before their quorum
         while True:
             self._wait_for_restarts()
-            late = [w for w, asked in self.awaiting.items() if time.time() - asked > self.restart_timeout_s]
+            late = [w for w, asked in self.awaiting.items()
+                    if w not in self.replacing and time.time() - asked > self.restart_timeout_s]
             if late:  # up (its Manager said so) but never in a quorum: it died after starting
                 raise RuntimeError(f"torchft: restarted workers {late} did not join a quorum within "
                                    f"cluster.restart_timeout_s={self.restart_timeout_s:g} s")
             quorum = self._quorum()
             self._apply(quorum)
-            spares = self.run.method.needs_workers() - self.live - set(self.awaiting)
-            if not spares and not self.awaiting:
+            needed = self.run.method.needs_workers()
+            self.replacing -= needed  # a plan that needs a worker waits for it (a spare, as below)
+            spares = needed - self.live - set(self.awaiting)
+            if not spares and not set(self.awaiting) - self.replacing:
                 return
             for w in sorted(spares):
                 log.info("worker %d is needed by the plan but down: starting a spare", w)
                 self._request_restart(w)
 
     def _wait_for_restarts(self) -> None:
-        keys = [f"ready/{w}/{self.incarnation[w]}" for w in sorted(self.awaiting)]
+        waited = sorted(set(self.awaiting) - self.replacing)
+        keys = [f"ready/{w}/{self.incarnation[w]}" for w in waited]
         if not keys:
             return
         try:
             self.store.wait(keys, datetime.timedelta(seconds=self.restart_timeout_s))
         except Exception as e:  # the store's own timeout error names no worker
-            raise RuntimeError(f"torchft: restarted workers {sorted(self.awaiting)} were not up within "
+            raise RuntimeError(f"torchft: restarted workers {waited} were not up within "
                                f"cluster.restart_timeout_s={self.restart_timeout_s:g} s ({e})") from None
 
     def _apply(self, quorum: Set[int]) -> None:
@@ -350,8 +440,9 @@ class TorchftMembership:
             self.leader = min(quorum)
             self.run.set_leader(self.leader)
         run = self.run
-        while self.pending:
-            ev = self.pending[0]
+        i = 0
+        while i < len(self.pending):
+            ev = self.pending[i]
             workers = ev["workers"]
             if ev["kind"] == FAIL:
                 still = [w for w in workers if w in quorum]
@@ -369,6 +460,9 @@ class TorchftMembership:
             else:
                 (w,) = workers
                 if ev["confirm"] and w not in quorum:
+                    if ev["time"] is None:  # an unplanned death's next process, not up yet: the rest goes on
+                        i += 1
+                        continue
                     break  # not back yet (it was slower than the quorum): keep the trace's order
                 detail = ({"unplanned": True} if ev["time"] is None else {"trace_time_s": ev["time"]})
                 detail["membership"] = "torchft"
@@ -380,15 +474,22 @@ class TorchftMembership:
                 self.live.add(w)
                 run.membership_event(RECOVER, w, detail)
                 run.method.on_recover(w)
-            self.pending.pop(0)
-        for w in sorted(self.live - quorum):  # a real fault the trace did not plan: its next process at once
-            real = {"worker": w, "step": run.step, "unplanned": True, "survivors": len(quorum)}
+            self.pending.pop(i)
+        # real faults the trace did not plan (a crash; a whole machine: all of its workers in one
+        # quorum), reaching the method together as a trace's failures of one instant do
+        missing = sorted(self.live - quorum)
+        for w in missing:
+            real = {"worker": w, "step": run.step, "unplanned": True, "survivors": len(quorum),
+                    "detected_at": self._quorum_at}
             self.real["failures"].append(real)
             run.membership_event(FAIL, w, {"membership": "torchft", **real})
-            self.live.discard(w)
-            run.method.on_failures([w])
+        if missing:
+            self.live -= set(missing)
+            run.method.on_failures(missing)
+        for w in missing:  # its next process at once; the survivors go on until it is back
             if not any(e["kind"] == FAIL and w in e["workers"] for e in self.pending):
                 self._request_restart(w)
+                self.replacing.add(w)
                 self.pending.append({"kind": RECOVER, "workers": [w], "time": None, "confirm": True})
         for w in sorted(quorum - self.live):  # spares the plan asked for
             if not any(e["kind"] == RECOVER and w in e["workers"] for e in self.pending):
@@ -400,6 +501,7 @@ class TorchftMembership:
     def _rejoined(self, w: int) -> dict:
         """The real cost of worker w's restart: request -> Manager up -> quorum and heal."""
         asked = self.awaiting.pop(w, self._quorum_at)
+        self.replacing.discard(w)
         n = self.incarnation[w]
         ready_at = float(self.store.get(f"ready/{w}/{n}").decode())
         heal = json.loads(self.store.get(f"heal/{w}/{n}").decode())
