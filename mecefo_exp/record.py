@@ -22,6 +22,8 @@ def clock_summary(timing, costs, hardware_cfg, n_workers: int) -> Dict:
     """What summary.json says about the clock: which, its fingerprint, FLOPs, MFU, memory."""
     step = costs.failure_free_step(n_workers)
     flops = timing.counts["mb:normal"]["flops"]
+    if "layout" in timing.info:  # a GPU of a hybrid layout does 1/(tp x pp) of m micro-batches
+        flops = timing.info["layout"]["flops_per_gpu_step"]
     peak = hardware_cfg.peak_tflops * 1e12
     out = dict(timing.info)
     out.update(n_params_timed=timing.n_params, failure_free_step_s=step.total,
