@@ -6,6 +6,7 @@ the paper's.
     flops.py    kernel seconds from FLOPs counted by torch on a shape-only model (the default)
     comm.py     the all-reduce: hierarchical, overlapped behind backward, sharded or not
     memory.py   bytes per worker: weights, gradients, optimizer state, activations per kernel
+    layout.py   a hybrid TP x PP x DP layout (parallel.tp/pp > 1): its 1F1B step and memory per GPU
     clock.py    CostModel (seconds of a step) and SimClock (the clock with its breakdown)
 
 `build_timing` picks the compute model from the config and returns the kernel seconds

@@ -40,7 +40,9 @@ def meta_safe_attention():
     2. On the meta device sdpa falls back to its math path, which saves the s x s attention
        probabilities for backward; the fused kernels that training uses (flash attention on
        GPU and CPU) save only the output and a log-sum-exp. We call the fused CPU kernel, whose
-       shapes are known on meta, so the saved bytes are those of flash attention.
+       shapes are known on meta, so the saved bytes are those of flash attention. With fewer
+       K/V heads than query heads (grouped-query attention) `_GroupedFlash` does the same and
+       keeps K and V at their own width.
     """
     import torch
     import transformers.models.llama.modeling_llama as llama
