@@ -214,3 +214,21 @@ def test_a_hybrid_run_charges_the_layout_step(run_exp):
     assert summary["memory"]["layout"] == "tp2 x pp2 x dp4"
     assert summary["sim_time_s"] >= 3 * layout["step_s"]
     assert summary["tokens_processed"] == 3 * 4 * 4 * 1 * 256
+
+
+def test_explicit_pure_data_parallelism_gives_the_golden_clock(run_exp):
+    """parallel.tp=1 pp=1 with dp named explicitly is today's clock: the failure-free golden run's
+    simulated times exactly (numerics off: the clock is the same step by step, docs/DESIGN.md)."""
+    import json
+    from pathlib import Path
+
+    from conftest import MICRO, compose_cfg as compose, read_jsonl
+
+    n = compose(MICRO).cluster.n_workers
+    golden = read_jsonl(Path(__file__).parent / "golden" / "failure_free.jsonl")
+    _, run_dir = run_exp("method=checkpoint", "failure=none", "trainer.max_steps=12", "parallel.tp=1",
+                         "parallel.pp=1", f"parallel.dp={n}", "trainer.numerics=false", "trainer.event_driven=false")
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    times = {r["step"]: r["sim_time_s"] for r in rows if "sim_time_s" in r and "val_loss" not in r}
+    assert len(golden) == 12
+    assert [times[g["step"]] for g in golden] == [g["sim_time_s"] for g in golden]
