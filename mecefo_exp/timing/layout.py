@@ -42,7 +42,7 @@ interleaved (virtual) stages, context parallelism, overlap of the pipeline sends
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Dict, List
 
 from ..config import AttrDict, plain, stage_layers
@@ -105,7 +105,8 @@ def layout_step(parts: LayerParts, n_layers: int, hw, parallel, efficiency: floa
         backward = (flops - forward) / tp / flop_s
         gpu_params = params / tp
         stages.append({"layers": n, "params_per_gpu": gpu_params, "compute_s": compute, "tp_comm_s": tp_comm,
-                       "p2p_s": 2 * p2p,  # one activation forward, one gradient backward "backward_s": backward,
+                       "p2p_s": 2 * p2p,  # a micro-batch: its activation forward, its gradient backward
+                       "backward_s": backward,
                        "dp_comm_s": exposed_comm_s(gpu_params * grad_per_param, dp, dp_hw, backward),
                        "optimizer_s": optimizer_s(gpu_params, hw, dp),
                        "saved_bytes": n * parts.layer_saved + (parts.rest_saved if last else 0.0),
@@ -153,11 +154,8 @@ def parts_from_counts(one: Dict[str, Dict[str, float]], two: Dict[str, Dict[str,
                       head_params=params_one - layer_params - embed_params)
 
 
-def as_dict(parts: LayerParts) -> Dict[str, float]:
-    return asdict(parts)
-
-
 def stage_table(step: Dict[str, object]) -> List[Dict[str, object]]:
-    """One row per stage, for summary.json (the seconds of one micro-batch on one GPU)."""
+    """One row per stage, for summary.json: compute, TP all-reduces and sends are one micro-batch's
+    seconds on one GPU; the exposed DP exchange and the optimizer are once a step."""
     keys = ("layers", "params_per_gpu", "compute_s", "tp_comm_s", "p2p_s", "dp_comm_s", "optimizer_s", "in_flight")
     return [{k: s[k] for k in keys} for s in step["stages"]]
