@@ -318,6 +318,31 @@ class HardwareConfig:
     timing_model: Optional[str] = None  # model preset whose shape the clock times (None: the run's own)
 
 
+# -------------------------------------------------------------------------- parallel
+@dataclass
+class ParallelConfig:
+    """The layout of the GPUs (cluster.n_workers of them) that the clock times.
+
+    tp = pp = 1 (the default) is pure data parallelism, the clock of the MeCeFO paper's cluster
+    (comm.py, one micro-batch per worker). tp > 1 or pp > 1 is Megatron's hybrid layout, timed by
+    timing/layout.py (docs/DESIGN.md "The hybrid layout clock"): tensor-parallel groups of tp GPUs
+    inside a node, pp pipeline stages across nodes under the 1F1B schedule, dp replicas that
+    all-reduce each stage's gradients (sharded across the replicas as hardware.shard says).
+    """
+    tp: int = field(default=1, metadata=at_least(1, "GPUs per tensor-parallel group"))
+    pp: int = field(default=1, metadata=at_least(1, "pipeline stages"))
+    dp: Optional[int] = field(default=None, metadata=at_least(1, "replicas"))  # None: n_workers / (tp x pp)
+    # micro-batches of data.micro_batch sequences per replica per step (the global batch is
+    # dp x microbatches x data.micro_batch sequences); pure DP accumulates with trainer.grad_accum
+    microbatches: int = field(default=1, metadata=at_least(1))
+    # 1f1b: PipeDream-Flush (Narayanan et al. 2021), at most pp micro-batches in flight on stage 1
+    schedule: str = field(default="1f1b", metadata=choices("1f1b"))
+    # layers per stage: even (pp divides the layers) | llama3 (the first and the last stage hold one
+    # layer fewer, to balance the embedding and the output head; (layers + 2) / pp per other stage:
+    # Llama 3 405B's 126 layers over 16 stages, "The Llama 3 Herd of Models" 2024, Section 3.3.2)
+    split: str = field(default="even", metadata=choices("even", "llama3"))
+
+
 # --------------------------------------------------------------------------- trainer
 @dataclass
 class TrainerConfig:
@@ -378,6 +403,7 @@ class Config:
     hardware: HardwareConfig = MISSING
     logger: LoggerConfig = MISSING
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
     seed: int = 0
     experiment: Optional[str] = None  # name of the experiment preset, if any
     # a scenario preset (conf/scenario/): per-method constants the method presets read
@@ -407,7 +433,8 @@ def with_new_defaults(stored: Any) -> Any:
     from omegaconf import MISSING as missing, OmegaConf
 
     sections = {"model": ModelConfig, "data": DataConfig, "failure": FailureConfig, "cluster": ClusterConfig,
-                "hardware": HardwareConfig, "logger": LoggerConfig, "trainer": TrainerConfig}
+                "hardware": HardwareConfig, "logger": LoggerConfig, "trainer": TrainerConfig,
+                "parallel": ParallelConfig}
     if "method" in stored and OmegaConf.select(stored, "method.name") in METHOD_SCHEMAS:
         sections["method"] = METHOD_SCHEMAS[stored.method.name]
     for key, schema in [(None, Config)] + list(sections.items()):
@@ -525,6 +552,7 @@ def validate(cfg: Any) -> None:
         _check(not cfg.resume, "resume=true with trainer.numerics=false: a numerics-free run keeps no checkpoints "
                                "(it takes seconds: run it again)")
         _check(c.name == "local", "trainer.numerics=false runs in one process: use cluster=local")
+    _validate_parallel(cfg)
     _validate_failure(f, c.n_workers)
     _validate_method(cfg.method, c.n_workers)
     _validate_table_fits(cfg)
@@ -540,6 +568,81 @@ def validate(cfg: Any) -> None:
         _check(cfg.method.name == "checkpoint",
                f"failure.kill=true with method={cfg.method.name}: allowed only with method=checkpoint "
                "(in-place methods keep the dead rank's work alive, which a killed process cannot)")
+
+
+def is_hybrid(cfg: Any) -> bool:
+    """Whether the run's layout is more than pure data parallelism (parallel.tp or parallel.pp > 1)."""
+    p = cfg.get("parallel")
+    return p is not None and (p.tp > 1 or p.pp > 1)
+
+
+def data_parallel_size(cfg: Any) -> int:
+    """Replicas of the layout: parallel.dp, or the workers over tp x pp (pure DP: every worker)."""
+    p = cfg.get("parallel")
+    if p is None:
+        return cfg.cluster.n_workers
+    return p.dp if p.dp is not None else cfg.cluster.n_workers // (p.tp * p.pp)
+
+
+def sequences_per_step(cfg: Any) -> int:
+    """The global batch in sequences: every worker's micro-batch (pure DP), or every replica's
+    micro-batches (the hybrid layout)."""
+    if not is_hybrid(cfg):
+        return cfg.cluster.n_workers * cfg.data.micro_batch
+    return data_parallel_size(cfg) * cfg.parallel.microbatches * cfg.data.micro_batch
+
+
+def stage_layers(n_layers: int, pp: int, split: str = "even") -> List[int]:
+    """Transformer layers of each pipeline stage. even: n_layers / pp each; llama3: the first and
+    the last stage one fewer than the others, (n_layers + 2) / pp (they also hold the embedding
+    and the output head). The caller has checked that the division is exact."""
+    if pp == 1:
+        return [n_layers]
+    if split == "even":
+        return [n_layers // pp] * pp
+    per = (n_layers + 2) // pp
+    return [per - 1] + [per] * (pp - 2) + [per - 1]
+
+
+def _validate_parallel(cfg: Any) -> None:
+    """The layout must tile the workers: tp x pp x dp = cluster.n_workers, tp inside a node and
+    dividing the heads, pp dividing the layers. The hybrid layout times the failure-free step of a
+    numerics-free run on a FLOP clock; the methods' mechanisms in it are not modelled yet."""
+    if cfg.get("parallel") is None:  # a stored config from before the layout existed
+        return
+    p, m, h, n = cfg.parallel, cfg.model, cfg.hardware, cfg.cluster.n_workers
+    check_fields(p, ParallelConfig, "parallel")
+    layout = f"parallel.tp={p.tp} x pp={p.pp} x dp={p.dp if p.dp is not None else 'auto'}"
+    _check(n % (p.tp * p.pp) == 0, f"{layout}: tp x pp = {p.tp * p.pp} must divide cluster.n_workers={n}")
+    dp = data_parallel_size(cfg)
+    _check(p.tp * p.pp * dp == n, f"{layout}: tp x pp x dp = {p.tp * p.pp * dp} must equal cluster.n_workers={n}")
+    if not is_hybrid(cfg):
+        _check(p.microbatches == 1, f"parallel.microbatches={p.microbatches} with tp=pp=1: pure data parallelism runs "
+                                    "one micro-batch per worker (accumulate with trainer.grad_accum)")
+        return
+    kv = m.get("num_key_value_heads") or m.num_attention_heads
+    _check(m.num_attention_heads % p.tp == 0 and kv % p.tp == 0,
+           f"parallel.tp={p.tp}: must divide model.num_attention_heads={m.num_attention_heads} and the key/value heads "
+           f"({kv}) of model={m.name}")
+    _check(h.gpus_per_node % p.tp == 0, f"parallel.tp={p.tp}: a tensor-parallel group must fit in a node (divide "
+                                        f"hardware.gpus_per_node={h.gpus_per_node})")
+    layers = m.num_hidden_layers
+    if p.split == "even":
+        _check(layers % p.pp == 0, f"parallel.pp={p.pp}: must divide model.num_hidden_layers={layers} (or "
+                                   "parallel.split=llama3: first and last stage one layer fewer)")
+    else:
+        _check(p.pp >= 2 and (layers + 2) % p.pp == 0 and (layers + 2) // p.pp >= 2,
+               f"parallel.split=llama3 with parallel.pp={p.pp}: needs pp >= 2 dividing model.num_hidden_layers + 2 = "
+               f"{layers + 2} with >= 2 layers per stage")
+    _check(h.compute == "flops" and cfg.cluster.profile == "auto",
+           f"{layout} with hardware.compute={h.compute}: the hybrid layout is timed from FLOPs only (a FLOP preset such "
+           "as hardware=h100_8, no cluster.profile)")
+    _check(not cfg.trainer.numerics, f"{layout}: the hybrid layout is a clock of the failure-free step; its numerics "
+                                     "are not modelled yet: trainer.numerics=false")
+    _check(cfg.failure.kind == "none", f"{layout} with failure={cfg.failure.name}: the methods' mechanisms in a hybrid "
+                                       "layout are not modelled yet: failure=none")
+    _check(cfg.trainer.grad_accum == 1, f"trainer.grad_accum={cfg.trainer.grad_accum} with {layout}: a replica's "
+                                        "micro-batches are parallel.microbatches")
 
 
 def _measures_this_machine(c: Any, h: Any) -> bool:

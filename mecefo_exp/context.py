@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 import torch
 
 from .books import Books
-from .config import plain
+from .config import is_hybrid, plain, sequences_per_step
 from .console import EventPrinter, Progress, speak_for_the_run
 from .metrics import RunRecords, git_sha
 from .methods.base import Method
@@ -66,7 +66,9 @@ class Context:
         self.run_dir = Path(run_dir)
         self.n_workers = cfg.cluster.n_workers
         self.max_steps = cfg.trainer.max_steps
-        self.tokens_per_step = self.n_workers * cfg.data.micro_batch * cfg.data.seq_len
+        # pure DP: every worker's micro-batch; a hybrid layout: dp x parallel.microbatches micro-batches
+        sequences = sequences_per_step(cfg) if is_hybrid(cfg) else self.n_workers * cfg.data.micro_batch
+        self.tokens_per_step = sequences * cfg.data.seq_len
         self.resume_every = cfg.trainer.resume_every
         self.cluster_cfg = plain(cfg.cluster)
         self.model_cfg = cfg.model

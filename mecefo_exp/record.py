@@ -22,6 +22,8 @@ def clock_summary(timing, costs, hardware_cfg, n_workers: int) -> Dict:
     """What summary.json says about the clock: which, its fingerprint, FLOPs, MFU, memory."""
     step = costs.failure_free_step(n_workers)
     flops = timing.counts["mb:normal"]["flops"]
+    if "layout" in timing.info:  # a GPU of a hybrid layout does 1/(tp x pp) of m micro-batches
+        flops = timing.info["layout"]["flops_per_gpu_step"]
     peak = hardware_cfg.peak_tflops * 1e12
     out = dict(timing.info)
     out.update(n_params_timed=timing.n_params, failure_free_step_s=step.total,
@@ -91,6 +93,11 @@ def log_start(logger: logging.Logger, cfg, trace, timing, costs, training, max_s
     eff = f", efficiency {info['efficiency']:.3f} ({info['efficiency_source']})" if "efficiency" in info else ""
     logger.info("clock: hardware=%s, %s compute, timing %s: failure-free step %.4g s%s; fingerprint %s",
                 info["hardware"], info["compute"], info["timed_model"], step_s, eff, info["fingerprint"])
+    if "layout" in info:
+        lay = info["layout"]
+        logger.info("layout: tp%d x pp%d x dp%d, %s with %d micro-batches: pipeline %.4g s (bubble %.1f%%), stages of "
+                    "%s layers", lay["tp"], lay["pp"], lay["dp"], lay["schedule"], lay["microbatches"], lay["pipeline_s"],
+                    100 * lay["bubble_fraction"], "/".join(map(str, sorted(set(lay["stage_layers"])))))
     logger.info("failure=%s: expected %.1f failures and %.2f workers down on average over the failure-free run "
                 "(%.1f simulated s)", cfg.failure.name, exp["failures"], exp["mean_workers_down"], step_s * max_steps)
     if exp["failures"] > max_steps:

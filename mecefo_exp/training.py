@@ -20,7 +20,7 @@ from typing import Dict, Optional
 import torch
 
 from .cluster.local import microbatch_losses
-from .config import ConfigError, plain
+from .config import ConfigError, is_hybrid, plain, sequences_per_step
 from .data import SampleStream, load_corpus, validation_blocks
 from .model import build_model, count_parameters
 from .optim import lr_factor, make_optimizer, make_scheduler
@@ -170,7 +170,9 @@ class ShapeOnlyState:
         self.vocab_size = self.corpus.vocab_size if self.corpus is not None else cfg.model.vocab_size
         self.model = build_model(cfg.model, self.vocab_size, cfg.seed, device="meta")
         self.n_params = count_parameters(self.model)
-        self.tokens_per_step = n_workers * cfg.data.micro_batch * cfg.data.seq_len
+        # pure DP: every worker's micro-batch; a hybrid layout: dp x parallel.microbatches micro-batches
+        sequences = sequences_per_step(cfg) if is_hybrid(cfg) else n_workers * cfg.data.micro_batch
+        self.tokens_per_step = sequences * cfg.data.seq_len
         self.lr = float(cfg.trainer.lr)
         self._lr_factor = lr_factor(self.tcfg)
         self.cluster = None

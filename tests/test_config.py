@@ -22,7 +22,8 @@ def test_every_method_and_failure_composes_and_validates(method, failure):
     assert cfg.method.name == method and cfg.failure.name == failure
 
 
-@pytest.mark.parametrize("model", ["llama_tiny", "llama_20m", "llama_60m", "llama_130m", "llama_350m", "llama_1b", "llama_7b"])
+@pytest.mark.parametrize("model", ["llama_tiny", "llama_20m", "llama_60m", "llama_130m", "llama_350m", "llama_1b", "llama_7b",
+                                   "llama_405b"])
 def test_model_presets(model):
     cfg = compose_cfg([f"model={model}"])
     validate(cfg)

@@ -127,12 +127,12 @@ def test_every_field_rule_is_enforced_with_one_line_naming_the_field():
 
     from conftest import compose_cfg
     from mecefo_exp.config import (ClusterConfig, ConfigError, DataConfig, FailureConfig, HardwareConfig, LoggerConfig,
-                                   ModelConfig, TrainerConfig, validate)
+                                   ModelConfig, ParallelConfig, TrainerConfig, validate)
 
     checked = 0
     for section, schema in (("model", ModelConfig), ("data", DataConfig), ("cluster", ClusterConfig),
                             ("trainer", TrainerConfig), ("logger", LoggerConfig), ("failure", FailureConfig),
-                            ("hardware", HardwareConfig)):
+                            ("hardware", HardwareConfig), ("parallel", ParallelConfig)):
         for f in dataclasses.fields(schema):
             rule = f.metadata
             if not rule:

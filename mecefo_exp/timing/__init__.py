@@ -6,6 +6,7 @@ the paper's.
     flops.py    kernel seconds from FLOPs counted by torch on a shape-only model (the default)
     comm.py     the all-reduce: hierarchical, overlapped behind backward, sharded or not
     memory.py   bytes per worker: weights, gradients, optimizer state, activations per kernel
+    layout.py   a hybrid TP x PP x DP layout (parallel.tp/pp > 1): its 1F1B step and memory per GPU
     clock.py    CostModel (seconds of a step) and SimClock (the clock with its breakdown)
 
 `build_timing` picks the compute model from the config and returns the kernel seconds
@@ -24,10 +25,11 @@ from typing import Dict, List, Optional
 
 import torch
 
-from ..config import ConfigError
+from ..config import ConfigError, data_parallel_size, is_hybrid, plain
 from .clock import CATEGORIES, CostModel, SimClock, StepCost
 from .flops import calibrate_efficiency, count_kernels, kernel_seconds
 from .kernels import FORWARD, KernelBench, build_kernels, micro_batch_kernel
+from .layout import layout_memory, layout_step, parts_from_counts, stage_table
 from .memory import worker_memory
 from .profile import Profile, load_or_measure, machine_meta
 from ..paths import conf_dir, default_cache_dir
@@ -83,6 +85,7 @@ def build_timing(cfg, method, modes, vocab_size: int, device: torch.device,
                            lambda: count_kernels(kernels, shape_model))
     n = cfg.cluster.n_workers
     info: Dict[str, object] = {"hardware": hw.name, "timed_model": model_cfg.name}
+    layout = None  # the hybrid layout's step (parallel.tp or pp > 1), else None: pure DP
 
     choice = cfg.cluster.profile
     if choice not in ("auto", "fresh"):  # a profile file pins the clock
@@ -115,6 +118,9 @@ def build_timing(cfg, method, modes, vocab_size: int, device: torch.device,
             source = (f"calibrated: {row['tokens_per_s']:.0f} tokens/s failure-free at {hw.gpus} workers x "
                       f"{row['global_batch'] // hw.gpus} x {row['seq_len']} (paper Table 2)")
         seconds = kernel_seconds(counts, hw, efficiency, n_params, state_bytes(n_params), n)
+        if is_hybrid(cfg):  # the layout's failure-free step replaces the pure-DP one (timing/layout.py)
+            layout = time_layout(cfg, model_cfg, modes, vocab_size, dtype, efficiency)
+            seconds.update({"layout:compute": layout["compute_s"], "layout:comm": layout["comm_s"]})
         profile = Profile(seconds, {"compute": "flops", "hardware": hw.name, "timed_model": model_cfg.name,
                                     "micro_batch": d.micro_batch, "seq_len": d.seq_len, "efficiency": efficiency,
                                     "efficiency_source": source, "peak_tflops": hw.peak_tflops}, None)
@@ -125,11 +131,42 @@ def build_timing(cfg, method, modes, vocab_size: int, device: torch.device,
     pair = next((k for k in counts if k.startswith("neighbor_pair")), None)
     memory = worker_memory(n_params, hw, n, counts["mb:normal"]["saved_bytes"],
                            counts[pair]["saved_bytes"] if pair else None)
-    from ..config import plain
-
+    if layout is not None:
+        dp = layout["dp"]
+        memory = layout_memory(layout, hw, dp)
+        info["layout"] = {k: layout[k] for k in ("tp", "pp", "dp", "microbatches", "schedule", "stage_layers",
+                                                 "step_s", "pipeline_s", "bubble_s", "bubble_fraction")}
+        info["layout"].update(stages=stage_table(layout), flops_per_gpu_step=layout["microbatches"] *
+                              counts["mb:normal"]["flops"] / (layout["tp"] * layout["pp"]))
     stalls = {k: cfg.cluster[k] for k in ("detection_s", "restart_s", "reconfigure_s", "paper_run_h", "scale_stalls")}
     info["fingerprint"] = profile.fingerprint(hardware=plain(hw), stalls=stalls)
     return Timing(profile, n_params, model_cfg.name, counts, memory, info)
+
+
+def time_layout(cfg, model_cfg, modes, vocab_size: int, dtype: torch.dtype, efficiency: float) -> Dict[str, object]:
+    """The hybrid layout's step (timing/layout.py) from one layer's counts: models of one and of
+    two layers are counted on the meta device, their difference is a layer (all layers have the
+    same shape), the rest the embedding and head. A 126-layer 405B shape is thus counted as two
+    small models, not as the whole stack."""
+    from omegaconf import OmegaConf
+
+    d = cfg.data
+    counts, params = {}, {}
+    for n_layers in (1, 2):
+        small = OmegaConf.merge(model_cfg, {"num_hidden_layers": n_layers})
+        model = build_model_on_meta(small, vocab_size, cfg.seed, dtype)
+        params[n_layers] = sum(p.numel() for p in model.parameters())
+        embed = model.get_input_embeddings().weight.numel()
+        bench = KernelBench(model, modes, torch.device("meta"), d.micro_batch, d.seq_len)
+        counts[n_layers] = cached_counts(
+            {"model": {k: small[k] for k in small}, "vocab": vocab_size, "dtype": str(dtype),
+             "micro_batch": d.micro_batch, "seq_len": d.seq_len, "kernels": ["mb:forward", "mb:normal"]},
+            lambda: count_kernels({"mb:normal": micro_batch_kernel(bench, modes["normal"]),
+                                   "mb:forward": micro_batch_kernel(bench, FORWARD)}, model))
+    parts = parts_from_counts(counts[1], counts[2], params[1], params[2], embed)
+    parallel = dict(plain(cfg.parallel), dp=data_parallel_size(cfg))
+    return layout_step(parts, model_cfg.num_hidden_layers, cfg.hardware, parallel, efficiency, d.micro_batch,
+                       d.seq_len, model_cfg.hidden_size)
 
 
 def cached_counts(key: Dict, count) -> Dict[str, Dict[str, float]]:

@@ -66,6 +66,10 @@ class CostModel:
         # hardware.compute=table: a step's seconds come from a failure-free throughput table at the
         # number of nodes the step runs on (the Oobleck artifact's model), not from kernels and links
         self.table: Optional[ThroughputTable] = None
+        # a hybrid layout (parallel.tp or pp > 1): its failure-free step, from timing/layout.py
+        self.layout: Optional[StepCost] = None
+        if "layout:compute" in profile.kernels:
+            self.layout = StepCost(compute=profile["layout:compute"], comm=profile["layout:comm"])
         if self.hw.get("compute") == "table":
             self.table = table_for(self.hw.tables, method, self.hw.samples_per_step, self.hw.step_ms_integer)
 
@@ -114,6 +118,8 @@ class CostModel:
         What the slowest worker spends beyond one normal micro-batch is `degraded_extra`; its
         backward (its compute less its forwards) is what the all-reduce can hide behind.
         """
+        if self.layout is not None:
+            raise NotImplementedError("a degraded step in a hybrid layout (parallel.tp or pp > 1) is not modelled yet")
         key = (slowest_s, slowest_microbatches, n_allreduce, ft_overhead)
         if key not in self._steps:
             normal = self.profile["mb:normal"]
@@ -126,6 +132,8 @@ class CostModel:
     def failure_free_step(self, n_workers: int) -> StepCost:
         if self.table is not None:
             return self.table_step(n_workers)
+        if self.layout is not None:
+            return self.layout
         return self.synchronous_step(self.profile["mb:normal"], 1, n_workers)
 
     def step(self, worker_modes: Dict[int, Iterable[str]], n_allreduce: int, ft_overhead: float = 0.0) -> StepCost:
@@ -134,6 +142,11 @@ class CostModel:
         if self.table is not None:
             return self.table_step(len(worker_modes), ft_overhead=ft_overhead)
         worker_modes = {w: list(m) for w, m in worker_modes.items()}
+        if self.layout is not None:  # every GPU at its place in the layout: the failure-free step
+            if any(m != ["normal"] for m in worker_modes.values()):
+                raise NotImplementedError("a degraded step in a hybrid layout (parallel.tp or pp > 1) is not "
+                                          "modelled yet")
+            return StepCost(compute=self.layout.compute, comm=self.layout.comm, ft_overhead=ft_overhead)
         slowest = max(worker_modes.values(), key=self.worker_s, default=[])
         return self.synchronous_step(self.worker_s(slowest), len(slowest), n_allreduce, ft_overhead)
 

@@ -40,7 +40,9 @@ def meta_safe_attention():
     2. On the meta device sdpa falls back to its math path, which saves the s x s attention
        probabilities for backward; the fused kernels that training uses (flash attention on
        GPU and CPU) save only the output and a log-sum-exp. We call the fused CPU kernel, whose
-       shapes are known on meta, so the saved bytes are those of flash attention.
+       shapes are known on meta, so the saved bytes are those of flash attention. With fewer
+       K/V heads than query heads (grouped-query attention) `_GroupedFlash` does the same and
+       keeps K and V at their own width.
     """
     import torch
     import transformers.models.llama.modeling_llama as llama
@@ -49,14 +51,50 @@ def meta_safe_attention():
     fused = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 
     def flash(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kwargs):
-        if attn_mask is not None or dropout_p or kwargs.get("enable_gqa") or key.shape[1] != query.shape[1]:
+        grouped = key.shape[1] != query.shape[1]
+        if attn_mask is not None or dropout_p or (grouped and query.shape[1] % key.shape[1]):
             return sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                         scale=scale, **kwargs)
+        if grouped:  # grouped-query attention (enable_gqa, or K/V with fewer heads than Q)
+            return _GroupedFlash.apply(query, key, value, is_causal, scale)
         return fused(query, key, value, 0.0, is_causal, scale=scale)[0]
 
     with mock.patch.object(llama, "create_causal_mask", lambda **kwargs: None), \
             mock.patch.object(torch.nn.functional, "scaled_dot_product_attention", flash):
         yield
+
+
+class _GroupedFlash:
+    """Flash attention with fewer K/V heads than query heads, as the fused GPU kernels run it:
+    they read each K/V head for its group of query heads and save K and V at their own width.
+    The CPU kernel has no grouped mode, so K/V are repeated to the query heads for the call
+    (the FLOPs are those of the full attention, as for the CUDA kernels) and only the
+    unrepeated K/V are saved for backward; the backward sums the repeated heads' gradients."""
+
+    @staticmethod
+    def apply(query, key, value, is_causal, scale):
+        import torch
+
+        class Fn(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, q, k, v):
+                rep = q.shape[1] // k.shape[1]
+                out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                    q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), 0.0, is_causal, scale=scale)
+                ctx.save_for_backward(q, k, v, out, lse)
+                return out
+
+            @staticmethod
+            def backward(ctx, grad):
+                q, k, v, out, lse = ctx.saved_tensors
+                rep = q.shape[1] // k.shape[1]
+                dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+                    grad, q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), out, lse, 0.0, is_causal,
+                    scale=scale)
+                b, kv, s, d = k.shape
+                return dq, dk.view(b, kv, rep, s, d).sum(2), dv.view(b, kv, rep, s, d).sum(2)
+
+        return Fn.apply(query, key, value)
 
 
 def _flash_forward_flops(query_shape, key_shape, value_shape, *args, **kwargs) -> int:

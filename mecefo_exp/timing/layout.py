@@ -1,0 +1,161 @@
+"""The failure-free step and the memory per GPU of a hybrid layout: TP x PP x DP under 1F1B.
+
+Megatron-LM's layout (Shoeybi et al. 2019; Narayanan et al., "Efficient Large-Scale Language
+Model Training on GPU Clusters Using Megatron-LM", SC 2021). cluster.n_workers GPUs, g per node:
+
+- **Stages.** The transformer layers are split over pp stages (`config.stage_layers`); the token
+  embedding sits on the first stage, the final norm, the output head and the loss on the last
+  (Megatron's placement). FLOPs and saved-for-backward bytes are counted by torch on the meta
+  model, one layer at a time: a model of one layer and one of two are counted, their difference is
+  a layer (every layer has the same shape, hence the same FLOPs and bytes), the rest is the
+  embedding and head (`LayerParts`). A stage's FLOPs are its layers' plus, on the last stage, the
+  head's (torch counts no FLOPs for the embedding lookup).
+- **Tensor parallelism** inside a node: a stage's FLOPs, parameters and activations are split
+  evenly over its tp GPUs (activations: as with sequence parallelism, Korthikanti et al.,
+  "Reducing Activation Recomputation in Large Transformer Models", 2022; assumption: replicated
+  norms are not counted twice). Per layer and micro-batch, four all-reduces of the b x s x h
+  activations over NVLink (two in forward, after attention and after the MLP, two in backward:
+  Shoeybi et al. 2019, Section 3), plus one in forward on the first stage (the vocabulary-parallel
+  embedding); ring all-reduce on the per-GPU intra-node bandwidth, on the critical path (not
+  overlapped: assumption, as in Megatron-LM 2019). The loss's all-reduces of b x s scalars are
+  left out (bytes of a single hidden vector per token, h times smaller).
+- **Pipeline**, stages on different nodes: per micro-batch, each stage boundary sends the b x s x h
+  activations forward and their gradient backward over the inter-node link (the node's link: with
+  the scatter/gather of Narayanan et al. 2021, Section 4.1, the tp GPUs of a stage send 1/tp each),
+  blocking, on the critical path. 1F1B (PipeDream-Flush): a step of m micro-batches takes
+  (m + p - 1) x the slowest stage's micro-batch time (forward + backward + its sends); the bubble is
+  (p - 1) of those, a fraction (p - 1) / (m + p - 1) (Narayanan et al. 2021, Section 2.2.1).
+- **Data parallelism** across the dp replicas: each GPU all-reduces its stage's gradient shard
+  (params / tp) with its dp peers, by comm.py's hierarchical all-reduce: the g / tp peers that share
+  a node first (Megatron's rank order puts tp innermost, then dp), then across nodes, where the tp
+  groups of a node share its link (each gets 1/tp of it). hardware.shard shards across the dp
+  replicas, as in pure DP. The exchange overlaps the backward of the last micro-batch only (the
+  gradients are complete only then: assumption, Megatron's overlapped gradient reduce), and the
+  step waits for the slowest stage's exchange and optimizer step.
+- **Memory per GPU** (memory.py's worker_memory on the stage's params / tp, sharded over dp): under
+  1F1B stage i (from 0) holds the activations of min(m, p - i) micro-batches in flight (at most p,
+  on the first stage: Narayanan et al. 2021, Section 2.2.1). The peak is the largest stage's.
+
+Not modelled here: the methods' mechanisms in the layout (a failure, a neighbour, a shadow stage),
+interleaved (virtual) stages, context parallelism, overlap of the pipeline sends with compute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List
+
+from ..config import AttrDict, plain, stage_layers
+from .comm import exposed_comm_s
+from .flops import optimizer_s
+from .memory import worker_memory
+
+#: Megatron's tensor-parallel all-reduces per layer and micro-batch (Shoeybi et al. 2019, Section 3:
+#: the f and g operators, one pair in the attention block and one in the MLP; each all-reduces in
+#: one direction: g in forward, f in backward)
+TP_ALLREDUCES_PER_LAYER = 4
+
+
+@dataclass(frozen=True)
+class LayerParts:
+    """One micro-batch of the timed shape, cut into a transformer layer and the rest.
+
+    flops: forward + backward; forward_flops: forward only; saved: bytes autograd keeps for
+    backward; params: parameters. `rest_*`: the embedding, final norm, output head and loss."""
+    layer_flops: float
+    layer_forward_flops: float
+    layer_saved: float
+    layer_params: int
+    rest_flops: float
+    rest_forward_flops: float
+    rest_saved: float
+    embed_params: int
+    head_params: int  # output head and final norm
+
+
+def ring_allreduce_s(nbytes: float, n: int, GBps: float, latency_s: float) -> float:
+    """A ring all-reduce of `nbytes` among `n` GPUs on one link kind (comm.py's formula, one level)."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    return 2 * (n - 1) / n * nbytes / (GBps * 1e9) + 2 * (n - 1) * latency_s
+
+
+def layout_step(parts: LayerParts, n_layers: int, hw, parallel, efficiency: float, micro_batch: int, seq_len: int,
+                hidden: int) -> Dict[str, object]:
+    """Seconds of one failure-free step of the layout, and what makes them (module doc)."""
+    hw = plain(hw)
+    tp, pp, dp, m = parallel["tp"], parallel["pp"], parallel["dp"], parallel["microbatches"]
+    layers = stage_layers(n_layers, pp, parallel.get("split", "even"))
+    flop_s = hw.peak_tflops * 1e12 * efficiency
+    act_bytes = micro_batch * seq_len * hidden * (2 if hw.compute_dtype == "bf16" else 4)
+    tp_allreduce = ring_allreduce_s(act_bytes, tp, hw.intra_node_GBps, hw.intra_latency_s)
+    # one way, one boundary: the node's link carries the whole activation (scatter/gather over tp)
+    p2p = act_bytes / (hw.inter_node_GBps * 1e9) + hw.inter_latency_s if pp > 1 else 0.0
+    # the dp peers of one GPU: g / tp share its node; the node's link is shared by its tp groups
+    dp_hw = AttrDict(hw, gpus_per_node=max(1, hw.gpus_per_node // tp), inter_node_GBps=hw.inter_node_GBps / tp)
+    grad_per_param = 2 if hw.grad_dtype == "bf16" else 4
+    stages = []
+    for i, n in enumerate(layers):
+        first, last = i == 0, i == pp - 1
+        flops = n * parts.layer_flops + (parts.rest_flops if last else 0.0)
+        forward = n * parts.layer_forward_flops + (parts.rest_forward_flops if last else 0.0)
+        params = n * parts.layer_params + (parts.embed_params if first else 0) + (parts.head_params if last else 0)
+        compute = flops / tp / flop_s
+        tp_comm = (TP_ALLREDUCES_PER_LAYER * n + (1 if first and tp > 1 else 0)) * tp_allreduce
+        backward = (flops - forward) / tp / flop_s
+        gpu_params = params / tp
+        stages.append({"layers": n, "params_per_gpu": gpu_params, "compute_s": compute, "tp_comm_s": tp_comm,
+                       "p2p_s": 2 * p2p,  # a micro-batch: its activation forward, its gradient backward
+                       "backward_s": backward,
+                       "dp_comm_s": exposed_comm_s(gpu_params * grad_per_param, dp, dp_hw, backward),
+                       "optimizer_s": optimizer_s(gpu_params, hw, dp),
+                       "saved_bytes": n * parts.layer_saved + (parts.rest_saved if last else 0.0),
+                       "in_flight": min(m, pp - i)})
+    # 1F1B: m + p - 1 slots of the slowest stage's micro-batch (forward + backward + its sends)
+    slot = max(stages, key=lambda s: s["compute_s"] + s["tp_comm_s"] + s["p2p_s"])
+    slot_s = slot["compute_s"] + slot["tp_comm_s"] + slot["p2p_s"]
+    slots = m + pp - 1
+    tail = max(stages, key=lambda s: s["dp_comm_s"] + s["optimizer_s"])
+    compute = slots * slot["compute_s"] + tail["optimizer_s"]
+    comm = slots * (slot["tp_comm_s"] + slot["p2p_s"]) + tail["dp_comm_s"]
+    return {"compute_s": compute, "comm_s": comm, "step_s": compute + comm, "pipeline_s": slots * slot_s,
+            "bubble_s": (pp - 1) * slot_s, "bubble_fraction": (pp - 1) / slots, "slot_s": slot_s,
+            "stage_layers": layers, "stages": stages, "tp": tp, "pp": pp, "dp": dp, "microbatches": m,
+            "schedule": parallel.get("schedule", "1f1b")}
+
+
+def layout_memory(step: Dict[str, object], hw, dp: int) -> Dict[str, object]:
+    """Memory per GPU: each stage's static state (memory.py) and its in-flight activations; the
+    peak stage is the GPU's figure, with the `fits` flag against hardware.memory_GB."""
+    per_stage = []
+    for s in step["stages"]:
+        tp = step["tp"]
+        mem = worker_memory(round(s["params_per_gpu"]), hw, dp, s["in_flight"] * s["saved_bytes"] / tp)
+        for key in ("activations_GB", "peak_GB", "fits"):  # MeCeFO's naive pair is a pure-DP comparison
+            mem[key] = {"normal": mem[key]["normal"]}
+        per_stage.append(mem)
+    peak = max(range(len(per_stage)), key=lambda i: per_stage[i]["peak_GB"]["normal"])
+    out = dict(per_stage[peak])
+    out.update(layout=f"tp{step['tp']} x pp{step['pp']} x dp{dp}", peak_stage=peak,
+               stage_peak_GB=[m["peak_GB"]["normal"] for m in per_stage])
+    return out
+
+
+def parts_from_counts(one: Dict[str, Dict[str, float]], two: Dict[str, Dict[str, float]], params_one: int,
+                      params_two: int, embed_params: int) -> LayerParts:
+    """A layer = the two-layer model less the one-layer model; the rest = one-layer less a layer."""
+    layer = {k: two[k]["flops"] - one[k]["flops"] for k in ("mb:normal", "mb:forward")}
+    saved = two["mb:normal"]["saved_bytes"] - one["mb:normal"]["saved_bytes"]
+    layer_params = params_two - params_one
+    return LayerParts(layer_flops=layer["mb:normal"], layer_forward_flops=layer["mb:forward"], layer_saved=saved,
+                      layer_params=layer_params, rest_flops=one["mb:normal"]["flops"] - layer["mb:normal"],
+                      rest_forward_flops=one["mb:forward"]["flops"] - layer["mb:forward"],
+                      rest_saved=one["mb:normal"]["saved_bytes"] - saved, embed_params=embed_params,
+                      head_params=params_one - layer_params - embed_params)
+
+
+def stage_table(step: Dict[str, object]) -> List[Dict[str, object]]:
+    """One row per stage, for summary.json: compute, TP all-reduces and sends are one micro-batch's
+    seconds on one GPU; the exposed DP exchange and the optimizer are once a step."""
+    keys = ("layers", "params_per_gpu", "compute_s", "tp_comm_s", "p2p_s", "dp_comm_s", "optimizer_s", "in_flight")
+    return [{k: s[k] for k in keys} for s in step["stages"]]

@@ -1,0 +1,234 @@
+"""The hybrid layout clock (timing/layout.py): the stage split, the 1F1B bubble, the TP and PP
+traffic, the memory of Llama 3 405B at TP8 x PP16, all against figures worked by hand here; the
+per-layer counting against the whole model; the layout's settings refused in one line."""
+
+import pytest
+import torch
+
+from mecefo_exp.config import AttrDict, ConfigError, stage_layers, validate
+from mecefo_exp.timing.layout import LayerParts, layout_memory, layout_step, parts_from_counts
+
+from conftest import compose_cfg
+
+#: a cluster whose numbers make the arithmetic easy: 1 TFLOP/s reached in full, links in round GB/s
+HW = AttrDict(peak_tflops=1.0, compute_dtype="bf16", grad_dtype="fp32", shard="none", overlap=True, bucket_MB=25.0,
+              gpus_per_node=8, intra_node_GBps=2.097152, inter_node_GBps=2.097152, intra_latency_s=0.0,
+              inter_latency_s=0.0, hbm_GBps=1e12, memory_GB=80.0)
+#: one micro-batch of 1 x 1024 tokens at hidden 1024 in bf16: 2 MiB of activations = 1 ms on the links above
+ACT = dict(micro_batch=1, seq_len=1024, hidden=1024)
+
+
+def parts(layer_flops=1e12, rest_flops=0.0, layer_params=0, embed=0, head=0, layer_saved=0.0, rest_saved=0.0):
+    # forward = a third of forward + backward (backward does twice the forward's matmuls)
+    return LayerParts(layer_flops=layer_flops, layer_forward_flops=layer_flops / 3, layer_saved=layer_saved,
+                      layer_params=layer_params, rest_flops=rest_flops, rest_forward_flops=rest_flops / 3,
+                      rest_saved=rest_saved, embed_params=embed, head_params=head)
+
+
+def test_stage_split():
+    assert stage_layers(8, 4) == [2, 2, 2, 2]
+    assert stage_layers(8, 1) == [8]
+    # Llama 3 405B: 126 layers on 16 stages, the first and last one layer fewer (paper, Section 3.3.2)
+    assert stage_layers(126, 16, "llama3") == [7] + [8] * 14 + [7]
+
+
+def test_1f1b_bubble_and_stage_time_by_hand():
+    """8 layers of 1 s (forward + backward) on 4 stages: 2 s a micro-batch per stage, plus 1 ms each
+    way to the next stage; 1F1B with 8 micro-batches: 8 + 4 - 1 = 11 slots of 2.002 s, 3 of them bubble."""
+    step = layout_step(parts(), 8, HW, dict(tp=1, pp=4, dp=1, microbatches=8), 1.0, **ACT)
+    assert step["stage_layers"] == [2, 2, 2, 2]
+    assert step["slot_s"] == pytest.approx(2.002)
+    assert step["pipeline_s"] == pytest.approx(11 * 2.002)
+    assert step["bubble_s"] == pytest.approx(3 * 2.002)
+    assert step["bubble_fraction"] == pytest.approx(3 / 11)
+    assert step["step_s"] == pytest.approx(22.022)  # one replica: no gradient exchange; no parameters to update
+    # in flight under 1F1B: 4, 3, 2, 1 micro-batches from the first stage on
+    assert [s["in_flight"] for s in step["stages"]] == [4, 3, 2, 1]
+    # the output head (1e12 FLOPs) sits on the last stage, which becomes the slowest: 3.002 s slots
+    head = layout_step(parts(rest_flops=1e12), 8, HW, dict(tp=1, pp=4, dp=1, microbatches=8), 1.0, **ACT)
+    assert [s["compute_s"] for s in head["stages"]] == pytest.approx([2, 2, 2, 3])
+    assert head["pipeline_s"] == pytest.approx(11 * 3.002)
+    # more micro-batches shrink the bubble: (p - 1) / (m + p - 1)
+    long = layout_step(parts(), 8, HW, dict(tp=1, pp=4, dp=1, microbatches=32), 1.0, **ACT)
+    assert long["bubble_fraction"] == pytest.approx(3 / 35)
+
+
+def test_tensor_parallel_traffic_by_hand():
+    """TP2, one stage of 8 layers: compute halves (4 s); per layer 4 ring all-reduces of 2 MiB among 2
+    GPUs, each 2 x 1/2 x 2 MiB at 2 MiB/ms = 1 ms, plus one for the embedding: 33 ms a micro-batch."""
+    step = layout_step(parts(), 8, HW, dict(tp=2, pp=1, dp=1, microbatches=2), 1.0, **ACT)
+    (stage,) = step["stages"]
+    assert stage["compute_s"] == pytest.approx(4.0)
+    assert stage["tp_comm_s"] == pytest.approx(0.033)
+    assert stage["p2p_s"] == 0.0
+    assert step["step_s"] == pytest.approx(2 * 4.033)
+    assert step["bubble_fraction"] == 0.0
+
+
+def test_data_parallel_exchange_by_hand():
+    """dp=2 on two nodes (tp=8 fills a node): each GPU all-reduces its shard, 2^20 parameters x 4 bytes
+    (fp32 gradients) = 4 MiB, with its peer on the other node over 1/8 of the node's link (the node's
+    8 TP groups share it): 2 x 1/2 x 4 MiB / (2 MiB/ms / 8) = 16 ms. The last micro-batch's backward
+    (2/3 x 1e12 FLOPs / 8 GPUs at 1 TFLOP/s = 83 ms) would hide it, but the last bucket (here all of
+    it: 4 MiB < 25 MB) is exchanged after backward ends (comm.py): 16 ms stay exposed."""
+    step = layout_step(parts(layer_params=8 * 2**20 // 1), 1, HW, dict(tp=8, pp=1, dp=2, microbatches=1), 1.0,
+                       **ACT)
+    (stage,) = step["stages"]
+    assert stage["params_per_gpu"] == 2**20
+    assert stage["dp_comm_s"] == pytest.approx(0.016)
+
+
+def test_memory_of_405b_at_tp8_pp16_by_hand():
+    """Llama 3 405B, TP8 x PP16 x DP128, 16 micro-batches of one 8,192-token sequence, bf16 weights
+    with fp32 gradients, master weights and Adam moments sharded over the 128 replicas (ZeRO-1).
+
+    Parameters (Table 3's shape): a layer has attention 2 x 16384^2 (q, o) + 2 x 16384 x 1024 (k, v,
+    8 KV heads of 128) = 570,425,344, an MLP of 3 x 16384 x 53248 = 2,617,245,696 and two norms of
+    16,384: 3,187,703,808; the embedding and the head 128,256 x 16,384 = 2,101,346,304 each.
+    Activations: the test's input, 34 s b h bytes a layer (Korthikanti et al. 2022's count without
+    the attention scores, which flash attention does not keep) = 34 x 8192 x 16384 = 4,563,402,752.
+
+    Stage split 7, 8 x 14, 7. In flight under 1F1B: 16 on stage 0, 15 on stage 1. Per GPU:
+    stage 0: 7 layers + embedding = 24,415,272,960 / 8 = 3,051,909,120 params; 7 x 16 = 112 layer-batches
+    stage 1: 8 layers = 25,501,630,464 / 8 = 3,187,703,808 params; 8 x 15 = 120 layer-batches (the peak)
+    Stage 1: static 3,187,703,808 x (2 bf16 weights + 4 fp32 grads + (4 master + 8 Adam) / 128)
+    = 3,187,703,808 x 6.09375 = 19,425,070,080 bytes; activations 120 x 4,563,402,752 / 8 (TP splits
+    them) = 68,451,041,280 bytes; peak 87,876,111,360 bytes = 87.88 GB > 80 GB: out of memory.
+    """
+    layer, vocab = 3_187_703_808, 128_256 * 16_384
+    hw = AttrDict(HW, shard="optimizer")
+    step = layout_step(parts(layer_params=layer, embed=vocab, head=vocab + 16_384, layer_saved=4_563_402_752),
+                       126, hw, dict(tp=8, pp=16, dp=128, microbatches=16, split="llama3"), 1.0, micro_batch=1,
+                       seq_len=8192, hidden=16384)
+    assert step["stages"][0]["params_per_gpu"] == 3_051_909_120
+    assert step["stages"][1]["params_per_gpu"] == 3_187_703_808
+    mem = layout_memory(step, hw, 128)
+    assert mem["peak_stage"] == 1
+    assert mem["static_GB"] == pytest.approx(19.425_070_080)
+    assert mem["activations_GB"]["normal"] == pytest.approx(68.451_041_280)
+    assert mem["peak_GB"]["normal"] == pytest.approx(87.876_111_360)
+    assert mem["fits"] == {"normal": False}
+    # with the whole state sharded (FSDP / ZeRO-3) the static part shrinks to 18 / 128 bytes a parameter
+    full = layout_memory(step, AttrDict(hw, shard="full"), 128)
+    assert full["stage_peak_GB"][1] == pytest.approx((3_187_703_808 * 18 / 128 + 68_451_041_280) / 1e9)
+
+
+def test_405b_preset_parts_counted_on_the_meta_device():
+    """The preset's shape, counted: per layer and the embedding and head as worked out by hand above."""
+    from mecefo_exp.model import build_model
+
+    from omegaconf import OmegaConf
+
+    cfg = compose_cfg(["model=llama_405b"]).model
+
+    sizes = []
+    for n in (1, 2):
+        model = build_model(OmegaConf.merge(cfg, {"num_hidden_layers": n}), cfg.vocab_size, 0, device="meta")
+        sizes.append(sum(p.numel() for p in model.parameters()))
+    assert sizes[1] - sizes[0] == 3_187_703_808
+    assert sizes[0] - 3_187_703_808 == 2 * 128_256 * 16_384 + 16_384  # embedding, head, final norm
+    assert sizes[0] + 125 * 3_187_703_808 == 405_853_388_800  # 405B
+
+
+def test_a_layer_times_the_layers_plus_the_rest_is_the_whole_model():
+    """Counting one and two layers and scaling gives the whole model's FLOPs and saved bytes exactly
+    (grouped-query attention included: 4 heads, 2 KV heads)."""
+    from omegaconf import OmegaConf
+
+    from mecefo_exp.plan import Mode
+    from mecefo_exp.timing import build_model_on_meta
+    from mecefo_exp.timing.flops import count_kernels
+    from mecefo_exp.timing.kernels import FORWARD, KernelBench, micro_batch_kernel
+
+    base = OmegaConf.merge(compose_cfg(["model=llama_tiny"]).model, {"num_key_value_heads": 2})
+    modes = {"normal": Mode("normal")}
+    counts, params = {}, {}
+    for n in (1, 2, 4):
+        model = build_model_on_meta(OmegaConf.merge(base, {"num_hidden_layers": n}), 512, 0, torch.bfloat16)
+        bench = KernelBench(model, modes, torch.device("meta"), 2, 64)
+        counts[n] = count_kernels({"mb:normal": micro_batch_kernel(bench, modes["normal"]),
+                                   "mb:forward": micro_batch_kernel(bench, FORWARD)}, model)
+        params[n] = sum(p.numel() for p in model.parameters())
+    p = parts_from_counts(counts[1], counts[2], params[1], params[2], 512 * 128)
+    assert 4 * p.layer_flops + p.rest_flops == counts[4]["mb:normal"]["flops"]
+    assert 4 * p.layer_forward_flops + p.rest_forward_flops == counts[4]["mb:forward"]["flops"]
+    assert 4 * p.layer_saved + p.rest_saved == counts[4]["mb:normal"]["saved_bytes"]
+    assert 4 * p.layer_params + p.embed_params + p.head_params == params[4]
+    # grouped-query attention keeps K and V at their own width: a layer saves less than with 4 KV heads
+    mha = build_model_on_meta(OmegaConf.merge(base, {"num_hidden_layers": 1, "num_key_value_heads": 4}), 512, 0,
+                              torch.bfloat16)
+    bench = KernelBench(mha, modes, torch.device("meta"), 2, 64)
+    full = count_kernels({"mb:normal": micro_batch_kernel(bench, modes["normal"])}, mha)["mb:normal"]
+    assert full["saved_bytes"] > counts[1]["mb:normal"]["saved_bytes"]
+    assert full["flops"] > counts[1]["mb:normal"]["flops"]  # K and V projections are wider; attention the same
+
+
+HYBRID = ["model=llama_60m", "hardware=h100_8", "cluster.n_workers=16", "parallel.tp=2", "parallel.pp=2",
+          "parallel.microbatches=4", "trainer.numerics=false", "failure=none", "method=checkpoint"]
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("parallel.tp=3", "parallel.tp=3 x pp=2 x dp=auto: tp x pp = 6 must divide cluster.n_workers=16"),
+    ("parallel.dp=2", "tp x pp x dp = 8 must equal cluster.n_workers=16"),
+    ("model=llama_tiny", None),  # valid layouts pass: 4 heads, 4 layers
+    ("parallel.pp=8", None),  # 8 stages of one layer, dp=1
+    ("parallel.split=llama3", None),  # 8 + 2 layers over 2 stages: 4 and 4
+    ("failure=high", "the methods' mechanisms in a hybrid layout are not modelled yet: failure=none"),
+    ("trainer.numerics=true", "trainer.numerics=false"),
+    ("parallel.microbatches=0", "parallel.microbatches=0: must be >= 1"),
+    ("parallel.schedule=gpipe", "parallel.schedule='gpipe': allowed: 1f1b"),
+])
+def test_layout_settings_are_refused_in_one_line(override, needle):
+    cfg = compose_cfg(HYBRID + [override])
+    if needle is None:
+        validate(cfg)
+        return
+    with pytest.raises(ConfigError) as err:
+        validate(cfg)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    (["model=llama_350m", "parallel.tp=16", "cluster.n_workers=32", "parallel.pp=1"], "must fit in a node"),
+    (["model=llama_20m", "parallel.tp=8", "cluster.n_workers=16", "parallel.pp=1"],
+     "parallel.tp=8: must divide model.num_attention_heads=4"),
+    (["parallel.pp=3", "cluster.n_workers=12"], "parallel.pp=3: must divide model.num_hidden_layers=8"),
+    (["parallel.tp=1", "parallel.pp=1"], "parallel.microbatches=4 with tp=pp=1"),
+    (["parallel.split=llama3", "parallel.pp=4"], "parallel.split=llama3 with parallel.pp=4: needs pp >= 2 dividing"),
+])
+def test_layout_rules_between_settings(overrides, needle):
+    cfg = compose_cfg(HYBRID + overrides)
+    with pytest.raises(ConfigError) as err:
+        validate(cfg)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_hybrid_run_charges_the_layout_step(run_exp):
+    """A numerics-free run of TP2 x PP2 x DP4: every step costs the layout's failure-free step, the
+    global batch is dp x microbatches x micro_batch sequences, summary.json shows the layout."""
+    summary, _ = run_exp(*HYBRID, "trainer.max_steps=3", "data.micro_batch=1", "data.seq_len=256", micro=False)
+    layout = summary["clock"]["layout"]
+    assert (layout["tp"], layout["pp"], layout["dp"], layout["stage_layers"]) == (2, 2, 4, [4, 4])
+    assert layout["bubble_fraction"] == pytest.approx(1 / 5)
+    assert summary["clock"]["failure_free_step_s"] == pytest.approx(layout["step_s"])
+    assert summary["memory"]["layout"] == "tp2 x pp2 x dp4"
+    assert summary["sim_time_s"] >= 3 * layout["step_s"]
+    assert summary["tokens_processed"] == 3 * 4 * 4 * 1 * 256
+
+
+def test_explicit_pure_data_parallelism_gives_the_golden_clock(run_exp):
+    """parallel.tp=1 pp=1 with dp named explicitly is today's clock: the failure-free golden run's
+    simulated times exactly (numerics off: the clock is the same step by step, docs/DESIGN.md)."""
+    import json
+    from pathlib import Path
+
+    from conftest import MICRO, compose_cfg as compose, read_jsonl
+
+    n = compose(MICRO).cluster.n_workers
+    golden = read_jsonl(Path(__file__).parent / "golden" / "failure_free.jsonl")
+    _, run_dir = run_exp("method=checkpoint", "failure=none", "trainer.max_steps=12", "parallel.tp=1",
+                         "parallel.pp=1", f"parallel.dp={n}", "trainer.numerics=false", "trainer.event_driven=false")
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    times = {r["step"]: r["sim_time_s"] for r in rows if "sim_time_s" in r and "val_loss" not in r}
+    assert len(golden) == 12
+    assert [times[g["step"]] for g in golden] == [g["sim_time_s"] for g in golden]
