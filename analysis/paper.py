@@ -1,5 +1,5 @@
-"""The MeCeFO paper's published numbers (NeurIPS 2025, arXiv 2510.16415), copied from
-/work/shared/METHODS.md, with the table each comes from.
+"""The MeCeFO paper's published numbers (NeurIPS 2025, arXiv 2510.16415), as docs/METHODS.md
+collects them with the table each comes from.
 
 Only values the paper prints are stored as (paper); anything computed from them is marked
 (derived) where it is used. Throughput drops are the paper's printed percentages, not
@@ -60,9 +60,9 @@ TABLE3_HIGH_CHANGE_PCT = {"350M": 1.60, "1B": 2.19, "7B": 1.61}
 #: The paper's bound on MeCeFO's relative gradient error during LLaMA-1B pretraining (Figs. 4-7).
 GRAD_ERROR_BOUND = 0.6
 
-#: The paper's ablation of MeCeFO's three techniques, as METHODS.md records it ("Other experiments"):
+#: The paper's ablation of MeCeFO's three techniques, as docs/METHODS.md records it ("Other experiments"):
 #: "without them the neighbor runs out of memory; with all three, close to failure-free". Only the
-#: first half is a memory statement; METHODS.md copies no memory figure (GB or percent) from the paper.
+#: first half is a memory statement; docs/METHODS.md copies no memory figure (GB or percent) from the paper.
 ABLATION_MEMORY = {"naive_fits": False}
 
 #: Paper Table 1, the failure presets: a failure every `every_h` hours in a 32-GPU cluster,

@@ -331,10 +331,10 @@ def _per_model_source(runs: pd.DataFrame, needed: str) -> pd.DataFrame:
     return ok.drop_duplicates(subset=list(SETTING), keep="first").reset_index(drop=True)
 
 
-#: what the paper says about memory, as far as our sources record it (METHODS.md, "Other experiments")
+#: what the paper says about memory, as far as our sources record it (docs/METHODS.md, "Other experiments")
 MEMORY_NOTE = (
-    "Paper (METHODS.md, \"Other experiments\"): in the ablation of the three techniques, \"without them the "
-    "neighbor runs out of memory\", i.e. naive neighbour-do-both should not fit. METHODS.md and analysis/paper.py "
+    "Paper (docs/METHODS.md, \"Other experiments\"): in the ablation of the three techniques, \"without them the "
+    "neighbor runs out of memory\", i.e. naive neighbour-do-both should not fit. docs/METHODS.md and analysis/paper.py "
     "record no memory figure (no GB and no percentage saving), so none is compared here; `neighbour / naive` "
     "is our own number.")
 

@@ -9,7 +9,7 @@ dicts and the failure-free path never change).
    forward is computed exactly (the loss is exact) but under no_grad: no activations
    are stored and in backward the gradient flows only through the residual. The
    pre-attention RMSNorm, whose output feeds only attention, runs under no_grad too
-   (our reading: it gets no gradient from the neighbour, METHODS.md marks it UNKNOWN).
+   (our reading: it gets no gradient from the neighbour, docs/METHODS.md marks it UNKNOWN).
 2. FFN recomputation (`recompute_ffn`). Only the FFN input is kept; the FFN's
    intermediates are recomputed in backward (torch.utils.checkpoint, non-reentrant).
    Numerically identical.

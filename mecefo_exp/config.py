@@ -169,7 +169,7 @@ class MecefoMethodConfig(MethodConfig):
 class BambooMethodConfig(MethodConfig):
     mode: str = "eager"  # eager: redundant forward every step | lazy: recompute on failure
     rebalance_after_s: Optional[float] = None  # paper seconds degraded before a rebalance (None: never)
-    rebalance_stall_s: float = 20.0  # Bamboo simulator, GPT-2/BERT class (METHODS.md)
+    rebalance_stall_s: float = 20.0  # Bamboo simulator, GPT-2/BERT class (docs/METHODS.md)
     checkpoint_interval: Any = "auto"
     # under a throughput table (hardware.compute=table): the step time while a shadow covers a
     # failed node, as a multiple of the failure-free one (None: the shadow's two micro-batches)

@@ -18,7 +18,7 @@ readings") choose:
   average (low / medium / high), the same share of 8 miniature workers.
 - `process=cluster`: one Poisson arrival every every_h (mean) somewhere in the cluster,
   whatever its size; each takes down a unit chosen uniformly among those up (and failable);
-  an arrival finding none up is dropped. One RNG stream for the cluster. (METHODS.md's
+  an arrival finding none up is dropped. One RNG stream for the cluster. (docs/METHODS.md's
   2 / 3 / 4 workers down reads the rate this way, with arrivals also hitting units already
   down.)
 - `unit_gpus=g`: a failure takes unit u = workers u*g .. u*g+g-1 down (and back) at one

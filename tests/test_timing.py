@@ -76,7 +76,7 @@ def test_neighbour_pair_flops_are_what_the_mechanism_implies(capsys):
     ratio = c["pair"]["flops"] / c["normal"]["flops"]
     with capsys.disabled():
         print(f"\nllama_1b neighbour pair / normal micro-batch FLOPs: {ratio:.3f} (mechanism: {pair / normal:.3f})")
-    assert 1.4 < ratio < 1.7  # ~1.5x: METHODS.md's 2(a + 3f) / 3(a + f) plus the head
+    assert 1.4 < ratio < 1.7  # ~1.5x: docs/METHODS.md's 2(a + 3f) / 3(a + f) plus the head
 
 
 def test_hierarchical_allreduce_matches_the_hand_worked_case():

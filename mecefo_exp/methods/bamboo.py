@@ -6,7 +6,7 @@ shadow finishes the step (little work lost) and does both stages' work until the
 pipelines are rebalanced. Two adjacent failures lose a stage outright: restart from a
 checkpoint, so Bamboo still checkpoints.
 
-DP emulation (METHODS.md). Pure data parallelism has no bubbles, so the redundancy is
+DP emulation (docs/METHODS.md). Pure data parallelism has no bubbles, so the redundancy is
 paid in full and Bamboo's bubble advantage, structural to pipeline parallelism, is gone:
 
 - Failure-free (method.mode=eager): every worker also runs the forward of the

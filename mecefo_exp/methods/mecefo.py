@@ -18,7 +18,7 @@ where spares replace every failed worker.
 Aggregation. The neighbour's micro-batches (its own and j's) reach every parameter except
 attention weights and the norm before attention, so those are averaged over the workers
 that are neither failed nor neighbours, G_attn = (1/|N|) sum_{i in N} G_i, and everything
-else over every micro-batch (the neighbour's approximate ones included; METHODS.md).
+else over every micro-batch (the neighbour's approximate ones included; docs/METHODS.md).
 If N is empty, attention weights get no gradient that step.
 
 Costs. A neighbour's step costs the profiled `neighbor_pair` kernel (its two micro-batches

@@ -7,7 +7,7 @@ class to 10 s for GPT-3 6.7B in the authors' simulator), and then continues on e
 survivor with the global batch redistributed: same samples, exact gradients. A recovery
 is a membership change too and reconfigures again.
 
-DP emulation (METHODS.md): elastic data parallelism.
+DP emulation (docs/METHODS.md): elastic data parallelism.
 
 - Membership change (failure or recovery): the step in flight when a worker fails is
   lost (the default `interrupted`: its elapsed part is lost_work, the step is redone), and
@@ -32,7 +32,7 @@ Readings where the papers are silent (ours):
   the reconfiguration only; MeCeFO's neighbour in this harness pays no detection either).
 - Several membership changes at one instant each pay their own stall.
 - Compute is linear in the samples a survivor holds (n / alive micro-batches' worth,
-  METHODS.md's "compute ~ n/(n-1)"); a real re-split into smaller micro-batches runs a
+  docs/METHODS.md's "compute ~ n/(n-1)"); a real re-split into smaller micro-batches runs a
   little less efficiently than that.
 - Oobleck still checkpoints to disk (method.checkpoint_interval) for the nobody-alive
   fallback; auto = Young/Daly with the mean time between such fatal failures (the cluster
