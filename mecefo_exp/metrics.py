@@ -209,7 +209,7 @@ class RunRecords:
     def summary(self, data: Dict[str, Any]) -> None:
         self.write_json("summary.json", data)
         if self._wandb is not None and data.get("status") != "running":
-            self._wandb.summary.update(_flatten(_clean(data)))  # time_breakdown/compute, clock/..., ...
+            self._wandb.summary.update(flatten(_clean(data)))  # time_breakdown/compute, clock/..., ...
 
     def close(self) -> None:
         for f in self._files.values():
@@ -225,11 +225,13 @@ def _numbers(prefix: str, row: Dict[str, Any]) -> Dict[str, float]:
         {f"{prefix}/{k}": int(v) for k, v in row.items() if isinstance(v, bool)}
 
 
-def _flatten(data: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+def flatten(data: Dict[str, Any], prefix: str = "", sep: str = "/") -> Dict[str, Any]:
+    """Nested dicts as one level: {"a": {"b": 1}} -> {"a/b": 1} (W&B's summary keys; `sep="."`
+    gives Hydra's dotted keys)."""
     out: Dict[str, Any] = {}
     for k, v in data.items():
         if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}/"))
+            out.update(flatten(v, f"{prefix}{k}{sep}", sep))
         else:
             out[f"{prefix}{k}"] = v
     return out

@@ -48,7 +48,7 @@ from .cluster.torchft import (ENV_ADVERTISE, ENV_BIND, ENV_INCARNATION, ENV_LIGH
                               ENV_WORKER, bound_store, connect_store, host_port, local_host, network_environment,
                               require_torchft)
 from .config import ConfigError, split_host_port
-from .metrics import write_json_atomic
+from .metrics import flatten, write_json_atomic
 from .trainer import Experiment, Terminated, signals_end_the_run
 
 log = logging.getLogger(__name__)
@@ -141,8 +141,8 @@ class Launcher:
         """A machine's launcher must run machine 0's run: the same settings but its own place."""
         from omegaconf import OmegaConf
 
-        ours = _flat(OmegaConf.to_container(self.cfg, resolve=True))
-        theirs = _flat(OmegaConf.to_container(OmegaConf.load(self.run_dir / "config.yaml"), resolve=True))
+        ours = flatten(OmegaConf.to_container(self.cfg, resolve=True), sep=".")
+        theirs = flatten(OmegaConf.to_container(OmegaConf.load(self.run_dir / "config.yaml"), resolve=True), sep=".")
         differ = sorted(k for k in set(ours) | set(theirs) if k not in PER_MACHINE and ours.get(k) != theirs.get(k))
         if differ:
             raise ConfigError(f"cluster.machine_rank={self.machine}: settings differ from machine 0's run in "
@@ -273,16 +273,6 @@ class Launcher:
             self.lighthouse.shutdown()
             self.lighthouse = None
         self.store = None  # machine 0's: its server closes with it
-
-
-def _flat(d, prefix: str = "") -> Dict[str, object]:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def launch(cfg, run_dir: Path) -> dict:

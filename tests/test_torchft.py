@@ -46,6 +46,15 @@ def worker_processes(run_dir: Path):
     return found
 
 
+def assert_same_losses(run_dir, local, summary, simulated, rel=1e-5):
+    """The torchft run's per-step losses and final loss are the simulated tier's."""
+    la, lb = losses_by_step(run_dir), losses_by_step(local)
+    assert la.keys() == lb.keys()
+    for step in la:
+        assert la[step] == pytest.approx(lb[step], rel=rel), step
+    assert summary["final_val_loss"] == pytest.approx(simulated["final_val_loss"], rel=rel)
+
+
 def lighthouse_is_gone(address: str) -> bool:
     port = int(address.rsplit(":", 1)[1])
     with socket.socket() as s:
@@ -83,11 +92,7 @@ def test_a_real_sigkill_matches_the_simulated_tier(method, covers, run_exp, fixe
     # the same books as the simulated tier: events at the same steps, and the same losses
     same = lambda rows: [(e["kind"], e["worker"], e["step"]) for e in rows if e["kind"] != "checkpoint"]
     assert same(events) == same(read_jsonl(local / "events.jsonl"))
-    la, lb = losses_by_step(run_dir), losses_by_step(local)
-    assert la.keys() == lb.keys()
-    for step in la:
-        assert la[step] == pytest.approx(lb[step], rel=1e-5), step
-    assert summary["final_val_loss"] == pytest.approx(simulated["final_val_loss"], rel=1e-5)
+    assert_same_losses(run_dir, local, summary, simulated)
     assert not worker_processes(run_dir) and lighthouse_is_gone(ft["lighthouse"])
 
 
@@ -337,11 +342,7 @@ def test_two_machines_one_killed_with_its_launcher_go_on_in_place_and_match_the_
     same = lambda rows: sorted((e["step"], e["kind"], e["worker"]) for e in rows
                                if e["kind"] not in ("checkpoint", "uncommitted"))
     assert same(events) == same(read_jsonl(local / "events.jsonl"))
-    la, lb = losses_by_step(run_dir), losses_by_step(local)
-    assert la.keys() == lb.keys()
-    for step in la:
-        assert la[step] == pytest.approx(lb[step], rel=1e-5), step
-    assert summary["final_val_loss"] == pytest.approx(simulated["final_val_loss"], rel=1e-5)
+    assert_same_losses(run_dir, local, summary, simulated)
 
     assert not worker_processes(run_dir) and lighthouse_is_gone(ft["lighthouse"])
     assert lighthouse_is_gone(f"127.0.0.1:{port}")  # the coordination store too
