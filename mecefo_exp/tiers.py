@@ -187,7 +187,7 @@ class TorchftTier(LocalTier):
 
         self.membership = TorchftMembership(run, self.rank, self.incarnation, os.environ[ENV_LIGHTHOUSE],
                                             os.environ[ENV_STORE], self.cluster_cfg, membership_from_quorum=self.kill)
-        return {"worker": self.rank, "manager": self.membership.manager}
+        return {"worker": self.rank, "manager": self.membership.manager, "group": self.membership.group}
 
     def begin(self, resumed: bool) -> bool:
         if self.membership is None:

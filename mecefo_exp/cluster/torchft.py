@@ -212,11 +212,38 @@ def manager_server_bound_to(bind: str):
         torchft_manager.ManagerServer = original
 
 
-def sum_over_quorum(manager, tensor: torch.Tensor) -> None:
-    """Sum `tensor` over the live workers in place (torchft's default would average it)."""
+def sum_over_quorum(manager, tensor: torch.Tensor, group=None) -> None:
+    """Sum `tensor` over the live workers in place (torchft's default would average it).
+
+    When the sum fails (a peer died inside it), this worker's connections are closed at once
+    (`group`: a `closing_gloo` group), so that a live peer waiting on this worker errors now
+    rather than at the collective's timeout.
+    """
     from torch.distributed import ReduceOp
 
     manager.allreduce(tensor, reduce_op=ReduceOp.SUM).wait()
+    if manager.errored() is not None and group is not None:
+        group.close_connections()
+
+
+def closing_gloo(timeout: datetime.timedelta):
+    """torchft's reconfigurable gloo group, able to close its connections after a failed collective.
+
+    Why: in a ring all-reduce, a worker next to a dead peer fails at once ("connection closed by
+    peer"), but its live neighbour waits for data this worker will never send. torchft keeps the
+    failed group open until the next quorum reconfigures it, and the next quorum waits for that
+    neighbour, so both sat out the whole collective timeout (`cluster.quorum_timeout_s`). Closing
+    the failed group's connections makes the neighbour fail within the second too.
+    """
+    from torchft import ProcessGroupGloo
+
+    class ClosingProcessGroupGloo(ProcessGroupGloo):
+        def close_connections(self) -> None:
+            inner, self._pg = self._pg, None  # the next quorum's `configure` builds a new one
+            if inner is not None:
+                inner.shutdown()
+
+    return ClosingProcessGroupGloo(timeout=timeout)
 
 
 def tensor_bytes(obj) -> int:
@@ -233,12 +260,12 @@ def tensor_bytes(obj) -> int:
 class TorchftCluster(TorchrunCluster):
     """This worker's micro-batches; sums through torchft's allreduce; commits through its vote."""
 
-    def __init__(self, *args, worker: int, manager, **kwargs):
+    def __init__(self, *args, worker: int, manager, group, **kwargs):
         super().__init__(*args, rank=worker, **kwargs)
-        self.manager = manager
+        self.manager, self.group = manager, group
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> None:
-        sum_over_quorum(self.manager, tensor)
+        sum_over_quorum(self.manager, tensor, self.group)
 
     def commit(self) -> bool:
         return self.manager.should_commit()
@@ -274,13 +301,8 @@ class TorchftMembership:
 
     # ------------------------------------------------------------ torchft
     def _start_manager(self, lighthouse: str, cfg):
-        from torchft import Manager, ProcessGroupGloo
+        from torchft import Manager, ProcessGroupNCCL
 
-        backend = cfg.backend
-        if backend == "nccl" or (backend == "auto" and self.run.device.type == "cuda"):
-            from torchft import ProcessGroupNCCL as pg_cls
-        else:
-            pg_cls = ProcessGroupGloo
         from torchft.checkpointing.pg_transport import PGTransport
 
         # this machine's listening address and the name its peers on other machines reach it by
@@ -290,7 +312,11 @@ class TorchftMembership:
         # address to every peer, which rendezvous there to build the next process group
         self._group_store = bound_store(bind, cfg.quorum_timeout_s)
         timeout = datetime.timedelta(seconds=cfg.quorum_timeout_s)
-        pg = pg_cls(timeout=timeout)
+        backend = cfg.backend
+        if backend == "nccl" or (backend == "auto" and self.run.device.type == "cuda"):
+            self.group, pg = None, ProcessGroupNCCL(timeout=timeout)  # failures left to torchft's own handling
+        else:
+            self.group = pg = closing_gloo(timeout)
         # a heal is sent over the process group (gloo on cluster.bind's interface), not by
         # torchft's default HTTP server, which would listen on every interface
         transport = PGTransport(pg, timeout=timeout, device=self.run.device)
@@ -364,14 +390,14 @@ class TorchftMembership:
             self.joining = False
         onehot = torch.zeros(self.n, dtype=torch.float64, device=self.run.device)
         onehot[self.me] = 1.0
-        sum_over_quorum(self.manager, onehot)
+        sum_over_quorum(self.manager, onehot, self.group)
         if self.manager.errored() is not None:
             return None
         return {w for w in range(self.n) if onehot[w].item() > 0.5}
 
     def barrier(self) -> None:
         """Every live worker gets here (a checkpoint file is complete before anyone reads it)."""
-        sum_over_quorum(self.manager, torch.zeros(1, device=self.run.device))
+        sum_over_quorum(self.manager, torch.zeros(1, device=self.run.device), self.group)
 
     # ------------------------------------------------------------ the trace
     def on_trace_events(self, kind: str, events) -> None:
