@@ -135,8 +135,10 @@ def svd_flops(projections: LowRankProjections) -> float:
 # ------------------------------------------------------------------ the context
 @contextlib.contextmanager
 def approximations(model: torch.nn.Module, skip_attention: bool = True, recompute_ffn: bool = True,
-                   projections: Optional[LowRankProjections] = None):
-    """Run `model` with the switched-on approximations (see the module docstring)."""
+                   projections: Optional[LowRankProjections] = None, layers: Optional[Iterable[int]] = None):
+    """Run `model` with the switched-on approximations (see the module docstring), on every
+    decoder layer or only on `layers` (indices: one pipeline stage's, where a neighbour in a
+    hybrid layout covers a failed slot of that stage only)."""
     patched: List[torch.nn.Module] = []
 
     def patch(module: torch.nn.Module, forward) -> None:
@@ -144,7 +146,10 @@ def approximations(model: torch.nn.Module, skip_attention: bool = True, recomput
         patched.append(module)
 
     try:
-        for layer in decoder_layers(model):
+        chosen = None if layers is None else set(layers)
+        for i, layer in enumerate(decoder_layers(model)):
+            if chosen is not None and i not in chosen:
+                continue
             if skip_attention:
                 patch(layer.input_layernorm, _no_grad(layer.input_layernorm.forward))
                 patch(layer.self_attn, _no_grad(layer.self_attn.forward))

@@ -606,8 +606,8 @@ def stage_layers(n_layers: int, pp: int, split: str = "even") -> List[int]:
 
 def _validate_parallel(cfg: Any) -> None:
     """The layout must tile the workers: tp x pp x dp = cluster.n_workers, tp inside a node and
-    dividing the heads, pp dividing the layers. The hybrid layout times the failure-free step of a
-    numerics-free run on a FLOP clock; the methods' mechanisms in it are not modelled yet."""
+    dividing the heads, pp dividing the layers. The hybrid layout is a numerics-free FLOP clock; a
+    failure there takes out whole tensor-parallel groups; Bamboo is not modelled in it."""
     if cfg.get("parallel") is None:  # a stored config from before the layout existed
         return
     p, m, h, n = cfg.parallel, cfg.model, cfg.hardware, cfg.cluster.n_workers
@@ -639,8 +639,12 @@ def _validate_parallel(cfg: Any) -> None:
            "as hardware=h100_8, no cluster.profile)")
     _check(not cfg.trainer.numerics, f"{layout}: the hybrid layout is a clock of the failure-free step; its numerics "
                                      "are not modelled yet: trainer.numerics=false")
-    _check(cfg.failure.kind == "none", f"{layout} with failure={cfg.failure.name}: the methods' mechanisms in a hybrid "
-                                       "layout are not modelled yet: failure=none")
+    _check(cfg.method.name != "bamboo", f"method=bamboo with {layout}: Bamboo's shadow stages in a hybrid layout are "
+                                        "not modelled (methods there: checkpoint, reft, baft, oobleck, mecefo)")
+    if cfg.failure.kind in ("paper", "poisson"):  # a trace file's groups are checked when it is read
+        unit = cfg.failure.get("unit_gpus", 1)
+        _check(unit % p.tp == 0, f"failure.unit_gpus={unit} with {layout}: a failure takes out whole tensor-parallel "
+                                 f"groups (a group cannot compute without one of its GPUs): a multiple of tp={p.tp}")
     _check(cfg.trainer.grad_accum == 1, f"trainer.grad_accum={cfg.trainer.grad_accum} with {layout}: a replica's "
                                         "micro-batches are parallel.microbatches")
 

@@ -577,3 +577,18 @@ def _get(cfg, key: str, default):
     except (AttributeError, KeyError):
         return default
     return default if value is None else value
+
+
+def check_whole_groups(trace: "Trace", tp: int) -> None:
+    """In a hybrid layout a failure takes out whole tensor-parallel groups (GPUs g .. g + tp - 1,
+    g a multiple of tp): the workers of each instant's failures and recoveries must be such groups."""
+    if tp <= 1:
+        return
+    by_instant: Dict[tuple, set] = {}
+    for e in trace.events:
+        by_instant.setdefault((e.time, e.kind), set()).add(e.worker)
+    for (t, kind), workers in sorted(by_instant.items()):
+        groups = {w // tp for w in workers}
+        if workers != {w for g in groups for w in range(g * tp, (g + 1) * tp)}:
+            raise TraceError(f"the trace's {kind} at {t:g} s takes workers {sorted(workers)}: with parallel.tp={tp} "
+                             f"a failure takes out whole tensor-parallel groups (workers g*{tp} .. g*{tp}+{tp - 1})")

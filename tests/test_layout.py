@@ -8,7 +8,7 @@ import torch
 from mecefo_exp.config import AttrDict, ConfigError, stage_layers, validate
 from mecefo_exp.timing.layout import LayerParts, layout_memory, layout_step, parts_from_counts
 
-from conftest import compose_cfg
+from conftest import compose_cfg, read_jsonl
 
 #: a cluster whose numbers make the arithmetic easy: 1 TFLOP/s reached in full, links in round GB/s
 HW = AttrDict(peak_tflops=1.0, compute_dtype="bf16", grad_dtype="fp32", shard="none", overlap=True, bucket_MB=25.0,
@@ -173,7 +173,9 @@ HYBRID = ["model=llama_60m", "hardware=h100_8", "cluster.n_workers=16", "paralle
     ("model=llama_tiny", None),  # valid layouts pass: 4 heads, 4 layers
     ("parallel.pp=8", None),  # 8 stages of one layer, dp=1
     ("parallel.split=llama3", None),  # 8 + 2 layers over 2 stages: 4 and 4
-    ("failure=high", "the methods' mechanisms in a hybrid layout are not modelled yet: failure=none"),
+    ("failure=high", "failure.unit_gpus=1 with parallel.tp=2 x pp=2 x dp=auto: a failure takes out whole "
+                     "tensor-parallel groups"),
+    ("method=bamboo", "method=bamboo with parallel.tp=2 x pp=2 x dp=auto: Bamboo's shadow stages"),
     ("trainer.numerics=true", "trainer.numerics=false"),
     ("parallel.microbatches=0", "parallel.microbatches=0: must be >= 1"),
     ("parallel.schedule=gpipe", "parallel.schedule='gpipe': allowed: 1f1b"),
@@ -232,3 +234,143 @@ def test_explicit_pure_data_parallelism_gives_the_golden_clock(run_exp):
     times = {r["step"]: r["sim_time_s"] for r in rows if "sim_time_s" in r and "val_loss" not in r}
     assert len(golden) == 12
     assert [times[g["step"]] for g in golden] == [g["sim_time_s"] for g in golden]
+
+
+# ------------------------------------------------------------------ the methods in a hybrid layout
+def test_where_a_gpu_sits_and_its_neighbours_by_hand():
+    """Megatron's rank order, tp innermost, then dp, then pp: TP2 x PP2 x DP4 (16 GPUs)."""
+    from mecefo_exp.timing.layout import LayoutShape
+
+    shape = LayoutShape(tp=2, pp=2, dp=4)
+    # GPU 11 = tensor rank 1 of replica (11 // 2) % 4 = 1 on stage 11 // 8 = 1
+    assert (shape.stage(11), shape.replica(11)) == (1, 1)
+    # the same slot (stage 1, tensor rank 1) in replicas 2, 3, 0
+    assert shape.same_slot_in_next_replicas(11) == [13, 15, 9]
+    assert [shape.stage(g) for g in range(16)] == [0] * 8 + [1] * 8
+
+
+def test_a_degraded_pipeline_by_hand():
+    """m = 4, p = 2: 5 pipeline slots. Stages of 1.0 s and 1.2 s per micro-batch: failure-free the
+    slowest is 1.2 s. A neighbour on stage 0 working 1.9x: 1.9 s paces the pipeline, 5 x (1.9 - 1.2)
+    = 3.5 s more; on stage 1 (1.2 x 1.9 = 2.28 s): 5 x 1.08 = 5.4 s. The batch on 3/4 of the GPUs
+    (share 4/3): 5 x (1.6 - 1.2) = 2 s."""
+    from mecefo_exp.timing.layout import degraded_pipeline_s
+
+    kernels = {"layout:slots": 5.0, "layout:stage0": 1.0, "layout:stage1": 1.2}
+    assert degraded_pipeline_s(kernels, {}) == 0.0
+    assert degraded_pipeline_s(kernels, {0: 1.9}) == pytest.approx(3.5)
+    assert degraded_pipeline_s(kernels, {1: 1.9}) == pytest.approx(5.4)
+    assert degraded_pipeline_s(kernels, {0: 1.1}) == 0.0  # 1.1 s still under the slowest stage's 1.2 s
+    assert degraded_pipeline_s(kernels, {}, share=4 / 3) == pytest.approx(2.0)
+
+
+# TP2 x PP2 x DP4 of llama_60m; a failure takes out a node of 2 GPUs (one tensor-parallel group)
+FAILING = [o for o in HYBRID if not o.startswith(("failure=", "method="))] + [
+    "hardware.gpus_per_node=2", "failure=high", "failure.unit_gpus=2", "hardware.paper_time=scaled",
+    "trainer.max_steps=300", "data.micro_batch=1", "data.seq_len=256", "trainer.eval_every=0", "seed=3"]
+
+
+@pytest.mark.parametrize("method", ["checkpoint", "reft", "baft", "oobleck", "mecefo"])
+def test_every_method_but_bamboo_runs_under_failures_in_a_hybrid_layout(run_exp, method):
+    """Failures take out whole tensor-parallel groups; each method pays its own way, and the
+    event-driven loop gives the step-by-step loop's run (the same check as for pure DP)."""
+    from test_event_driven import assert_same_run
+
+    stepped, stepped_dir = run_exp(*FAILING, f"method={method}", "trainer.event_driven=false", micro=False)
+    driven, driven_dir = run_exp(*FAILING, f"method={method}", micro=False)
+    assert stepped["status"] == "ok" and stepped["failures"] >= 4
+    assert_same_run(stepped, driven, read_jsonl(stepped_dir / "events.jsonl"),
+                    read_jsonl(driven_dir / "events.jsonl"))
+    layout = stepped["clock"]["layout"]
+    step_s = layout["step_s"]
+    breakdown = stepped["time_breakdown"]
+    if method in ("checkpoint", "reft", "baft"):  # spares replace the group: steps stay failure-free
+        assert breakdown["degraded_extra"] == 0 and stepped["rollbacks"] >= 1
+    else:  # in place: the degraded steps are longer (MeCeFO falls back when a stage has no free neighbour)
+        assert breakdown["degraded_extra"] > 0
+        assert stepped["rollbacks"] == (0 if method == "oobleck" else stepped["fatal"])
+    if method == "baft":  # its checkpoint writes go into the layout's own bubble
+        assert stepped["bubble_s"] == pytest.approx(layout["bubble_s"])
+        assert stepped["bubble_fraction"] == pytest.approx(layout["bubble_s"] / step_s)
+    if method == "mecefo":
+        events = read_jsonl(stepped_dir / "events.jsonl")
+        from mecefo_exp.timing.layout import LayoutShape
+
+        shape = LayoutShape(tp=2, pp=2, dp=4)
+        pairs = [(e["worker"], e["detail"]["neighbor"]) for e in events if e["kind"] == "neighbor"]
+        assert pairs
+        for failed, nb in pairs:  # the same slot of another replica: same stage, same tensor rank
+            assert shape.stage(nb) == shape.stage(failed) and nb % 2 == failed % 2
+            assert shape.replica(nb) != shape.replica(failed)
+
+
+def test_mecefo_degraded_step_in_a_layout_by_hand(run_exp, tmp_path):
+    """One node (GPUs 2, 3: replica 1 of stage 0) fails in step 10: GPUs 4, 5 (replica 2) cover
+    it and each of stage 0's pipeline slots runs pair / normal times longer, until it is back."""
+    from mecefo_exp.timing.layout import degraded_pipeline_s
+
+    trace = "time,worker,event\n" + "".join(f"{t},{w},{e}\n" for t, e in ((10.5, "fail"), (20.5, "recover"))
+                                            for w in (2, 3))
+    path = tmp_path / "node.csv"
+    path.write_text(trace)
+    summary, run_dir = run_exp(*[o for o in FAILING if not o.startswith(("failure", "trainer.max_steps"))],
+                               "failure=trace", "failure.unit=steps", f"failure.path={path}", "method=mecefo",
+                               "trainer.max_steps=30", "hardware.storage_GBps=1e6", micro=False)  # no long first checkpoint
+    events = read_jsonl(run_dir / "events.jsonl")
+    assert sorted((e["worker"], e["detail"]["neighbor"]) for e in events if e["kind"] == "neighbor") == [(2, 4), (3, 5)]
+    profile = __import__("json").loads((run_dir / "profile.json").read_text())["kernels"]
+    pair = next(v for k, v in profile.items() if k.startswith("neighbor_pair"))
+    extra = degraded_pipeline_s(profile, {0: pair / profile["mb:normal"]})
+    assert extra > 0
+    degraded_steps = summary["degraded_steps"]
+    step_of = {e["kind"]: e["step"] for e in events}
+    assert degraded_steps == step_of["recover"] - step_of["fail"] >= 5  # longer steps: the recovery lands earlier
+    assert summary["time_breakdown"]["degraded_extra"] == pytest.approx(degraded_steps * extra, rel=1e-12)
+
+
+def test_mecefo_approximations_limited_to_one_stage_leave_the_later_stage_exact():
+    """A tiny LLaMA of 4 layers in 2 stages; the approximations on stage 0's layers only: the
+    gradients of stage 1 (its layers, the final norm and the head) are the exact ones, bit for bit
+    (their backward starts at the loss and never passes through stage 0); stage 0's differ."""
+    from omegaconf import OmegaConf
+
+    from mecefo_exp.approx import LowRankProjections, approximations
+    from mecefo_exp.model import build_model
+
+    torch.manual_seed(0)
+    from conftest import MICRO
+
+    cfg = OmegaConf.merge(compose_cfg(MICRO).model, {"num_hidden_layers": 4})
+    model = build_model(cfg, 97, seed=0)
+    ids = torch.randint(0, 97, (2, 17))
+
+    def grads(**approx):
+        model.zero_grad(set_to_none=True)
+        if approx:
+            with approximations(model, **approx):
+                model(input_ids=ids[:, :-1], labels=ids[:, 1:]).loss.backward()
+        else:
+            model(input_ids=ids[:, :-1], labels=ids[:, 1:]).loss.backward()
+        return {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()}
+
+    exact = grads()
+    projections = LowRankProjections(model, 8, 10)
+    projections.refresh(0)
+    approx = grads(skip_attention=True, recompute_ffn=True, projections=projections, layers=[0, 1])
+    later = [n for n in exact if n.startswith(("model.layers.2.", "model.layers.3.", "model.norm", "lm_head"))]
+    earlier = [n for n in exact if n.startswith(("model.layers.0.", "model.layers.1."))]
+    assert later and earlier
+    for n in later:
+        assert torch.equal(approx[n], exact[n]), n
+    assert all(approx[n] is None for n in earlier if ".self_attn." in n)  # attention skipped in backward
+    assert any(approx[n] is not None and not torch.equal(approx[n], exact[n]) for n in earlier if ".mlp." in n)
+
+
+def test_a_trace_that_splits_a_tensor_parallel_group_is_refused(run_exp, tmp_path):
+    from mecefo_exp.faults import TraceError
+
+    path = tmp_path / "half.csv"
+    path.write_text("time,worker,event\n3.5,2,fail\n")  # GPU 2 without GPU 3, its tensor-parallel partner
+    with pytest.raises(TraceError, match=r"takes workers \[2\]: with parallel.tp=2 a failure takes out whole"):
+        run_exp(*[o for o in FAILING if not o.startswith(("failure", "trainer.max_steps"))], "failure=trace",
+                "failure.unit=steps", f"failure.path={path}", "method=mecefo", "trainer.max_steps=5", micro=False)

@@ -2,8 +2,10 @@
 
 BAFT profiles the hybrid-parallel schedule and places checkpoint work inside the pipeline
 bubbles, where the GPUs would idle anyway, so checkpoints can be frequent and rollbacks
-short. Its benefit is structural to pipeline parallelism: our engine is pure data
-parallelism and has no bubble, so we only *model* one. A 1F1B schedule with p = `stages`
+short. In a hybrid layout (parallel.pp > 1) the bubble is the layout's own, (p - 1) pipeline
+slots of the slowest stage (timing/layout.py), and method.stages/microbatches are not read.
+Its benefit is structural to pipeline parallelism: in pure data parallelism our engine has
+no bubble, so we only *model* one. A 1F1B schedule with p = `stages`
 stages and m = `microbatches` micro-batches per flush idles a share
 (p - 1) / (m + p - 1) of every step. We take that share of the failure-free step time as
 the step's bubble (we do not lengthen the step: every method runs on the same engine),
@@ -34,11 +36,17 @@ class Baft(RollbackMethod):
 
     @property
     def bubble_fraction(self) -> float:
+        costs = self.run.costs
+        if costs.shape is not None:  # a hybrid layout has a real pipeline: its own bubble
+            return costs.profile["layout:bubble"] / costs.failure_free_step(self.n).total
         return bubble_fraction(self.cfg.stages, self.cfg.microbatches)
 
     @property
     def bubble_s(self) -> float:
-        return self.bubble_fraction * self.run.costs.failure_free_step(self.n).total
+        costs = self.run.costs
+        if costs.shape is not None:  # each GPU writes its own shard in its own stage's idle slots
+            return costs.profile["layout:bubble"]
+        return self.bubble_fraction * costs.failure_free_step(self.n).total
 
     @property
     def checkpoint_charge_s(self) -> float:

@@ -363,14 +363,20 @@ def resplit_plan(step: int, n: int, down: set) -> Plan:
 def resplit_cost(costs, n: int, plan: Plan) -> StepCost:
     """A re-split step: the global batch spread evenly over the computing workers, each holding
     n / alive micro-batches' worth (beyond one: degraded_extra); under a throughput table, the
-    table's step at the number of computing workers."""
+    table's step at the number of computing workers; in a hybrid layout, the pipeline part of the
+    step n / alive times longer (timing/layout.py)."""
     alive = len(plan.computing_workers)
     if costs.table is not None:
         return costs.table_step(alive)
     share = n / alive
+    if costs.layout is not None:  # pipelines re-formed over the GPUs left, the batch spread over them
+        return costs.layout_step({}, share=share)
     return costs.synchronous_step(share * costs.profile["mb:normal"], share, alive)
 
 
-def neighbors_on_ring(worker: int, n: int) -> List[int]:
-    """The other workers in ring order after `worker`: worker+1, worker+2, ... (mod n)."""
+def neighbors_on_ring(worker: int, n: int, shape=None) -> List[int]:
+    """The other workers in ring order after `worker`: worker+1, worker+2, ... (mod n). In a hybrid
+    layout (`shape`), the GPUs that hold the same weights: the same slot in the next replicas."""
+    if shape is not None:
+        return shape.same_slot_in_next_replicas(worker)
     return [(worker + k) % n for k in range(1, n)]

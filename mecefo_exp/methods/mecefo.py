@@ -128,7 +128,11 @@ class Mecefo(InPlaceMethod):
         """Fatal only when every live worker already covers someone: at least half the
         ring down at once. Under independent failures that is about p_down ** (n // 2),
         which sets the Young/Daly interval of the fallback checkpoints (often: none)."""
-        return p_down ** max(1, self.run.failure_units // 2)  # units of unit_gpus workers fail together
+        units = self.run.failure_units  # units of unit_gpus workers fail together
+        shape = self.run.costs.shape
+        if shape is not None:  # a neighbour chain runs through one stage's slots, one per replica
+            units = shape.dp
+        return p_down ** max(1, units // 2)
 
     # ------------------------------------------------------------ membership
     def on_failure(self, worker: int) -> None:
@@ -150,7 +154,8 @@ class Mecefo(InPlaceMethod):
             if failed in self.cover:
                 continue
             busy = set(self.cover.values())
-            nb = next((k for k in neighbors_on_ring(failed, self.n) if k not in self.down and k not in busy), None)
+            ring = neighbors_on_ring(failed, self.n, self.run.costs.shape)
+            nb = next((k for k in ring if k not in self.down and k not in busy), None)
             if nb is None:  # the paper defers to system-level recovery
                 self.fall_back(failed, {"reason": "no eligible neighbour", "cover": dict(self.cover)})
                 return
@@ -182,12 +187,20 @@ class Mecefo(InPlaceMethod):
         costs, profile = self.run.costs, self.run.costs.profile
         if costs.table is not None:  # no node leaves the job: all n workers' samples, the neighbours' pairs slower
             return costs.table_step(self.n, slowdown=profile[f"neighbor_pair{self.tag}"] / profile["mb:normal"])
+        svd = profile[f"mecefo_svd{self.tag}"] if self._svd_step == plan.step else 0.0
+        if costs.shape is not None:
+            # a hybrid layout: the neighbour slot runs both replicas' micro-batches of its stage only,
+            # each pipeline slot `pair / normal` times longer; its SVD covers that stage's share of
+            # the FFN weights, split over the tensor-parallel group (assumption: 1 / (pp x tp) of the
+            # whole model's)
+            factor = profile[f"neighbor_pair{self.tag}"] / profile["mb:normal"]
+            stages = {costs.shape.stage(nb): factor for nb in plan.notes["cover"].values()}
+            return costs.layout_step(stages, ft_overhead=svd / (costs.shape.pp * costs.shape.tp))
         # the slowest worker: a neighbour (its pair kernel: two approximate micro-batches) or, if
         # any worker is not a neighbour, one normal micro-batch (counted, not walked: 16,384 workers)
         slowest = (profile[f"neighbor_pair{self.tag}"], 2)
         if len(plan.work) > len(plan.notes["cover"]):
             slowest = max(slowest, (costs.worker_s(("normal",)), 1))
-        svd = profile[f"mecefo_svd{self.tag}"] if self._svd_step == plan.step else 0.0
         return costs.synchronous_step(slowest[0], slowest[1], len(plan.work), ft_overhead=svd)
 
     def steady_steps(self, plan: Plan, step_s: float) -> Optional[int]:

@@ -29,7 +29,7 @@ from ..config import ConfigError, data_parallel_size, is_hybrid, plain
 from .clock import CATEGORIES, CostModel, SimClock, StepCost
 from .flops import calibrate_efficiency, count_kernels, kernel_seconds
 from .kernels import FORWARD, KernelBench, build_kernels, micro_batch_kernel
-from .layout import layout_memory, layout_step, parts_from_counts, stage_table
+from .layout import LayoutShape, layout_kernels, layout_memory, layout_step, parts_from_counts, stage_table
 from .memory import worker_memory
 from .profile import Profile, load_or_measure, machine_meta
 from ..paths import conf_dir, default_cache_dir
@@ -120,7 +120,7 @@ def build_timing(cfg, method, modes, vocab_size: int, device: torch.device,
         seconds = kernel_seconds(counts, hw, efficiency, n_params, state_bytes(n_params), n)
         if is_hybrid(cfg):  # the layout's failure-free step replaces the pure-DP one (timing/layout.py)
             layout = time_layout(cfg, model_cfg, modes, vocab_size, dtype, efficiency)
-            seconds.update({"layout:compute": layout["compute_s"], "layout:comm": layout["comm_s"]})
+            seconds.update(layout_kernels(layout))
         profile = Profile(seconds, {"compute": "flops", "hardware": hw.name, "timed_model": model_cfg.name,
                                     "micro_batch": d.micro_batch, "seq_len": d.seq_len, "efficiency": efficiency,
                                     "efficiency_source": source, "peak_tflops": hw.peak_tflops}, None)
@@ -141,6 +141,13 @@ def build_timing(cfg, method, modes, vocab_size: int, device: torch.device,
     stalls = {k: cfg.cluster[k] for k in ("detection_s", "restart_s", "reconfigure_s", "paper_run_h", "scale_stalls")}
     info["fingerprint"] = profile.fingerprint(hardware=plain(hw), stalls=stalls)
     return Timing(profile, n_params, model_cfg.name, counts, memory, info)
+
+
+def layout_shape(cfg) -> Optional[LayoutShape]:
+    """Where each GPU sits in a hybrid layout (None for pure data parallelism)."""
+    if not is_hybrid(cfg):
+        return None
+    return LayoutShape(tp=cfg.parallel.tp, pp=cfg.parallel.pp, dp=data_parallel_size(cfg))
 
 
 def time_layout(cfg, model_cfg, modes, vocab_size: int, dtype: torch.dtype, efficiency: float) -> Dict[str, object]:

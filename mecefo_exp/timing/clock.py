@@ -24,6 +24,7 @@ from typing import Dict, Iterable, List, Optional
 from ..config import plain
 from ..throughput import ThroughputTable, table_for
 from .comm import allreduce_s, exposed_comm_s
+from .layout import LayoutShape, degraded_pipeline_s
 from .profile import Profile
 
 # The categories of summary.json's time_breakdown.
@@ -51,7 +52,7 @@ class CostModel:
     """Kernel seconds + links + stalls -> simulated seconds."""
 
     def __init__(self, profile: Profile, cluster_cfg, hardware_cfg, n_params: int, state_bytes: int,
-                 modes: Dict[str, object], max_steps: int, method: str = ""):
+                 modes: Dict[str, object], max_steps: int, method: str = "", shape: Optional[LayoutShape] = None):
         self.profile = profile
         self.max_steps = max_steps
         self.modes = modes  # mode name -> Mode (its profile kernel)
@@ -66,10 +67,14 @@ class CostModel:
         # hardware.compute=table: a step's seconds come from a failure-free throughput table at the
         # number of nodes the step runs on (the Oobleck artifact's model), not from kernels and links
         self.table: Optional[ThroughputTable] = None
-        # a hybrid layout (parallel.tp or pp > 1): its failure-free step, from timing/layout.py
+        # a hybrid layout (parallel.tp or pp > 1): its failure-free step, from timing/layout.py, and
+        # where each GPU sits in it (`shape`: which stage and replica a failure takes out)
         self.layout: Optional[StepCost] = None
+        self.shape = shape
         if "layout:compute" in profile.kernels:
             self.layout = StepCost(compute=profile["layout:compute"], comm=profile["layout:comm"])
+            if shape is None:
+                raise ValueError("a profile with a hybrid layout's step needs the layout's shape (parallel.tp/pp/dp)")
         if self.hw.get("compute") == "table":
             self.table = table_for(self.hw.tables, method, self.hw.samples_per_step, self.hw.step_ms_integer)
 
@@ -129,6 +134,16 @@ class CostModel:
                                         degraded_extra=max(0.0, slowest_s - normal))
         return self._steps[key]  # shared: a StepCost is never changed in place (bamboo._minus copies)
 
+    def layout_step(self, stage_factor: Dict[int, float], share: float = 1.0, ft_overhead: float = 0.0) -> StepCost:
+        """A step of the hybrid layout with some (stage, replica) slots doing `stage_factor` times
+        their micro-batch work, and the global batch on n / `share` of the GPUs (timing/layout.py)."""
+        key = ("layout", tuple(sorted(stage_factor.items())), share, ft_overhead)
+        if key not in self._steps:
+            extra = degraded_pipeline_s(self.profile.kernels, stage_factor, share)
+            self._steps[key] = StepCost(compute=self.layout.compute, comm=self.layout.comm, ft_overhead=ft_overhead,
+                                        degraded_extra=extra)
+        return self._steps[key]
+
     def failure_free_step(self, n_workers: int) -> StepCost:
         if self.table is not None:
             return self.table_step(n_workers)
@@ -142,11 +157,14 @@ class CostModel:
         if self.table is not None:
             return self.table_step(len(worker_modes), ft_overhead=ft_overhead)
         worker_modes = {w: list(m) for w, m in worker_modes.items()}
-        if self.layout is not None:  # every GPU at its place in the layout: the failure-free step
-            if any(m != ["normal"] for m in worker_modes.values()):
-                raise NotImplementedError("a degraded step in a hybrid layout (parallel.tp or pp > 1) is not "
-                                          "modelled yet")
-            return StepCost(compute=self.layout.compute, comm=self.layout.comm, ft_overhead=ft_overhead)
+        if self.layout is not None:  # each GPU at its place in the layout; one doing more slows its stage
+            normal = self.worker_s(("normal",))
+            factors: Dict[int, float] = {}
+            for w, m in worker_modes.items():
+                if m != ["normal"]:
+                    stage = self.shape.stage(w)
+                    factors[stage] = max(factors.get(stage, 1.0), self.worker_s(m) / normal)
+            return self.layout_step(factors, ft_overhead=ft_overhead)
         slowest = max(worker_modes.values(), key=self.worker_s, default=[])
         return self.synchronous_step(self.worker_s(slowest), len(slowest), n_allreduce, ft_overhead)
 

@@ -36,8 +36,18 @@ Model Training on GPU Clusters Using Megatron-LM", SC 2021). cluster.n_workers G
   1F1B stage i (from 0) holds the activations of min(m, p - i) micro-batches in flight (at most p,
   on the first stage: Narayanan et al. 2021, Section 2.2.1). The peak is the largest stage's.
 
-Not modelled here: the methods' mechanisms in the layout (a failure, a neighbour, a shadow stage),
-interleaved (virtual) stages, context parallelism, overlap of the pipeline sends with compute.
+A degraded step (`LayoutShape`, `degraded_pipeline_s`): a failure takes out whole
+tensor-parallel groups (failure.unit_gpus a multiple of tp: a node), that is (stage, replica)
+slots. A slot that does more than its own micro-batches (MeCeFO's neighbour: its replica's and
+the failed one's) runs each of its pipeline slots `factor` times longer, and 1F1B is paced by the
+slowest stage of the slowest replica: the step's pipeline part becomes (m + p - 1) x the largest
+of stage micro-batch time x factor, over every (stage, replica) (the same slowest-stage rule as
+the failure-free step). Methods that re-form the pipelines over fewer nodes (Oobleck) keep the
+global batch on fewer GPUs: the pipeline part grows by n / alive (`share`), an assumption that
+Oobleck's templates spread the batch in proportion to the nodes left.
+
+Not modelled here: Bamboo's shadow stages in the layout, interleaved (virtual) stages, context
+parallelism, overlap of the pipeline sends with compute.
 """
 
 from __future__ import annotations
@@ -122,6 +132,53 @@ def layout_step(parts: LayerParts, n_layers: int, hw, parallel, efficiency: floa
             "bubble_s": (pp - 1) * slot_s, "bubble_fraction": (pp - 1) / slots, "slot_s": slot_s,
             "stage_layers": layers, "stages": stages, "tp": tp, "pp": pp, "dp": dp, "microbatches": m,
             "schedule": parallel.get("schedule", "1f1b")}
+
+
+def layout_kernels(step: Dict[str, object]) -> Dict[str, float]:
+    """What the clock keeps of the layout's step (profile kernels, hence in the clock's
+    fingerprint): the failure-free compute and comm, the pipeline's slots, each stage's micro-batch
+    time (compute + TP all-reduces + sends) and the bubble."""
+    out = {"layout:compute": step["compute_s"], "layout:comm": step["comm_s"],
+           "layout:slots": float(step["microbatches"] + step["pp"] - 1), "layout:bubble": step["bubble_s"]}
+    for i, s in enumerate(step["stages"]):
+        out[f"layout:stage{i}"] = s["compute_s"] + s["tp_comm_s"] + s["p2p_s"]
+    return out
+
+
+@dataclass(frozen=True)
+class LayoutShape:
+    """Where a GPU sits in the layout, in Megatron-LM's rank order (tensor parallelism innermost,
+    then data parallelism, then pipeline stages): GPU g is tensor rank g % tp of replica
+    (g // tp) % dp on stage g // (tp x dp). With tp = hardware.gpus_per_node a node is one
+    tensor-parallel group, i.e. one (stage, replica) slot."""
+    tp: int
+    pp: int
+    dp: int
+
+    def stage(self, gpu: int) -> int:
+        return gpu // (self.tp * self.dp)
+
+    def replica(self, gpu: int) -> int:
+        return (gpu // self.tp) % self.dp
+
+    def same_slot_in_next_replicas(self, gpu: int) -> List[int]:
+        """The GPU at the same tensor rank and stage in replicas r+1, r+2, ... (mod dp): MeCeFO's
+        neighbours in a layout (the adjacent data-parallel replica holds the same weights)."""
+        base = self.stage(gpu) * self.tp * self.dp + gpu % self.tp
+        r = self.replica(gpu)
+        return [base + ((r + k) % self.dp) * self.tp for k in range(1, self.dp)]
+
+
+def degraded_pipeline_s(kernels: Dict[str, float], stage_factor: Dict[int, float], share: float = 1.0) -> float:
+    """Seconds the pipeline part of a degraded step takes beyond the failure-free one (module doc):
+    `stage_factor[i]` the largest factor of any slot on stage i (1 if absent), `share` n / alive."""
+    slots = kernels["layout:slots"]
+    stages = [kernels[f"layout:stage{i}"] for i in range(sum(k.startswith("layout:stage") for k in kernels))]
+    normal = max(stages)
+    if not stage_factor and share == 1.0:
+        return 0.0
+    slowest = max(t * stage_factor.get(i, 1.0) for i, t in enumerate(stages))
+    return max(0.0, slots * (share * slowest - normal))
 
 
 def layout_memory(step: Dict[str, object], hw, dp: int) -> Dict[str, object]:
