@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 
 #: studies with their own analysis (a sweep whose design the default tables do not read)
 #: study name -> the module (of this package) whose analyze(roots, out, figures=...) replaces the default
-STUDIES = {"paper_scale": "paper_scale", "convergence": "convergence", "oobleck_artifact": "oobleck_artifact"}
+STUDIES = {"paper_scale": "paper_scale", "convergence": "convergence", "oobleck_artifact": "oobleck_artifact",
+           "frontier": "frontier"}
 
 
 class CollectCallback(Callback):
