@@ -374,3 +374,21 @@ def test_a_trace_that_splits_a_tensor_parallel_group_is_refused(run_exp, tmp_pat
     with pytest.raises(TraceError, match=r"takes workers \[2\]: with parallel.tp=2 a failure takes out whole"):
         run_exp(*[o for o in FAILING if not o.startswith(("failure", "trainer.max_steps"))], "failure=trace",
                 "failure.unit=steps", f"failure.path={path}", "method=mecefo", "trainer.max_steps=5", micro=False)
+
+
+def test_the_llama3_405b_experiment_lands_in_the_reported_mfu_band(run_exp):
+    """experiment=llama3_405b: TP8 x PP16 x DP128 of 16,384 H100, 16M tokens per step; its calibrated
+    efficiency puts the failure-free step in Llama 3's reported BF16 MFU band (38-43%), and its
+    step count is 54 days of failure-free steps."""
+    summary, _ = run_exp("experiment=llama3_405b", "method=checkpoint", "failure=none", "trainer.max_steps=2",
+                         micro=False)
+    clock = summary["clock"]
+    layout = clock["layout"]
+    assert (layout["tp"], layout["pp"], layout["dp"]) == (8, 16, 128)
+    assert layout["stage_layers"] == [7] + [8] * 14 + [7]
+    assert summary["tokens_committed"] == 2 * 128 * 16 * 8192  # 16,777,216 tokens per step
+    assert 0.38 <= clock["implied_mfu"] <= 0.43, clock["implied_mfu"]
+    from conftest import compose_cfg as compose
+
+    steps = compose(["experiment=llama3_405b"]).trainer.max_steps
+    assert steps * clock["failure_free_step_s"] == pytest.approx(54 * 86400, rel=1e-3)
