@@ -10,9 +10,10 @@ effective training time"); the throughput drop is 1 minus it. Also the checkpoin
 the rollback methods chose (Young/Daly, docs/DESIGN.md), the interruptions (servers lost) and
 the memory per GPU of the layout.
 
-Written under <out>: frontier_runs.csv, frontier.md, frontier.csv and
-frontier_effective_time.png (effective training time against the interruption rate, one line
-per method, at the 600 s replacement). Runs that are not ok are listed, never dropped silently.
+Written under <out>: tables/frontier_runs.csv (every column, every run), tables/frontier.md (the
+table RESULTS.md publishes) and figures/frontier_effective_time.png (effective training time
+against the interruption rate, one line per method, at the 600 s replacement). Runs that are not
+ok are listed, never dropped silently.
 """
 
 from __future__ import annotations
@@ -48,10 +49,17 @@ def runs(roots: List[Path]) -> pd.DataFrame:
             "interruptions": (s.get("failures") or 0) // max(1, dig(cfg, ["failure", "unit_gpus"]) or 1),
             "rollbacks": s.get("rollbacks"), "effective_time": effective,
             "drop": None if effective is None else 1 - effective,
-            "checkpoint_interval": s.get("checkpoint_interval", s.get("snapshot_interval")),
+            # a rollback method's Young/Daly interval; an in-place method that never writes one: none
+            "checkpoint_interval": (s["checkpoint_interval"] if s.get("checkpoint_interval") and
+                                    s["checkpoint_interval"] < (s.get("steps") or 0) else "none"),
             "peak_GB_per_gpu": (mem.get("peak_GB") or {}).get("normal"), "fits_80GB": (mem.get("fits") or {}).get("normal"),
             "mfu_failure_free": s.get("clock", {}).get("implied_mfu"), "run_dir": str(run_dir)})
     return pd.DataFrame(rows)
+
+
+#: the columns of the published table (the csv has every column)
+SHOWN = ["method", "rate_x", "replace_s", "days", "interruptions", "rollbacks", "effective_time", "drop",
+         "checkpoint_interval"]
 
 
 def _fmt(df: pd.DataFrame) -> str:
@@ -62,7 +70,7 @@ def _fmt(df: pd.DataFrame) -> str:
             return f"{100 * v:.2f}%"
         return f"{v:.4g}" if isinstance(v, float) else str(v)
 
-    cols = [c for c in df.columns if c != "run_dir"]
+    cols = SHOWN
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(cell(c, getattr(r, c)) for c in cols) + " |" for r in df.itertuples(index=False)]
     return "\n".join(lines)
@@ -79,14 +87,14 @@ def analyze(roots: List[Path], out: Path, figures: bool = True, verbose: bool = 
 
     def describe(df) -> str:
         bad = df[df.status != "ok"]
-        text = ["## Effective training time on Llama 3 405B's cluster", "", _fmt(df), ""]
+        text = ["## Effective training time on Llama 3 405B's cluster", "", _fmt(df[df.status == "ok"]), ""]
         if not bad.empty:
             text += [f"{len(bad)} runs not ok: " + ", ".join(bad.run_dir), ""]
         return "\n".join(text)
 
     def write(df, out):
-        out.mkdir(parents=True, exist_ok=True)
-        files = [out / "frontier_runs.csv", out / "frontier.md"]
+        (out / "tables").mkdir(parents=True, exist_ok=True)
+        files = [out / "tables" / "frontier_runs.csv", out / "tables" / "frontier.md"]
         df.to_csv(files[0], index=False)
         files[1].write_text(describe(df))
         return {"tables": files}
@@ -109,7 +117,8 @@ def analyze(roots: List[Path], out: Path, figures: bool = True, verbose: bool = 
         ax.set_title("Llama 3 405B, 16,384 H100 (simulated, calibrated clock)")
         ax.legend(fontsize=7)
         fig.tight_layout()
-        path = out / "frontier_effective_time.png"
+        (out / "figures").mkdir(parents=True, exist_ok=True)
+        path = out / "figures" / "frontier_effective_time.png"
         fig.savefig(path, dpi=120)
         plt.close(fig)
         return [path]

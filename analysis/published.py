@@ -133,11 +133,19 @@ def _ablation_tables(runs: Path) -> Dict[str, str]:
     return {"ablation_memory.md": "\n".join(rows)}
 
 
+FRONTIER_METHODS = ("checkpoint", "baft", "oobleck", "mecefo")  # Bamboo is not modelled in a layout; REFT: too slow
+
+
+def _frontier_configs() -> Dict[str, List[str]]:
+    return {m: ["experiment=llama3_405b", f"method={m}"] for m in FRONTIER_METHODS}
+
+
 STUDIES: Dict[str, Study] = {
     "paper_mini": Study("paper_mini", ["experiment=paper_mini"], _paper_mini_configs),
     "paper_table2": Study("paper_table2", ["experiment=paper_table2"], _paper_table2_configs, trains=False),
     "ablation_memory": Study("ablation_memory", [], _ablation_configs, tables_from_runs=_ablation_tables,
                              trains=False),
+    "llama3_405b": Study("llama3_405b", ["experiment=llama3_405b"], _frontier_configs, trains=False),
 }
 
 
@@ -267,11 +275,11 @@ def rewrite(text: str, tables: Dict[str, Dict[str, str]], prints: Dict[str, Fing
 def sweep_tables(study: Study, sweep: Path, out: Path) -> Dict[str, str]:
     """The markdown tables of a finished sweep, analysed afresh by the current code into `out`
     ({file name: text}): a sweep's own analysis folder may come from an older analysis."""
-    from . import figures, paper_scale
+    from . import figures, frontier, paper_scale
 
     if not any(sweep.glob("*/summary.json")):
         raise SystemExit(f"{sweep}: no run folders with a summary.json (did the sweep run?)")
-    analyze = paper_scale.analyze if study.name == "paper_table2" else figures.analyze
+    analyze = {"paper_table2": paper_scale.analyze, "llama3_405b": frontier.analyze}.get(study.name, figures.analyze)
     analyze([sweep], out, figures=False, verbose=False)
     return {p.name: p.read_text() for p in sorted((out / "tables").glob("*.md"))}
 

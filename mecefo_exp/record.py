@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 def clock_summary(timing, costs, hardware_cfg, n_workers: int) -> Dict:
     """What summary.json says about the clock: which, its fingerprint, FLOPs, MFU, memory."""
     step = costs.failure_free_step(n_workers)
-    flops = timing.counts["mb:normal"]["flops"]
+    flops = normal = timing.counts["mb:normal"]["flops"]
     if "layout" in timing.info:  # a GPU of a hybrid layout does 1/(tp x pp) of m micro-batches
         flops = timing.info["layout"]["flops_per_gpu_step"]
     peak = hardware_cfg.peak_tflops * 1e12
@@ -29,7 +29,7 @@ def clock_summary(timing, costs, hardware_cfg, n_workers: int) -> Dict:
     out.update(n_params_timed=timing.n_params, failure_free_step_s=step.total,
                flops_per_worker_step=flops, paper_time=hardware_cfg.paper_time,
                implied_mfu=flops / (step.total * peak) if step.total > 0 else None,
-               flop_ratio_neighbour_normal=next((c["flops"] / flops for k, c in timing.counts.items()
+               flop_ratio_neighbour_normal=next((c["flops"] / normal for k, c in timing.counts.items()
                                                  if k.startswith("neighbor_pair")), None))
     return out
 

@@ -392,3 +392,14 @@ def test_the_llama3_405b_experiment_lands_in_the_reported_mfu_band(run_exp):
 
     steps = compose(["experiment=llama3_405b"]).trainer.max_steps
     assert steps * clock["failure_free_step_s"] == pytest.approx(54 * 86400, rel=1e-3)
+
+
+def test_a_hybrid_run_reports_the_neighbour_flop_ratio_of_one_micro_batch(run_exp):
+    """clock.flop_ratio_neighbour_normal is the neighbour pair's FLOPs over one normal micro-batch's,
+    in a hybrid layout too (not over a GPU's share of a step: that read 13.3 at 405B)."""
+    summary, run_dir = run_exp(*HYBRID[:-1], "method=mecefo", "trainer.max_steps=1", "data.micro_batch=1",
+                               "data.seq_len=256", micro=False)
+    flops = __import__("json").loads((run_dir / "profile.json").read_text())["meta"]["flops"]
+    pair = next(v for k, v in flops.items() if k.startswith("neighbor_pair"))
+    assert summary["clock"]["flop_ratio_neighbour_normal"] == pytest.approx(pair / flops["mb:normal"])
+    assert 1.2 < summary["clock"]["flop_ratio_neighbour_normal"] < 2.0

@@ -99,12 +99,15 @@ CHEAP = [c for c in COMMANDS if not c[2] and not any(w in c[0] for w in ("resume
 @pytest.mark.parametrize("line,args,multirun", CHEAP, ids=[c[0][:60] for c in CHEAP])
 def test_readme_command_runs_at_a_tiny_size(line, args, multirun, tmp_path):
     """The command's own overrides, then a tiny shape and 2 steps (a numerics-free line, or a scenario, keeps its shape)."""
+    from mecefo_exp.config import validate
     from mecefo_exp.trainer import Experiment
 
     overrides = _single_values(args)
+    numerics = compose_cfg(overrides).trainer.numerics  # a numerics-free line (or preset) is cheap at any size
     tiny = [o for o in MICRO if not o.startswith(("trainer.max_steps", "model=", "model."))] if \
-        "trainer.numerics=false" not in overrides and not any(o.startswith("scenario=") for o in overrides) else []
+        numerics and not any(o.startswith("scenario=") for o in overrides) else []
     cfg = compose_cfg(overrides + tiny + ["trainer.max_steps=2", "trainer.eval_every=0", "trainer.progress=none"])
+    validate(cfg)
     summary = Experiment(cfg, tmp_path / "run").run()
     assert summary["status"] == "ok" and summary["steps"] == 2
 
