@@ -18,7 +18,6 @@ ok are listed, never dropped silently.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Dict, List
@@ -127,13 +126,9 @@ def analyze(roots: List[Path], out: Path, figures: bool = True, verbose: bool = 
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("roots", nargs="+", type=Path)
-    ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--no-figures", action="store_true")
-    args = ap.parse_args(argv)
-    analyze(args.roots, args.out or args.roots[0] / "analysis", figures=not args.no_figures, verbose=True)
-    return 0
+    from .study import study_main
+
+    return study_main(analyze, __doc__, "python -m analysis.frontier", argv)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ behaviours) beside the artifact's.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import logging
@@ -195,13 +194,9 @@ def _figure(table: pd.DataFrame, model: str, path: Path) -> Path:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("roots", nargs="+", type=Path)
-    ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--no-figures", action="store_true")
-    args = ap.parse_args(argv)
-    analyze(args.roots, args.out or args.roots[0] / "analysis", figures=not args.no_figures, verbose=True)
-    return 0
+    from .study import study_main
+
+    return study_main(analyze, __doc__, "python -m analysis.oobleck_artifact", argv)
 
 
 if __name__ == "__main__":

@@ -29,3 +29,17 @@ def run_study(out, collect: Callable[[], Any], tables: Callable[[Any, Path], Dic
     elif not verbose and quiet_describe is not None:
         quiet_describe(data)
     return written
+
+
+def study_main(analyze: Callable[..., Dict[str, List[Path]]], doc: str, prog: str,
+               argv: Optional[List[str]] = None) -> int:
+    """The command line of a study module: sweep folders, --out (default <first>/analysis), --no-figures."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
+    ap.add_argument("roots", nargs="+", type=Path, help="sweep folders (or any folders holding run folders)")
+    ap.add_argument("--out", type=Path, default=None, help="output folder (default: <first folder>/analysis)")
+    ap.add_argument("--no-figures", action="store_true", help="tables only")
+    args = ap.parse_args(argv)
+    analyze(args.roots, args.out or args.roots[0] / "analysis", figures=not args.no_figures, verbose=True)
+    return 0
