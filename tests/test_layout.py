@@ -247,6 +247,23 @@ def test_where_a_gpu_sits_and_its_neighbours_by_hand():
     # the same slot (stage 1, tensor rank 1) in replicas 2, 3, 0
     assert shape.same_slot_in_next_replicas(11) == [13, 15, 9]
     assert [shape.stage(g) for g in range(16)] == [0] * 8 + [1] * 8
+    # REFT's parity chains: each (stage, tensor rank) slot's GPUs, one per replica
+    assert shape.replica_chains() == [[0, 2, 4, 6], [1, 3, 5, 7], [8, 10, 12, 14], [9, 11, 13, 15]]
+
+
+def test_reft_parity_groups_in_a_layout_never_put_two_shards_of_a_group_on_one_server():
+    """Groups of 2 along the chains: a server (GPUs 2g, 2g + 1 at tp = 2) holds at most one shard of a
+    group, and a group's parity sits in another replica of the same chain, on another server."""
+    from mecefo_exp.methods.reft import parity_layout
+    from mecefo_exp.timing.layout import LayoutShape
+
+    groups, holders = parity_layout(16, 2, LayoutShape(tp=2, pp=2, dp=4).replica_chains())
+    assert groups == [[0, 2], [4, 6], [1, 3], [5, 7], [8, 10], [12, 14], [9, 11], [13, 15]]
+    assert holders == [4, 0, 5, 1, 12, 8, 13, 9]
+    for group, holder in zip(groups, holders):
+        servers = [w // 2 for w in group]
+        assert len(set(servers)) == len(servers) and holder // 2 not in servers
+    assert parity_layout(8, 4) == parity_layout(8, 4, None)  # pure DP: consecutive workers, as before
 
 
 def test_a_degraded_pipeline_by_hand():
@@ -289,6 +306,8 @@ def test_every_method_but_bamboo_runs_under_failures_in_a_hybrid_layout(run_exp,
     else:  # in place: the degraded steps are longer (MeCeFO falls back when a stage has no free neighbour)
         assert breakdown["degraded_extra"] > 0
         assert stepped["rollbacks"] == (0 if method == "oobleck" else stepped["fatal"])
+    if method == "reft":  # some servers' losses are restored from memory (at high, many come two at a time)
+        assert stepped["memory_restores"] >= 1
     if method == "baft":  # its checkpoint writes go into the layout's own bubble
         assert stepped["bubble_s"] == pytest.approx(layout["bubble_s"])
         assert stepped["bubble_fraction"] == pytest.approx(layout["bubble_s"] / step_s)
@@ -403,3 +422,18 @@ def test_a_hybrid_run_reports_the_neighbour_flop_ratio_of_one_micro_batch(run_ex
     pair = next(v for k, v in flops.items() if k.startswith("neighbor_pair"))
     assert summary["clock"]["flop_ratio_neighbour_normal"] == pytest.approx(pair / flops["mb:normal"])
     assert 1.2 < summary["clock"]["flop_ratio_neighbour_normal"] < 2.0
+
+
+def test_reft_restores_a_lost_server_from_memory_in_a_layout(run_exp, tmp_path):
+    """One server (GPUs 2 and 3: tensor ranks 0 and 1 of replica 1, stage 0) fails in step 10: its two
+    shards belong to two parity groups (chains [0, 2, 4, 6] and [1, 3, 5, 7]), one erasure each, so
+    REFT rebuilds both and restarts once from memory. With groups of consecutive GPUs both shards
+    fall in group [0, 1, 2, 3]: two erasures, a fatal fall-back to disk."""
+    path = tmp_path / "server.csv"
+    path.write_text("time,worker,event\n10.5,2,fail\n10.5,3,fail\n20.5,2,recover\n20.5,3,recover\n")
+    summary, run_dir = run_exp(*[o for o in FAILING if not o.startswith(("failure", "trainer.max_steps"))],
+                               "failure=trace", "failure.unit=steps", f"failure.path={path}", "method=reft",
+                               "trainer.max_steps=30", "hardware.storage_GBps=1e6", micro=False)
+    assert (summary["memory_restores"], summary["fatal"], summary["shards_rebuilt"]) == (1, 0, 2)
+    restarts = [e for e in read_jsonl(run_dir / "events.jsonl") if e["kind"] == "restart"]
+    assert len(restarts) == 1 and restarts[0]["detail"]["source"] == "memory"

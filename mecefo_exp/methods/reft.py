@@ -10,6 +10,9 @@ worker w holds shard w in its (CPU) memory. Workers form parity groups of
 smaller); each group's parity is the XOR of its shards. A SHA-1 digest of every shard is
 kept with the snapshot's metadata so that a rebuilt shard is checked byte for byte.
 
+In a hybrid layout (parallel.tp/pp > 1) the groups are cut along each (stage, tensor rank) slot's
+GPUs in replica order instead (`Reft.chains`), so that one server's loss erases one shard per group.
+
 Parity placement (ours; REFT spreads parity RAID-5 style). The parity of group k is held
 by a worker *outside* the group: the first worker of the next group (k+1 mod the number
 of groups), so one node loss costs its own group one data shard and another group its
@@ -61,17 +64,24 @@ class UnrecoverableSnapshot(RuntimeError):
         self.groups = groups
 
 
-def parity_layout(n_workers: int, group_size: int):
-    """Groups of consecutive workers and, per group, the worker holding its parity (None: separate holder)."""
-    groups = [list(range(s, min(s + group_size, n_workers))) for s in range(0, n_workers, group_size)]
-    holders = [groups[(k + 1) % len(groups)][0] if len(groups) > 1 else None for k in range(len(groups))]
+def parity_layout(n_workers: int, group_size: int, chains: Optional[List[List[int]]] = None):
+    """Groups of `group_size` workers cut in order along each chain (default: one chain of every
+    worker, so groups of consecutive workers) and, per group, the worker holding its parity: the
+    first of the next group of the same chain (None: a chain of one group, a separate holder)."""
+    groups: List[List[int]] = []
+    holders: List[Optional[int]] = []
+    for chain in chains or [list(range(n_workers))]:
+        cut = [chain[s:s + group_size] for s in range(0, len(chain), group_size)]
+        groups += cut
+        holders += [cut[(k + 1) % len(cut)][0] if len(cut) > 1 else None for k in range(len(cut))]
     return groups, holders
 
 
 class ShardedSnapshot:
     """One snapshot: the serialized state as n worker shards plus one XOR parity per group."""
 
-    def __init__(self, payload: bytes, n_workers: int, group_size: int, step: int):
+    def __init__(self, payload: bytes, n_workers: int, group_size: int, step: int,
+                 chains: Optional[List[List[int]]] = None):
         if n_workers < 1 or group_size < 2:
             raise ValueError(f"need n_workers >= 1 and group_size >= 2, got {n_workers}, {group_size}")
         self.step = step
@@ -85,15 +95,16 @@ class ShardedSnapshot:
             padded[w * self.shard_bytes:(w + 1) * self.shard_bytes].copy() for w in range(n_workers)]
         self.digests = [hashlib.sha1(s.tobytes()).digest() for s in self.shards]
         # parity of group k on the first worker of group k+1; None: the separate holder
-        self.groups, self.parity_holder = parity_layout(n_workers, group_size)
+        self.groups, self.parity_holder = parity_layout(n_workers, group_size, chains)
         self.parity: List[Optional[np.ndarray]] = [
             np.bitwise_xor.reduce(np.stack([self.shards[w] for w in g]), axis=0) for g in self.groups]
 
     @classmethod
-    def of_state(cls, state: Dict, n_workers: int, group_size: int) -> "ShardedSnapshot":
+    def of_state(cls, state: Dict, n_workers: int, group_size: int,
+                 chains: Optional[List[List[int]]] = None) -> "ShardedSnapshot":
         buf = io.BytesIO()
         torch.save(state, buf)  # serializing copies the live tensors
-        return cls(buf.getvalue(), n_workers, group_size, int(state["step"]))
+        return cls(buf.getvalue(), n_workers, group_size, int(state["step"]), chains)
 
     def group_of(self, worker: int) -> int:
         return next(k for k, g in enumerate(self.groups) if worker in g)
@@ -222,7 +233,7 @@ class Reft(RollbackMethod):
         """Snapshot the state before step `step` into the workers' memory; charge its visible part."""
         if self.run.step != step:
             raise RuntimeError(f"snapshot of step {step} asked while the state is that of step {self.run.step}")
-        self.snapshot = ShardedSnapshot.of_state(self.run.state_dict(), self.n, self.cfg.parity_group)
+        self.snapshot = ShardedSnapshot.of_state(self.run.state_dict(), self.n, self.cfg.parity_group, self.chains)
         cost = self.snapshot_charge_s
         if step > 0:
             self.run.clock.add_to_step(step - 1, "ft_overhead", cost)
@@ -232,15 +243,19 @@ class Reft(RollbackMethod):
         self.run.event("snapshot", detail={"step": step, "cost_s": cost, "bytes": self.snapshot.length,
                                            "shard_bytes": self.snapshot.shard_bytes})
 
-    on_failures = Method.on_failures  # each failure loses its own snapshot shard
-
     def on_failure(self, worker: int) -> None:
-        super(RollbackMethod, self).on_failure(worker)  # Method.on_failure: mark down
-        snap = self.snapshot
+        self.on_failures([worker])
+
+    def on_failures(self, workers: List[int]) -> None:
+        """Workers of one instant (a whole server) lose their shards together; then one restart,
+        from memory if every parity group lost at most one block, else from disk."""
+        for worker in workers:
+            Method.on_failure(self, worker)  # mark down
+        worker, snap = workers[0], self.snapshot
         if snap is None:
             self._fatal(worker, {"reason": "no in-memory snapshot since the last disk fallback"})
             return
-        lost = snap.lose(worker)
+        lost = [block for w in workers for block in snap.lose(w)]
         bad = snap.unrecoverable()
         if bad:
             self._fatal(worker, {"reason": "more than one erasure in a parity group", "groups": bad,
@@ -300,6 +315,15 @@ class Reft(RollbackMethod):
         out.update(snapshot_every=self.cfg.snapshot_every, parity_group=self.cfg.parity_group)
         if getattr(self.run, "costs", None) is not None:
             out["snapshot_charge_s"] = self.snapshot_charge_s
-        groups, holders = parity_layout(self.n, self.cfg.parity_group)
+        groups, holders = parity_layout(self.n, self.cfg.parity_group, self.chains)
         out.update(parity_groups=groups, parity_holders=holders)
         return out
+
+    @property
+    def chains(self) -> Optional[List[List[int]]]:
+        """In a hybrid layout, parity groups run across replicas (the GPUs of one slot hold the
+        same weights, and a server failure takes one of them): each (stage, tensor rank) slot's
+        GPUs in replica order. Consecutive GPUs would share a server, whose loss erases two
+        shards of one group: every failure would be fatal."""
+        costs = getattr(self.run, "costs", None)
+        return None if costs is None or costs.shape is None else costs.shape.replica_chains()

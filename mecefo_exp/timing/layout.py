@@ -161,6 +161,12 @@ class LayoutShape:
     def replica(self, gpu: int) -> int:
         return (gpu // self.tp) % self.dp
 
+    def replica_chains(self) -> List[List[int]]:
+        """For every (stage, tensor rank), its GPUs in replica order: the GPUs that hold the same
+        weights, one per replica (REFT's parity groups run along them)."""
+        return [[stage * self.tp * self.dp + r * self.tp + t for r in range(self.dp)]
+                for stage in range(self.pp) for t in range(self.tp)]
+
     def same_slot_in_next_replicas(self, gpu: int) -> List[int]:
         """The GPU at the same tensor rank and stage in replicas r+1, r+2, ... (mod dp): MeCeFO's
         neighbours in a layout (the adjacent data-parallel replica holds the same weights)."""
