@@ -48,8 +48,10 @@ def runs(roots: List[Path]) -> pd.DataFrame:
             "interruptions": (s.get("failures") or 0) // max(1, dig(cfg, ["failure", "unit_gpus"]) or 1),
             "rollbacks": s.get("rollbacks"), "effective_time": effective,
             "drop": None if effective is None else 1 - effective,
-            # a rollback method's Young/Daly interval; an in-place method that never writes one: none
-            "checkpoint_interval": (s["checkpoint_interval"] if s.get("checkpoint_interval") and
+            # a rollback method's Young/Daly interval; an in-place method that never writes one: none;
+            # REFT: its in-memory snapshot interval (its disk checkpoint is only the first)
+            "checkpoint_interval": (f"{s['snapshot_every']} (memory)" if s.get("snapshot_every") else
+                                    s["checkpoint_interval"] if s.get("checkpoint_interval") and
                                     s["checkpoint_interval"] < (s.get("steps") or 0) else "none"),
             "peak_GB_per_gpu": (mem.get("peak_GB") or {}).get("normal"), "fits_80GB": (mem.get("fits") or {}).get("normal"),
             "mfu_failure_free": s.get("clock", {}).get("implied_mfu"), "run_dir": str(run_dir)})

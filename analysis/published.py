@@ -133,11 +133,8 @@ def _ablation_tables(runs: Path) -> Dict[str, str]:
     return {"ablation_memory.md": "\n".join(rows)}
 
 
-FRONTIER_METHODS = ("checkpoint", "baft", "oobleck", "mecefo")  # Bamboo is not modelled in a layout; REFT: too slow
-
-
 def _frontier_configs() -> Dict[str, List[str]]:
-    return {m: ["experiment=llama3_405b", f"method={m}"] for m in FRONTIER_METHODS}
+    return {m: ["experiment=llama3_405b", f"method={m}"] for m in METHODS}
 
 
 STUDIES: Dict[str, Study] = {

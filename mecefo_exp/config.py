@@ -607,7 +607,7 @@ def stage_layers(n_layers: int, pp: int, split: str = "even") -> List[int]:
 def _validate_parallel(cfg: Any) -> None:
     """The layout must tile the workers: tp x pp x dp = cluster.n_workers, tp inside a node and
     dividing the heads, pp dividing the layers. The hybrid layout is a numerics-free FLOP clock; a
-    failure there takes out whole tensor-parallel groups; Bamboo is not modelled in it."""
+    failure there takes out whole tensor-parallel groups; Bamboo needs pipeline stages."""
     if cfg.get("parallel") is None:  # a stored config from before the layout existed
         return
     p, m, h, n = cfg.parallel, cfg.model, cfg.hardware, cfg.cluster.n_workers
@@ -639,8 +639,8 @@ def _validate_parallel(cfg: Any) -> None:
            "as hardware=h100_8, no cluster.profile)")
     _check(not cfg.trainer.numerics, f"{layout}: the hybrid layout is a clock of the failure-free step; its numerics "
                                      "are not modelled yet: trainer.numerics=false")
-    _check(cfg.method.name != "bamboo", f"method=bamboo with {layout}: Bamboo's shadow stages in a hybrid layout are "
-                                        "not modelled (methods there: checkpoint, reft, baft, oobleck, mecefo)")
+    _check(cfg.method.name != "bamboo" or p.pp >= 2,
+           f"method=bamboo with {layout}: Bamboo's shadow is the previous pipeline stage: needs parallel.pp >= 2")
     if cfg.failure.kind in ("paper", "poisson"):  # a trace file's groups are checked when it is read
         unit = cfg.failure.get("unit_gpus", 1)
         _check(unit % p.tp == 0, f"failure.unit_gpus={unit} with {layout}: a failure takes out whole tensor-parallel "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Callable, ContextManager, Dict, List, NamedTuple, Optional
+from typing import Callable, ContextManager, Dict, List, NamedTuple, Optional, Sequence
 
 import torch
 
@@ -67,8 +67,8 @@ class FailureFreePlan(Plan):
         return self._work
 
     @property
-    def computing_workers(self) -> List[int]:
-        return list(range(self.n))
+    def computing_workers(self) -> Sequence[int]:
+        return range(self.n)  # not a list: the loop asks at every event
 
 
 def _all_parameters(name: str) -> bool:

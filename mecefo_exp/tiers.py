@@ -88,8 +88,7 @@ class LocalTier:
         if kind == FAIL:
             run.method.on_failures([ev.worker for ev in events])
         else:
-            for ev in events:
-                run.method.on_recover(ev.worker)
+            run.method.on_recoveries([ev.worker for ev in events])
 
     def kill_if_mine(self, ev) -> None:
         """failure.kill: the failing worker's rank dies for real (once per trace event).

@@ -175,13 +175,16 @@ HYBRID = ["model=llama_60m", "hardware=h100_8", "cluster.n_workers=16", "paralle
     ("parallel.split=llama3", None),  # 8 + 2 layers over 2 stages: 4 and 4
     ("failure=high", "failure.unit_gpus=1 with parallel.tp=2 x pp=2 x dp=auto: a failure takes out whole "
                      "tensor-parallel groups"),
-    ("method=bamboo", "method=bamboo with parallel.tp=2 x pp=2 x dp=auto: Bamboo's shadow stages"),
+    ("method=bamboo", None),  # its shadow is the previous stage
+    ("parallel.pp=1", None),  # tp x dp only
+    ("method=bamboo parallel.pp=1", "method=bamboo with parallel.tp=2 x pp=1 x dp=auto: Bamboo's shadow is the "
+                                    "previous pipeline stage: needs parallel.pp >= 2"),
     ("trainer.numerics=true", "trainer.numerics=false"),
     ("parallel.microbatches=0", "parallel.microbatches=0: must be >= 1"),
     ("parallel.schedule=gpipe", "parallel.schedule='gpipe': allowed: 1f1b"),
 ])
 def test_layout_settings_are_refused_in_one_line(override, needle):
-    cfg = compose_cfg(HYBRID + [override])
+    cfg = compose_cfg(HYBRID + override.split())
     if needle is None:
         validate(cfg)
         return
@@ -287,8 +290,8 @@ FAILING = [o for o in HYBRID if not o.startswith(("failure=", "method="))] + [
     "trainer.max_steps=300", "data.micro_batch=1", "data.seq_len=256", "trainer.eval_every=0", "seed=3"]
 
 
-@pytest.mark.parametrize("method", ["checkpoint", "reft", "baft", "oobleck", "mecefo"])
-def test_every_method_but_bamboo_runs_under_failures_in_a_hybrid_layout(run_exp, method):
+@pytest.mark.parametrize("method", ["checkpoint", "reft", "baft", "bamboo", "oobleck", "mecefo"])
+def test_every_method_runs_under_failures_in_a_hybrid_layout(run_exp, method):
     """Failures take out whole tensor-parallel groups; each method pays its own way, and the
     event-driven loop gives the step-by-step loop's run (the same check as for pure DP)."""
     from test_event_driven import assert_same_run
@@ -311,6 +314,10 @@ def test_every_method_but_bamboo_runs_under_failures_in_a_hybrid_layout(run_exp,
     if method == "baft":  # its checkpoint writes go into the layout's own bubble
         assert stepped["bubble_s"] == pytest.approx(layout["bubble_s"])
         assert stepped["bubble_fraction"] == pytest.approx(layout["bubble_s"] / step_s)
+    if method == "bamboo":  # the shadow is the previous stage's slot of the same replica, same tensor rank
+        pairs = [(e["worker"], e["detail"]["neighbor"]) for e in read_jsonl(stepped_dir / "events.jsonl")
+                 if e["kind"] == "neighbor"]
+        assert pairs and all(nb == (failed - 8) % 16 for failed, nb in pairs)
     if method == "mecefo":
         events = read_jsonl(stepped_dir / "events.jsonl")
         from mecefo_exp.timing.layout import LayoutShape
@@ -437,3 +444,78 @@ def test_reft_restores_a_lost_server_from_memory_in_a_layout(run_exp, tmp_path):
     assert (summary["memory_restores"], summary["fatal"], summary["shards_rebuilt"]) == (1, 0, 2)
     restarts = [e for e in read_jsonl(run_dir / "events.jsonl") if e["kind"] == "restart"]
     assert len(restarts) == 1 and restarts[0]["detail"]["source"] == "memory"
+
+
+def test_bamboo_redundant_forward_and_shadow_by_hand():
+    """m = 4, p = 2, stages of 1.0 s and 1.2 s per micro-batch (forwards 0.4 s and 0.5 s): the
+    pipeline is 5 x 1.2 = 6 s. Stage 0 idles 6 - 4 x 1.0 = 2 s and runs stage 1's forward 4 x 0.5 =
+    2 s: it fits. Stage 1 idles 6 - 4.8 = 1.2 s for stage 0's 4 x 0.4 = 1.6 s: 0.4 s more. A slot of
+    stage 0 that also does stage 1's work runs (1.0 + 1.2) / 1.0 = 2.2x; of stage 1, 2.2 / 1.2."""
+    from mecefo_exp.timing.layout import redundant_forward_s, shadow_factor
+
+    kernels = {"layout:slots": 5.0, "layout:stage0": 1.0, "layout:stage1": 1.2, "layout:forward0": 0.4,
+               "layout:forward1": 0.5}
+    assert redundant_forward_s(kernels) == pytest.approx(0.4)
+    assert redundant_forward_s({**kernels, "layout:forward0": 0.3}) == 0.0  # 1.2 s fits in 1.2 s
+    assert shadow_factor(kernels, 0) == pytest.approx(2.2)
+    assert shadow_factor(kernels, 1) == pytest.approx(2.2 / 1.2)
+
+
+def _node_trace(tmp_path, rows):
+    path = tmp_path / "nodes.csv"
+    path.write_text("time,worker,event\n" + "".join(f"{t},{w},{e}\n" for t, w, e in rows))
+    return path
+
+
+NODE_RUN = [o for o in FAILING if not o.startswith(("failure", "trainer.max_steps"))] + [
+    "failure=trace", "failure.unit=steps", "trainer.max_steps=30", "hardware.storage_GBps=1e6"]
+
+
+def test_bamboo_in_a_layout_by_hand(run_exp, tmp_path):
+    """One node (GPUs 2, 3: replica 1 of stage 0) fails in step 10: its shadows are GPUs 10, 11,
+    replica 1 of the previous stage (stage 1, wrapping around), whose slots do both stages' work
+    until the node is back at step 20; the rejoin is one re-formation (one stall for the two GPUs).
+    Every step pays the redundant forward that does not fit in the bubble."""
+    from mecefo_exp.timing.layout import degraded_pipeline_s, redundant_forward_s, shadow_factor
+
+    path = _node_trace(tmp_path, [(10.5, w, "fail") for w in (2, 3)] + [(20.5, w, "recover") for w in (2, 3)])
+    summary, run_dir = run_exp(*NODE_RUN, f"failure.path={path}", "method=bamboo", micro=False)
+    events = read_jsonl(run_dir / "events.jsonl")
+    assert sorted((e["worker"], e["detail"]["neighbor"]) for e in events if e["kind"] == "neighbor") == [(2, 10), (3, 11)]
+    kernels = __import__("json").loads((run_dir / "profile.json").read_text())["kernels"]
+    extra = degraded_pipeline_s(kernels, {1: shadow_factor(kernels, 1)})
+    assert extra > 0
+    breakdown = summary["time_breakdown"]
+    assert summary["degraded_steps"] >= 5 and summary["rebalances"] == 1 and summary["fatal"] == 0
+    # the step the failure interrupts keeps what it did before (`interrupted`): its remaining part
+    # is charged less than a whole degraded step
+    assert (summary["degraded_steps"] - 1) * extra < breakdown["degraded_extra"] <= summary["degraded_steps"] * extra
+    writes = sum(e["detail"]["cost_s"] for e in events if e["kind"] == "checkpoint")  # its fallback checkpoints
+    assert breakdown["ft_overhead"] == pytest.approx(30 * redundant_forward_s(kernels) + writes, rel=1e-9)
+    assert redundant_forward_s(kernels) > 0  # m = 4 micro-batches leave too little bubble here
+    assert summary["redundant_forward_s"] == redundant_forward_s(kernels)
+    rebalance = [e for e in events if e["kind"] == "rebalance"]
+    assert len(rebalance) == 1 and rebalance[0]["detail"]["workers"] == [2, 3]
+
+
+def test_bamboo_in_a_layout_fails_on_a_node_and_its_shadow(run_exp, tmp_path):
+    """GPUs 2, 3 fail at step 10 (covered by 10, 11); their shadows fail at step 12 while covering:
+    the stage is lost, a fatal restart from the checkpoint. A failure of another replica's node
+    (GPUs 4, 5 at step 11) is covered by its own shadow and is not fatal."""
+    path = _node_trace(tmp_path, [(10.5, 2, "fail"), (10.5, 3, "fail"), (11.5, 4, "fail"), (11.5, 5, "fail"),
+                                  (12.5, 10, "fail"), (12.5, 11, "fail")])
+    summary, run_dir = run_exp(*NODE_RUN, f"failure.path={path}", "method=bamboo", micro=False)
+    fatal = [e for e in read_jsonl(run_dir / "events.jsonl") if e["kind"] == "fatal"]
+    assert summary["neighbor_assignments"] == 4 and summary["fatal"] == 1
+    assert fatal[0]["worker"] == 10 and fatal[0]["detail"]["reason"] == "adjacent failures"
+
+
+def test_oobleck_reconfigures_once_for_a_whole_node(run_exp, tmp_path):
+    """A node's two GPUs failing (and coming back) at one instant is one membership change: one
+    reconfiguration stall each way, not one per GPU."""
+    path = _node_trace(tmp_path, [(10.5, w, "fail") for w in (2, 3)] + [(20.5, w, "recover") for w in (2, 3)])
+    summary, run_dir = run_exp(*NODE_RUN, f"failure.path={path}", "method=oobleck", micro=False)
+    events = [e for e in read_jsonl(run_dir / "events.jsonl") if e["kind"] == "reconfigure"]
+    assert summary["reconfigurations"] == 2
+    assert [(e["detail"]["reason"], e["detail"]["workers"]) for e in events] == [("failure", [2, 3]),
+                                                                                 ("recover", [2, 3])]

@@ -15,7 +15,7 @@ import torch
 from conftest import MICRO, compose_cfg, losses_by_step, read_jsonl
 from mecefo_exp.config import validate
 from mecefo_exp.methods.baft import bubble_fraction
-from mecefo_exp.methods.reft import ShardedSnapshot, UnrecoverableSnapshot, parity_layout
+from mecefo_exp.methods.reft import ShardedSnapshot, SnapshotLedger, UnrecoverableSnapshot, ledger_index, parity_layout
 
 # Small intervals so that 12 MICRO steps see several saves. REFT with two parity groups of
 # two workers ({0, 1} with its parity on worker 2, {2, 3} with its parity on worker 0).
@@ -147,6 +147,36 @@ def test_two_losses_in_one_group_are_beyond_xor_parity():
     snap.lose(3)
     snap.lose(4)
     assert snap.unrecoverable() == {0: ["shard 3", "parity 0"]}
+
+
+@pytest.mark.parametrize("n, group, chains", [(8, 4, None), (5, 2, None), (4, 4, None),
+                                              (8, 2, [[0, 2, 4, 6], [1, 3, 5, 7]])])
+def test_the_numerics_free_ledger_decides_as_the_sharded_snapshot(n, group, chains):
+    """Random losses and heals: the ledger (no bytes) reports the same lost blocks, erasures,
+    unrecoverable groups and missing shards as the real sharded snapshot at every point, restores
+    the same state, and survives its own checkpoint round trip."""
+    rng = np.random.default_rng(n * 10 + group)
+    state = {"step": 3, "model": {"w": torch.arange(6.0)}}
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    groups, holders = parity_layout(n, group, chains)
+    for trial in range(30):
+        real = ShardedSnapshot(buf.getvalue(), n, group, 3, chains)
+        ledger = SnapshotLedger(buf.getvalue(), n, 3, groups, holders, ledger_index(groups, holders))
+        for w in rng.permutation(n)[:rng.integers(1, n + 1)]:
+            assert ledger.lose(int(w)) == real.lose(int(w))
+            assert ledger.erasures() == real.erasures() and ledger.unrecoverable() == real.unrecoverable()
+            assert ledger.missing() == real.missing()
+            ledger = SnapshotLedger.from_state(ledger.to_state())
+            if real.unrecoverable():
+                with pytest.raises(UnrecoverableSnapshot):
+                    ledger.state()
+                break
+            assert torch.equal(ledger.state()["model"]["w"], real.state()["model"]["w"])
+            if rng.random() < 0.3:
+                real.heal()
+                ledger.heal()
+                assert ledger.erasures() == real.erasures() == {}
 
 
 def test_a_corrupted_rebuild_is_caught_by_the_digest():

@@ -64,6 +64,17 @@ Readings where the papers are silent (ours):
 - method.checkpoint_interval=auto: Young/Daly with the mean time between *fatal*
   failures, the cluster MTBF over `rollback_share` (a neighbour down at failure time).
 
+In a hybrid layout (parallel.pp >= 2; timing/layout.py) Bamboo is the real thing, not an
+emulation: GPU g's shadow is the GPU at the same tensor rank of the same replica one stage before
+(the last stage for stage 0), which holds g's stage's weights. Failure-free, every stage runs the
+next stage's forward in its 1F1B idle time: only what does not fit is charged
+(`timing/layout.redundant_forward_s`, 0 at m = p = 16 for 405B; lazy mode: none). A failure of g: its
+shadow's slot does both stages' work from then on (`timing/layout.shadow_factor`, paced by the slowest
+stage of the slowest replica); fatal when g's shadow is down, or the GPU g shadows is (g was
+covering it). A rebalance (timer, or a rejoin: the failures or recoveries of one instant are one
+re-formation, one stall) re-forms the pipelines without the nodes then down: their batch is
+spread over the rest as for Oobleck (the pipeline part n / alive longer) and no cover is left.
+
 Under a throughput table (hardware.compute=table, the Oobleck artifact's model of Bamboo's
 pipelines) the table already holds the redundant computation, so no forward is added; a step
 runs at the table's throughput for the node count of the last (re)configuration, times
@@ -91,7 +102,8 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Tuple
 
 from ..timing.clock import StepCost, steps_ending_by
-from ..plan import NORMAL, Mode, Plan, Sample, WorkItem
+from ..timing import layout as pipeline
+from ..plan import NORMAL, FailureFreePlan, Mode, Plan, Sample, WorkItem
 from .base import InPlaceMethod, resplit_plan
 
 # Profiled but never planned: the clock charges the redundant forward from its kernel.
@@ -109,6 +121,7 @@ class Bamboo(InPlaceMethod):
         self.degraded_steps = 0
         self.degraded_since_cover = 0  # degraded steps since the current cover began
         self.counts.update(neighbor_assignments=0, rebalances=0, survived_interruptions=0)
+        self.retired: set = set()  # hybrid layout: nodes down at the last re-formation (left out of it)
         self._reset_ring()
         self.stages: Optional[int] = cfg.get("pipeline_stages")  # None: the ring of all workers
         if self.stages:
@@ -117,7 +130,14 @@ class Bamboo(InPlaceMethod):
             self.node_order: List[int] = list(cfg.get("node_order") or range(self.n))
             self._form_pipelines(cfg.get("start_order") or list(range(self.n)))
 
+    @property
+    def layout(self):
+        """The hybrid layout's shape (timing/layout.py), None in pure data parallelism."""
+        costs = getattr(self.run, "costs", None)
+        return None if costs is None else costs.shape
+
     def _reset_ring(self) -> None:
+        self.retired = set()
         self.ring: List[int] = list(range(self.n))  # members since the last rebalance, in ring order
         self.load: Dict[int, List[int]] = {w: [w] for w in range(self.n)}  # worker -> owners it computes
         self.cover: Dict[int, int] = {}  # failed ring member -> its shadow
@@ -140,6 +160,8 @@ class Bamboo(InPlaceMethod):
         """A failure is fatal when one of the failed worker's (up to two) ring neighbours is
         down: about 1 - (1 - p_down) ** 2 under independent failures. This sets the
         Young/Daly interval of the fallback checkpoints."""
+        if self.layout is not None:  # the shadow and the ward sit in other nodes (the stages around)
+            return 1.0 - (1.0 - p_down) ** 2
         if self.n == 1 or self.run.failure_units < self.n:
             return 1.0  # a failing machine takes ring neighbours with it: every failure is fatal
         return 1.0 - (1.0 - p_down) ** min(2, self.n - 1)
@@ -151,8 +173,26 @@ class Bamboo(InPlaceMethod):
 
     def on_failure(self, worker: int) -> None:
         super().on_failure(worker)
+        self._lose(worker)
+
+    def on_failures(self, workers: List[int]) -> None:
+        """The failures of one instant (a whole machine): all are down before any is covered, since
+        they cannot shadow each other, and a fatal one is one fall-back for all of them."""
+        if self.stages:  # the artifact's pipelines: one removal at a time, as in its traces
+            return super().on_failures(workers)
+        self.down.update(workers)
+        fatal = self.counts["fatal"]
+        for worker in workers:
+            self._lose(worker)
+            if self.counts["fatal"] > fatal:
+                return
+
+    def _lose(self, worker: int) -> None:
+        """`worker` is down: its shadow covers it, or the failure is fatal."""
         if self.stages:
             return self._pipeline_failure(worker)
+        if self.layout is not None:
+            return self._layout_failure(worker)
         pred, succ = self._ring_neighbors(worker)
         if pred == worker or succ in self.down or pred in self.down:
             reason = "no other worker alive" if pred == worker else "adjacent failures"
@@ -168,7 +208,16 @@ class Bamboo(InPlaceMethod):
         self.run.event("neighbor", worker, {"neighbor": succ, "owners": moved, "mode": self.cfg.mode,
                                             "recompute_forward": self.cfg.mode == "lazy"})
 
+    def on_recoveries(self, workers: List[int]) -> None:
+        if self.layout is None:
+            return super().on_recoveries(workers)
+        back = [w for w in workers if self.rejoins(w)]
+        if back:  # the replaced node joins in one re-formation
+            self._layout_rebalance("rejoin", back)
+
     def on_recover(self, worker: int) -> None:
+        if self.layout is not None:
+            return self.on_recoveries([worker])
         if not self.rejoins(worker):
             return
         if self.stages:  # a new node waits, idle, until a re-formation takes it
@@ -187,6 +236,73 @@ class Bamboo(InPlaceMethod):
         self.credit = None  # the interrupted step, if any, is rolled back with the rest
         if self.stages:
             self._form_pipelines(self.node_order)
+
+    # ------------------------------------------------------------ a hybrid layout
+    def _stage_neighbours(self, gpu: int) -> Tuple[int, int]:
+        """The GPUs at gpu's tensor rank and replica one stage before (its shadow, holding gpu's
+        stage's weights) and one stage after (the GPU it shadows), wrapping around the stages.
+        Nodes left out of the last re-formation are skipped: the pipeline was re-formed without
+        them (its stages' weights moved along; assumption: onto the neighbours in stage order)."""
+        per_stage = self.layout.tp * self.layout.dp  # Megatron's rank order: stages outermost
+
+        def along(step: int) -> int:
+            other = (gpu + step) % self.n
+            while other in self.retired and other != gpu:
+                other = (other + step) % self.n
+            return other
+
+        return along(-per_stage), along(per_stage)
+
+    def _layout_failure(self, worker: int) -> None:
+        shadow, ward = self._stage_neighbours(worker)
+        if shadow == worker:
+            self.fall_back(worker, {"reason": "no other node in its pipeline", "cover": dict(self.cover)})
+            return
+        if {shadow, ward} & (self.down - self.retired):  # down, and not yet re-formed around
+            self.fall_back(worker, {"reason": "adjacent failures", "shadow": shadow, "ward": ward,
+                                    "cover": dict(self.cover)})
+            return
+        self.cover[worker] = shadow
+        if self.cover_since is None:
+            self.cover_since = self.run.clock.now
+        self.counts["neighbor_assignments"] += 1
+        self.run.event("neighbor", worker, {"neighbor": shadow, "stage": self.layout.stage(worker),
+                                            "mode": self.cfg.mode, "recompute_forward": self.cfg.mode == "lazy"})
+
+    def _layout_rebalance(self, reason: str, workers: Optional[List[int]]) -> None:
+        """Re-form the pipelines without the nodes down now: no cover left, their batch spread."""
+        stall = self.run.costs.stall_s(self.cfg.rebalance_stall_s)
+        self.run.clock.charge("stall", stall)
+        self.retired = set(self.down)
+        self.cover = {}
+        self.cover_since = None
+        self.degraded_since_cover = 0
+        self.counts["rebalances"] += 1
+        self.run.event("rebalance", workers[0] if workers else None,
+                       {"reason": reason, "workers": workers, "left_out": len(self.retired), "stall_s": stall})
+
+    def _layout_plan(self, step: int) -> Plan:
+        if not self.cover and not self.retired:
+            return FailureFreePlan(step, self.n)
+        work = resplit_plan(step, self.n, self.retired).work if self.retired else {
+            w: [WorkItem(Sample(step, w))] for w in range(self.n) if w not in self.down}
+        for failed, shadow in self.cover.items():
+            work[shadow].append(WorkItem(Sample(step, failed)))
+        return Plan(step, work, degraded=True, notes={"cover": dict(self.cover), "retired": len(self.retired)})
+
+    def _layout_step_cost(self, plan: Plan) -> StepCost:
+        costs = self.run.costs
+        kernels = costs.profile.kernels
+        rc = pipeline.redundant_forward_s(kernels) if self.cfg.mode == "eager" else 0.0
+        cover, retired = plan.notes.get("cover", {}), plan.notes.get("retired", 0)
+        factors = {}
+        for shadow in cover.values():
+            stage = self.layout.stage(shadow)
+            factors[stage] = pipeline.shadow_factor(kernels, stage)
+        cost = costs.layout_step(factors, share=self.n / (self.n - retired), ft_overhead=rc)
+        if self.credit and self.credit[0] == plan.step:
+            cost = _minus(cost, self.credit[1])
+        return cost
 
     # ------------------------------------------------------------ pipelines with spares
     def _form_pipelines(self, order: List[int]) -> None:
@@ -279,6 +395,8 @@ class Bamboo(InPlaceMethod):
     def plan(self, step: int) -> Plan:
         if self.stages:
             return self._pipeline_plan(step)
+        if self.layout is not None:
+            return self._layout_plan(step)
         work = {w: [WorkItem(Sample(step, owner)) for owner in sorted(self.load[w])]
                 for w in self.ring if w not in self.down and self.load.get(w)}
         degraded = any(len(items) > 1 for items in work.values())
@@ -303,6 +421,8 @@ class Bamboo(InPlaceMethod):
     def step_cost(self, plan: Plan) -> StepCost:
         if self.stages:
             return self._pipeline_step_cost(plan)
+        if self.layout is not None:
+            return self._layout_step_cost(plan)
         if self.run.costs.table is not None:
             return self._table_step_cost(plan)
         base = self.run.costs.step(plan.worker_modes(), n_allreduce=len(plan.computing_workers))
@@ -371,15 +491,18 @@ class Bamboo(InPlaceMethod):
                 self._reform()
             return
         after, after_steps = self.cfg.rebalance_after_s, self.cfg.get("rebalance_after_steps")
+        rebalance = self._layout_rebalance if self.layout is not None else self._rebalance
         if self.cover and after_steps is not None and self.degraded_since_cover >= after_steps:
-            self._rebalance("degraded steps", None)
+            rebalance("degraded steps", None)
         elif self.cover and after is not None and self.run.clock.now - self.cover_since >= self.run.costs.stall_s(after):
-            self._rebalance("timer", None)
+            rebalance("timer", None)
 
     def summary(self) -> Dict[str, object]:
         out = super().summary()
         out.update(self.counts)
         out.update(degraded_steps=self.degraded_steps, bamboo_mode=self.cfg.mode)
+        if self.layout is not None:
+            out["redundant_forward_s"] = pipeline.redundant_forward_s(self.run.costs.profile.kernels)
         return out
 
 

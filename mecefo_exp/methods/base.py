@@ -122,6 +122,12 @@ class Method:
     def on_recover(self, worker: int) -> None:
         self.down.discard(worker)
 
+    def on_recoveries(self, workers: List[int]) -> None:
+        """Workers that come back at the same instant (a replaced machine). By default each is a
+        recovery of its own; a method that reconfigures on a rejoin overrides this to do it once."""
+        for worker in workers:
+            self.on_recover(worker)
+
     def needs_workers(self) -> set:
         """Workers the next plan may give work to. Here all of them: a failed worker's work
         runs on its replacement (the torchft tier starts a spare process for it)."""

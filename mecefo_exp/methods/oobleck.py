@@ -30,7 +30,8 @@ Readings where the papers are silent (ours):
 
 - No detection stall beyond the reconfiguration constant (the authors' simulator charges
   the reconfiguration only; MeCeFO's neighbour in this harness pays no detection either).
-- Several membership changes at one instant each pay their own stall.
+- The failures (or recoveries) of one instant are one membership change and pay one stall:
+  a whole machine (failure.unit_gpus = 8) is one node leaving, re-formed around once.
 - Compute is linear in the samples a survivor holds (n / alive micro-batches' worth,
   docs/METHODS.md's "compute ~ n/(n-1)"); a real re-split into smaller micro-batches runs a
   little less efficiently than that.
@@ -41,7 +42,7 @@ Readings where the papers are silent (ours):
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ..timing.clock import StepCost
 from ..plan import Plan
@@ -76,22 +77,33 @@ class Oobleck(InPlaceMethod):
 
     # ------------------------------------------------------------ membership
     def on_failure(self, worker: int) -> None:
-        super().on_failure(worker)
+        self.on_failures([worker])
+
+    def on_failures(self, workers: List[int]) -> None:
+        """One re-formation of the pipelines for the failures of one instant (a whole machine)."""
+        for worker in workers:
+            InPlaceMethod.on_failure(self, worker)
         self.down -= self.waiting  # nodes that waited for a reconfiguration join this one
         self.waiting.clear()
         if len(self.down) >= self.n:
-            self.fall_back(worker, {"reason": "no worker alive"})
+            self.fall_back(workers[0], {"reason": "no worker alive"})
         else:
-            self._reconfigure("failure", worker)
+            self._reconfigure("failure", workers[0], workers)
 
     def on_recover(self, worker: int) -> None:
-        if worker in self.down and self.cfg.get("admit_nodes", "on_recover") == "next_reconfiguration":
-            self.waiting.add(worker)  # stays out of the plan until a failure reconfigures anyway
-            self.run.event("waiting", worker, {"down": sorted(self.down)})
-            return
-        if not self.rejoins(worker):
-            return
-        self._reconfigure("recover", worker)
+        self.on_recoveries([worker])
+
+    def on_recoveries(self, workers: List[int]) -> None:
+        """Nodes back at one instant (a replaced machine) join in one re-formation."""
+        joined = []
+        for worker in workers:
+            if worker in self.down and self.cfg.get("admit_nodes", "on_recover") == "next_reconfiguration":
+                self.waiting.add(worker)  # stays out of the plan until a failure reconfigures anyway
+                self.run.event("waiting", worker, {"down": sorted(self.down)})
+            elif self.rejoins(worker):
+                joined.append(worker)
+        if joined:
+            self._reconfigure("recover", joined[0], joined)
 
     def interrupted(self, plan: Plan, elapsed: float) -> None:
         """The step in flight is lost. With artifact_quirks, as in the artifact's simulator: a step
@@ -104,13 +116,13 @@ class Oobleck(InPlaceMethod):
             return
         super().interrupted(plan, elapsed)
 
-    def _reconfigure(self, reason: str, worker: int) -> None:
+    def _reconfigure(self, reason: str, worker: int, workers: List[int]) -> None:
         stall = self.run.costs.stall_s(self.reconfigure_paper_s)
         if self.finishing is not None:  # the quirk: the step ends inside the stall, which began at the failure
             stall -= self.finishing[1]
         self.run.clock.charge("stall", stall)
         self.counts["reconfigurations"] += 1
-        self.run.event("reconfigure", worker, {"reason": reason, "alive": self.n - len(self.down),
+        self.run.event("reconfigure", worker, {"reason": reason, "workers": workers, "alive": self.n - len(self.down),
                                                "down": sorted(self.down), "stall_s": stall})
 
     # ------------------------------------------------------------ the step

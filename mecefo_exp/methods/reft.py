@@ -197,6 +197,89 @@ class ShardedSnapshot:
                 self.parity[k] = parity
 
 
+class SnapshotLedger:
+    """A numerics-free run's snapshot: the same erasure bookkeeping as ShardedSnapshot, without
+    the bytes. The state is kept whole (numerics off it is the harness's counters and a shape-only
+    model, kilobytes) and which shards and parities are gone is a set per group, so a snapshot costs
+    O(1) and a loss O(the parities it held), not O(workers): at 16,384 workers a sharded
+    snapshot takes ~0.1 s here, every `snapshot_every` steps. The decisions (restore from memory,
+    or fall back to disk) are ShardedSnapshot's: the same layout, the same erasure rule."""
+
+    def __init__(self, payload: bytes, n_workers: int, step: int, groups: List[List[int]],
+                 holders: List[Optional[int]], group_of: Dict[int, int]):
+        self.step, self.n, self.length = step, n_workers, len(payload)
+        self.shard_bytes = max(1, math.ceil(self.length / n_workers))
+        self._payload = payload
+        self.groups, self.parity_holder, self._group_of = groups, holders, group_of
+        self.lost_shards: set = set()
+        self.lost_parity: set = set()
+
+    @classmethod
+    def of_state(cls, state: Dict, n_workers: int, layout) -> "SnapshotLedger":
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        return cls(buf.getvalue(), n_workers, int(state["step"]), *layout)
+
+    def lose(self, worker: int) -> List[str]:
+        lost = []
+        if worker not in self.lost_shards:
+            self.lost_shards.add(worker)
+            lost.append(f"shard {worker}")
+        for k in self._group_of.get(("parity", worker), ()):
+            if k not in self.lost_parity:
+                self.lost_parity.add(k)
+                lost.append(f"parity {k}")
+        return lost
+
+    def erasures(self) -> Dict[int, List[str]]:
+        out: Dict[int, List[str]] = {}
+        for w in sorted(self.lost_shards):
+            out.setdefault(self._group_of[w], []).append(f"shard {w}")
+        for k in sorted(self.lost_parity):
+            out.setdefault(k, []).append(f"parity {k}")
+        return dict(sorted(out.items()))
+
+    def unrecoverable(self) -> Dict[int, List[str]]:
+        return {k: gone for k, gone in self.erasures().items()
+                if len(gone) > 1 and any(b.startswith("shard") for b in gone)}
+
+    def missing(self) -> List[int]:
+        return sorted(self.lost_shards)
+
+    def state(self) -> Dict:
+        bad = self.unrecoverable()
+        if bad:
+            raise UnrecoverableSnapshot(bad)
+        return torch.load(io.BytesIO(self._payload), weights_only=True)
+
+    def heal(self) -> None:
+        self.lost_shards.clear()
+        self.lost_parity.clear()
+
+    def to_state(self) -> Dict:
+        return {"ledger": True, "step": self.step, "n": self.n,
+                "payload": torch.frombuffer(bytearray(self._payload), dtype=torch.uint8),
+                "groups": [list(g) for g in self.groups], "parity_holder": list(self.parity_holder),
+                "lost_shards": sorted(self.lost_shards), "lost_parity": sorted(self.lost_parity)}
+
+    @classmethod
+    def from_state(cls, state: Dict) -> "SnapshotLedger":
+        groups, holders = [list(g) for g in state["groups"]], list(state["parity_holder"])
+        snap = cls(state["payload"].numpy().tobytes(), state["n"], state["step"], groups, holders,
+                   ledger_index(groups, holders))
+        snap.lost_shards, snap.lost_parity = set(state["lost_shards"]), set(state["lost_parity"])
+        return snap
+
+
+def ledger_index(groups: List[List[int]], holders: List[Optional[int]]) -> Dict:
+    """worker -> its group, and ("parity", worker) -> the groups whose parity it holds."""
+    index: Dict = {w: k for k, g in enumerate(groups) for w in g}
+    for k, holder in enumerate(holders):
+        if holder is not None:
+            index.setdefault(("parity", holder), []).append(k)
+    return index
+
+
 class Reft(RollbackMethod):
     name = "reft"
 
@@ -233,7 +316,10 @@ class Reft(RollbackMethod):
         """Snapshot the state before step `step` into the workers' memory; charge its visible part."""
         if self.run.step != step:
             raise RuntimeError(f"snapshot of step {step} asked while the state is that of step {self.run.step}")
-        self.snapshot = ShardedSnapshot.of_state(self.run.state_dict(), self.n, self.cfg.parity_group, self.chains)
+        if self.run.numerics:
+            self.snapshot = ShardedSnapshot.of_state(self.run.state_dict(), self.n, self.cfg.parity_group, self.chains)
+        else:
+            self.snapshot = SnapshotLedger.of_state(self.run.state_dict(), self.n, self._ledger_layout())
         cost = self.snapshot_charge_s
         if step > 0:
             self.run.clock.add_to_step(step - 1, "ft_overhead", cost)
@@ -242,6 +328,13 @@ class Reft(RollbackMethod):
         self.counts["snapshots"] += 1
         self.run.event("snapshot", detail={"step": step, "cost_s": cost, "bytes": self.snapshot.length,
                                            "shard_bytes": self.snapshot.shard_bytes})
+
+    def _ledger_layout(self):
+        """The parity layout and its index, built once (O(workers)) for every ledger snapshot."""
+        if getattr(self, "_layout", None) is None:
+            groups, holders = parity_layout(self.n, self.cfg.parity_group, self.chains)
+            self._layout = (groups, holders, ledger_index(groups, holders))
+        return self._layout
 
     def on_failure(self, worker: int) -> None:
         self.on_failures([worker])
@@ -300,8 +393,10 @@ class Reft(RollbackMethod):
     def load_state_dict(self, state: Dict[str, object]) -> None:
         state = dict(state)
         snapshot = state.pop("snapshot", None)
-        self.snapshot = None if snapshot is None else (
-            snapshot if isinstance(snapshot, ShardedSnapshot) else ShardedSnapshot.from_state(snapshot))
+        if snapshot is None or isinstance(snapshot, (ShardedSnapshot, SnapshotLedger)):
+            self.snapshot = snapshot
+        else:
+            self.snapshot = (SnapshotLedger if snapshot.get("ledger") else ShardedSnapshot).from_state(snapshot)
         super().load_state_dict(state)
 
     def rollback_share(self, p_down: float) -> float:

@@ -46,8 +46,16 @@ the failure-free step). Methods that re-form the pipelines over fewer nodes (Oob
 global batch on fewer GPUs: the pipeline part grows by n / alive (`share`), an assumption that
 Oobleck's templates spread the batch in proportion to the nodes left.
 
-Not modelled here: Bamboo's shadow stages in the layout, interleaved (virtual) stages, context
-parallelism, overlap of the pipeline sends with compute.
+Bamboo in the layout (Thorpe et al., NSDI 2023): each stage holds the next stage's weights (the
+last stage the first's) and runs its forward again for every micro-batch, inside its own idle
+time under 1F1B (`redundant_forward_s`: only what does not fit lengthens the step; assumption:
+the redundant forwards may take any of the stage's idle time, whatever their inputs' arrival).
+After a failure the previous stage's slot of the same replica does both stages' work
+(`shadow_factor`, the same slowest-stage rule; the send between the two merged stages is still
+charged).
+
+Not modelled here: interleaved (virtual) stages, context parallelism, overlap of the pipeline
+sends with compute.
 """
 
 from __future__ import annotations
@@ -142,7 +150,34 @@ def layout_kernels(step: Dict[str, object]) -> Dict[str, float]:
            "layout:slots": float(step["microbatches"] + step["pp"] - 1), "layout:bubble": step["bubble_s"]}
     for i, s in enumerate(step["stages"]):
         out[f"layout:stage{i}"] = s["compute_s"] + s["tp_comm_s"] + s["p2p_s"]
+        # its forward alone (compute and the forward's half of the TP all-reduces): what Bamboo's
+        # previous stage runs again as its redundant computation
+        out[f"layout:forward{i}"] = s["compute_s"] - s["backward_s"] + s["tp_comm_s"] / 2
     return out
+
+
+def _stage_times(kernels: Dict[str, float], prefix: str) -> List[float]:
+    return [kernels[f"layout:{prefix}{i}"] for i in range(sum(k.startswith("layout:stage") for k in kernels))]
+
+
+def redundant_forward_s(kernels: Dict[str, float]) -> float:
+    """Seconds Bamboo's redundant computation adds to a failure-free step (module doc): stage i
+    runs stage i+1's forward (the last stage: the first's) for each of the m micro-batches in the
+    time its own 1F1B schedule leaves idle, (m + p - 1) x the slowest stage's slot less m x its
+    own; the step grows by the largest part that does not fit."""
+    stages, forwards = _stage_times(kernels, "stage"), _stage_times(kernels, "forward")
+    p = len(stages)
+    slots = kernels["layout:slots"]
+    m = slots - p + 1
+    pipeline = slots * max(stages)
+    return max(0.0, max(m * forwards[(i + 1) % p] - (pipeline - m * stages[i]) for i in range(p)))
+
+
+def shadow_factor(kernels: Dict[str, float], stage: int) -> float:
+    """How much longer a slot of `stage` runs each micro-batch while it also does the next stage's
+    work (Bamboo's shadow after a failure): both stages' micro-batch time over its own."""
+    stages = _stage_times(kernels, "stage")
+    return (stages[stage] + stages[(stage + 1) % len(stages)]) / stages[stage]
 
 
 @dataclass(frozen=True)
@@ -179,7 +214,7 @@ def degraded_pipeline_s(kernels: Dict[str, float], stage_factor: Dict[int, float
     """Seconds the pipeline part of a degraded step takes beyond the failure-free one (module doc):
     `stage_factor[i]` the largest factor of any slot on stage i (1 if absent), `share` n / alive."""
     slots = kernels["layout:slots"]
-    stages = [kernels[f"layout:stage{i}"] for i in range(sum(k.startswith("layout:stage") for k in kernels))]
+    stages = _stage_times(kernels, "stage")
     normal = max(stages)
     if not stage_factor and share == 1.0:
         return 0.0
