@@ -111,6 +111,13 @@ def test_memory_of_405b_at_tp8_pp16_by_hand():
     # with the whole state sharded (FSDP / ZeRO-3) the static part shrinks to 18 / 128 bytes a parameter
     full = layout_memory(step, AttrDict(hw, shard="full"), 128)
     assert full["stage_peak_GB"][1] == pytest.approx((3_187_703_808 * 18 / 128 + 68_451_041_280) / 1e9)
+    # Bamboo: stage 1 also holds stage 2's weights and optimizer state (8 layers: 3,187,703,808 per
+    # GPU x (2 + 12 / 128) bytes = 6,674,254,848), no gradients: 94.55 GB
+    bamboo = layout_memory(step, hw, 128, shadow_next_stage=True)
+    assert bamboo["peak_stage"] == 1 and bamboo["shadow_GB"] == pytest.approx(6.674_254_848)
+    assert bamboo["peak_GB"]["normal"] == pytest.approx(87.876_111_360 + 6.674_254_848)
+    # the last stage holds the first's (7 layers and the embedding)
+    assert bamboo["stage_peak_GB"][15] - mem["stage_peak_GB"][15] == pytest.approx(3_051_909_120 * 2.09375 / 1e9)
 
 
 def test_405b_preset_parts_counted_on_the_meta_device():

@@ -133,7 +133,7 @@ def build_timing(cfg, method, modes, vocab_size: int, device: torch.device,
                            counts[pair]["saved_bytes"] if pair else None)
     if layout is not None:
         dp = layout["dp"]
-        memory = layout_memory(layout, hw, dp)
+        memory = layout_memory(layout, hw, dp, shadow_next_stage=cfg.method.name == "bamboo")
         info["layout"] = {k: layout[k] for k in ("tp", "pp", "dp", "microbatches", "schedule", "stage_layers",
                                                  "step_s", "pipeline_s", "bubble_s", "bubble_fraction")}
         info["layout"].update(stages=stage_table(layout), flops_per_gpu_step=layout["microbatches"] *

@@ -222,15 +222,24 @@ def degraded_pipeline_s(kernels: Dict[str, float], stage_factor: Dict[int, float
     return max(0.0, slots * (share * slowest - normal))
 
 
-def layout_memory(step: Dict[str, object], hw, dp: int) -> Dict[str, object]:
+def layout_memory(step: Dict[str, object], hw, dp: int, shadow_next_stage: bool = False) -> Dict[str, object]:
     """Memory per GPU: each stage's static state (memory.py) and its in-flight activations; the
-    peak stage is the GPU's figure, with the `fits` flag against hardware.memory_GB."""
+    peak stage is the GPU's figure, with the `fits` flag against hardware.memory_GB.
+    `shadow_next_stage` (Bamboo): each stage also holds the next stage's weights and optimizer
+    state (no gradients; its redundant forward's activations are not counted: `shadow_GB`)."""
     per_stage = []
-    for s in step["stages"]:
+    stages = step["stages"]
+    for i, s in enumerate(stages):
         tp = step["tp"]
         mem = worker_memory(round(s["params_per_gpu"]), hw, dp, s["in_flight"] * s["saved_bytes"] / tp)
         for key in ("activations_GB", "peak_GB", "fits"):  # MeCeFO's naive pair is a pure-DP comparison
             mem[key] = {"normal": mem[key]["normal"]}
+        if shadow_next_stage:
+            nxt = worker_memory(round(stages[(i + 1) % len(stages)]["params_per_gpu"]), hw, dp, 0.0)
+            mem["shadow_GB"] = nxt["static_GB"] - nxt["grads_GB"]
+            mem["static_GB"] += mem["shadow_GB"]
+            mem["peak_GB"]["normal"] += mem["shadow_GB"]
+            mem["fits"]["normal"] = mem["peak_GB"]["normal"] <= hw.memory_GB
         per_stage.append(mem)
     peak = max(range(len(per_stage)), key=lambda i: per_stage[i]["peak_GB"]["normal"])
     out = dict(per_stage[peak])
