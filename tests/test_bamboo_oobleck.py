@@ -192,3 +192,19 @@ def test_oobleck_degraded_steps_cost_n_over_alive_micro_batches(run_exp, fixed_p
     assert hit["time_breakdown"]["stall"] == pytest.approx(stalls + restart_s)
     assert hit["time_breakdown"]["lost_work"] > 0 and hit["time_breakdown"]["degraded_extra"] > 0
     assert losses_by_step(hit_dir) == losses_by_step(free_dir)
+
+
+@pytest.mark.parametrize("method, kind, count", [("bamboo", "rebalance", "rebalances"),
+                                                 ("oobleck", "reconfigure", "reconfigurations")])
+def test_workers_back_at_one_instant_rejoin_in_one_reconfiguration(run_exp, fixed_profile, tmp_path, method, kind,
+                                                                    count):
+    """Workers 0 and 2 (not ring neighbours) fail at different steps and come back together (a
+    repair tick): one rebalance (Bamboo) or one reconfiguration (Oobleck) takes both back, with
+    one stall, not one per worker."""
+    trace = _trace(tmp_path, "tick.csv", "1.5,0,fail\n3.5,2,fail\n6,0,recover\n6,2,recover\n")
+    hit, hit_dir = run_exp(f"method={method}", "failure=trace", "failure.unit=steps", trace,
+                           f"cluster.profile={fixed_profile()}")
+    back = [e for e in read_jsonl(hit_dir / "events.jsonl") if e["kind"] == kind
+            and e["detail"].get("reason") in ("rejoin", "recover")]
+    assert hit["fatal"] == 0 and len(back) == 1 and back[0]["worker"] == 0
+    assert hit[count] == (1 if method == "bamboo" else 3)  # Oobleck also re-forms at each failure

@@ -55,7 +55,8 @@ Readings where the papers are silent (ours):
   worker, ties to the nearest after the orphan on the ring. With whole micro-batches the
   slowest worker then holds ceil(n / alive), like Oobleck's re-split.
 - A recovered worker rejoins through a rebalance (Bamboo adds nodes by reconfiguring),
-  charged the same stall and logged as a `rebalance` with reason `rejoin`. A failed
+  charged the same stall and logged as a `rebalance` with reason `rejoin`; the workers back at
+  one instant (a machine, a repair tick) rejoin in one. A failed
   worker's cover therefore ends when it recovers or at a timed rebalance.
 - No detection stall on a survivable failure: the shadow notices the failure through
   the collective's timeout and carries on, as MeCeFO's neighbour does in this harness.
@@ -209,26 +210,29 @@ class Bamboo(InPlaceMethod):
                                             "recompute_forward": self.cfg.mode == "lazy"})
 
     def on_recoveries(self, workers: List[int]) -> None:
-        if self.layout is None:
+        """Workers back at one instant (a replaced machine, a repair tick) rejoin in one rebalance."""
+        if self.stages:  # the artifact's pipelines: one node at a time, as in its traces
             return super().on_recoveries(workers)
         back = [w for w in workers if self.rejoins(w)]
-        if back:  # the replaced node joins in one re-formation
+        if not back:
+            return
+        if self.layout is not None:
             self._layout_rebalance("rejoin", back)
+        else:
+            self._rebalance("rejoin", back[0])
 
     def on_recover(self, worker: int) -> None:
-        if self.layout is not None:
+        if not self.stages:
             return self.on_recoveries([worker])
         if not self.rejoins(worker):
             return
-        if self.stages:  # a new node waits, idle, until a re-formation takes it
-            self.node_order = [w for w in self.node_order if w != worker] + [worker]
-            self.run.event("waiting", worker, {"spares": self._spares()})
-            # the loop hands a recovery over at the end of the step it fell in: decide now, as the
-            # artifact does at that step's completion (B:1345-1351); never inside a step in flight
-            if self.credit is None and self._should_reform():
-                self._reform()
-            return
-        self._rebalance("rejoin", worker)
+        # a new node waits, idle, until a re-formation takes it
+        self.node_order = [w for w in self.node_order if w != worker] + [worker]
+        self.run.event("waiting", worker, {"spares": self._spares()})
+        # the loop hands a recovery over at the end of the step it fell in: decide now, as the
+        # artifact does at that step's completion (B:1345-1351); never inside a step in flight
+        if self.credit is None and self._should_reform():
+            self._reform()
 
     def after_fall_back(self) -> None:
         """Adjacent failures: spares replace every failed worker, the ring is whole again."""
