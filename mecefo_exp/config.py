@@ -135,6 +135,12 @@ class CheckpointMethodConfig(MethodConfig):
     restart_s: Optional[float] = None  # seconds of a restart (None: cluster.detection_s + cluster.restart_s)
     # the Oobleck artifact's behaviours that are physically questionable (docs/ARTIFACT.md), as options
     artifact_quirks: bool = False
+    # restart_on=survivors: a restart's seconds by the ready nodes the job restarted on last (the
+    # artifact's BERT-large); outside the listed counts the nearest end, as a throughput table
+    restart_s_by_nodes: Optional[Dict[int, float]] = None
+    # with artifact_quirks: test a checkpoint as the artifact does, walking its event list in storage
+    # order (a replay of that list); false: the same test in time order
+    artifact_storage_order: bool = False
 
 
 @dataclass
@@ -554,7 +560,7 @@ def validate(cfg: Any) -> None:
         _check(c.name == "local", "trainer.numerics=false runs in one process: use cluster=local")
     _validate_parallel(cfg)
     _validate_failure(f, c.n_workers)
-    _validate_method(cfg.method, c.n_workers)
+    _validate_method(cfg.method, c.n_workers, numerics=t.numerics)
     _validate_table_fits(cfg)
     if c.name == "torchft":
         _validate_torchft(cfg)
@@ -849,7 +855,7 @@ def _validate_table_fits(cfg: Any) -> None:
            f"{cfg.cluster.n_workers} nodes")
 
 
-def _validate_method(m: Any, n_workers: int) -> None:
+def _validate_method(m: Any, n_workers: int, numerics: bool) -> None:
     allowed = ", ".join(METHOD_SCHEMAS)
     _check(m.name in METHOD_SCHEMAS, f"method.name={m.name!r}: allowed: {allowed}")
     for key in ("interval", "checkpoint_interval"):
@@ -866,6 +872,14 @@ def _validate_method(m: Any, n_workers: int) -> None:
     if m.name == "checkpoint":
         _check(m.restart_on in ("spares", "survivors"), f"method.restart_on={m.restart_on!r}: allowed: spares, survivors")
         _check(m.restart_s is None or m.restart_s >= 0, f"method.restart_s={m.restart_s}: must be >= 0 seconds")
+        if m.artifact_quirks and m.restart_on == "survivors":
+            _check(not numerics, "method.artifact_quirks=true: the artifact un-credits steps no checkpoint "
+                                             "holds, which only a numerics-free run can do: trainer.numerics=false")
+        if m.restart_s_by_nodes is not None:
+            _check(m.restart_on == "survivors", "method.restart_s_by_nodes times a restart by the nodes it restarted "
+                                                "on last: it needs method.restart_on=survivors")
+            bad = {k: v for k, v in m.restart_s_by_nodes.items() if not (int(k) >= 1 and float(v) >= 0)}
+            _check(not bad, f"method.restart_s_by_nodes={dict(bad)}: node counts >= 1, seconds >= 0")
     if m.name == "oobleck":
         _check(m.admit_nodes in ("on_recover", "next_reconfiguration"),
                f"method.admit_nodes={m.admit_nodes!r}: allowed: on_recover, next_reconfiguration")

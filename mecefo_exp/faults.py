@@ -129,6 +129,9 @@ class Trace:
         self.expected_how = expected_how
         self.stop_s: Optional[float] = None  # the run ends here (a node trace's hard stop); None: at max_steps
         self.start_s: Optional[float] = None  # a node trace: when the first nodes are usable (then the job starts)
+        # a node trace's rows as read, (seconds, add | remove), the hard stop's included: the
+        # artifact's Varuna queues them all (docs/ARTIFACT.md)
+        self.node_rows: List[Tuple[float, str]] = []
         self.position = 0  # index of the first event not yet handed out: the cursor a resume restores
         self._next_fail: Optional[List[int]] = None  # next_failure_time's index, built at its first call
 
@@ -160,6 +163,11 @@ class Trace:
 
     def next_event_time(self) -> Optional[float]:
         return self.events[self.position].time if self.position < len(self.events) else None
+
+    def last_time(self) -> Optional[float]:
+        """Time of the last event handed out (a method hearing of a failure late, after a stall,
+        can still date it)."""
+        return self.events[self.position - 1].time if self.position else None
 
     def write_csv(self, path: Path) -> None:
         with open(path, "w", newline="") as f:
@@ -368,7 +376,7 @@ def read_trace_csv(path: str, n_workers: int, unit_s: float) -> List[FailureEven
     return events
 
 
-def read_node_trace(path: str, n_workers: int, ready_s: float, unit_s: float = 1e-3) -> Tuple[List[FailureEvent], float]:
+def read_node_trace(path: str, n_workers: int, ready_s: float, unit_s: float = 1e-3) -> Tuple[List[FailureEvent], float, List[Tuple[float, str]]]:
     """A node add/remove trace (`t,add|remove,name` per row, no header, t in `unit_s` seconds)
     as worker-slot events, and the hard stop (the last row's time, not applied)."""
     p = Path(path)
@@ -436,7 +444,7 @@ def read_node_trace(path: str, n_workers: int, ready_s: float, unit_s: float = 1
             else:
                 events.append(FailureEvent(t, slot, FAIL))
             heapq.heappush(free, slot)
-    return events, stop_s
+    return events, stop_s, [(t, verb) for _, t, verb, _ in parsed]
 
 
 class _Keyed:
@@ -516,9 +524,9 @@ def make_trace(failure_cfg, n_workers: int, step_s: float, max_steps: int, seed:
             events = read_trace_csv(failure_cfg.path, n_workers, unit_s)
             return Trace(events, n_workers, horizon, no_expectation, "a replayed trace: no expectation")
         ready_s = float(_get(failure_cfg, "node_ready_s", 45.0))
-        events, stop_s = read_node_trace(failure_cfg.path, n_workers, ready_s)
+        events, stop_s, rows = read_node_trace(failure_cfg.path, n_workers, ready_s)
         trace = Trace(events, n_workers, stop_s, no_expectation, "a replayed node trace: no expectation")
-        trace.stop_s, trace.start_s = stop_s, ready_s
+        trace.stop_s, trace.start_s, trace.node_rows = stop_s, ready_s, rows
         return trace
 
     process = _get(failure_cfg, "process", "per_worker")

@@ -15,6 +15,16 @@ class CannotRun(RuntimeError):
     """The table says the system does not fit (an entry of 0) at this node count."""
 
 
+def entry_at(entries: Mapping[int, float], nodes: int) -> float:
+    """A per-node-count table's value at `nodes`: below its smallest count the smallest's, above
+    its largest the largest's, in a gap the next smaller count's (the artifact's if-chains)."""
+    lo, hi = min(entries), max(entries)
+    n = min(max(nodes, lo), hi)
+    if n not in entries:
+        n = max(k for k in entries if k <= n)
+    return entries[n]
+
+
 class ThroughputTable:
     def __init__(self, entries: Mapping, samples_per_step: int, integer_ms: bool = False, label: str = "table"):
         self.entries: Dict[int, float] = {int(n): float(v) for n, v in entries.items()}
@@ -23,14 +33,10 @@ class ThroughputTable:
         self.samples_per_step = samples_per_step
         self.integer_ms = integer_ms
         self.label = label
-        self.lo, self.hi = min(self.entries), max(self.entries)
 
     def samples_per_s(self, nodes: int) -> float:
         """The table's entry for `nodes`, clamped to its range (no interpolation)."""
-        n = min(max(nodes, self.lo), self.hi)
-        if n not in self.entries:  # a gap inside the range: the next smaller count that is listed
-            n = max(k for k in self.entries if k <= n)
-        return self.entries[n]
+        return entry_at(self.entries, nodes)
 
     def fits(self, nodes: int) -> bool:
         return self.samples_per_s(nodes) > 0

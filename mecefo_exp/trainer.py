@@ -187,9 +187,15 @@ class Experiment(Context):
             self.apply_due_events()
             self.tier.sync()  # torchft: the quorum shows who is alive; the method hears it
             plan = method.plan(self.step)
-            if not plan.computing_workers:  # nobody can compute: wait for the next event
-                nxt = trace.next_event_time()
+            if not plan.computing_workers:  # nobody can compute: wait for the next event, the trace's or the method's
+                nxt, own = trace.next_event_time(), method.timer_s()
+                if own is not None and (nxt is None or own < nxt):
+                    clock.charge("stall", max(0.0, own - clock.now))
+                    method.on_timer(plan, 0.0)
+                    continue
                 if nxt is None:
+                    if trace.stop_s is not None:
+                        break  # a node trace's hard stop: nothing is left to happen before it
                     raise RuntimeError("every worker is down and the trace has no recovery left")
                 clock.charge("stall", max(0.0, nxt - clock.now))
                 continue

@@ -109,8 +109,8 @@ def test_a_node_added_mid_run_joins_only_when_the_policy_says(tmp_path):
 def test_node_trace_rules(tmp_path):
     rows = [(0, "add", "a"), (0, "add", "b"), (5000, "remove", "a"), (6000, "add", "c"), (7000, "remove", "c"),
             (8000, "add", "e"), (20000, "remove", "b")]
-    events, stop = read_node_trace(str(trace_file(tmp_path, rows)), 2, ready_s=2.0)
-    assert stop == 20.0  # the last row is the hard stop and is not applied
+    events, stop, rows = read_node_trace(str(trace_file(tmp_path, rows)), 2, ready_s=2.0)
+    assert stop == 20.0 and rows[-1] == (20.0, "remove")  # the last row is the hard stop and is not applied
     # a fails at 5; c takes its slot at 6 but is removed before it is ready (8): it never joins;
     # e takes the slot at 8, usable at 10
     assert [(e.time, e.worker, e.kind) for e in events] == [(5.0, 0, FAIL), (10.0, 0, RECOVER)]

@@ -1,0 +1,70 @@
+"""The Oobleck artifact's Varuna event queue, replayed beside our checkpoint method.
+
+The artifact decides whether a checkpoint failed by walking its event queue, a Python `heapq`
+list, in storage order: a removal met before the first checkpoint-completion event fails the
+checkpoint (docs/ARTIFACT.md, quirk 3). Storage order is not time order, so a removal hours
+away can fail a checkpoint, and which one does depends on every push and pop of the run so
+far. The only way to give the same answer is to hold the same list: this class pushes and pops
+what the artifact's Varuna would, in the same order, with the same comparison (time in whole
+milliseconds, then the event kind; nothing else breaks a tie).
+
+Our checkpoint method (with `artifact_quirks`) drives it at the instants its own model reaches
+the artifact's events: the job's start, a removal, a restart timeout, a completed step, a
+checkpoint. Events nobody reacts to (a stale step, a checkpoint's completion) are popped on
+the way. The queue only answers the checkpoint test; every time and every credited step stays
+our model's.
+"""
+
+import heapq
+from typing import Callable, Iterable, List, Tuple
+
+# the artifact's event kinds (its EventKind order breaks ties at one millisecond)
+ADD, REMOVE, READY, TIMEOUT, STEP, CHECKPOINT = 1, 2, 4, 5, 7, 8
+
+
+def ms(seconds: float) -> int:
+    return int(round(seconds * 1000))
+
+
+class ArtifactQueue:
+    def __init__(self, rows: Iterable[Tuple[float, str]], ready_s: float, restart_s: Callable[[], float]):
+        """`rows`: the node trace's rows (seconds, "add" | "remove") in file order, the last
+        one included; `restart_s`: the restart time a removal's timeout is set with now."""
+        self.heap: List[Tuple[int, int]] = []
+        for t, verb in rows:
+            heapq.heappush(self.heap, (ms(t), ADD if verb == "add" else REMOVE))
+        heapq.heapify(self.heap)  # the artifact heapifies once more after loading the trace
+        self.ready_ms = ms(ready_s)
+        self.restart_s = restart_s
+        self.stopped = True  # before the first ready node, as after a timeout that formed nothing
+
+    def pop_through(self, seconds: float, kind: int) -> None:
+        """Pop every event up to (`seconds`, `kind`), each with the artifact's own reaction:
+        an added node's ready event, the first ready node's rendezvous, a removal's timeout."""
+        key = (ms(seconds), kind)
+        while self.heap and self.heap[0] <= key:
+            t, k = heapq.heappop(self.heap)
+            if k == ADD:
+                self.push(t + self.ready_ms, READY)
+            elif k == READY and self.stopped:
+                self.stopped = False
+                self.push(t + ms(self.restart_s()), TIMEOUT)
+            elif k == REMOVE:
+                self.stopped = False
+                self.push(t + ms(self.restart_s()), TIMEOUT)
+
+    def push(self, t_ms: int, kind: int) -> None:
+        heapq.heappush(self.heap, (t_ms, kind))
+
+    def checkpoint_fails(self, step_end_s: float, write_s: float) -> bool:
+        """The artifact's test of a checkpoint taken at the end of a step: its completion event
+        goes in, the list is heapified, and the list is walked in storage order."""
+        self.push(ms(step_end_s) + 2 * ms(write_s), CHECKPOINT)
+        heapq.heapify(self.heap)
+        removal_first = False
+        for _, kind in self.heap:
+            if kind == REMOVE:
+                removal_first = True
+            elif kind == CHECKPOINT:
+                return removal_first
+        return False
