@@ -149,6 +149,10 @@ class ReftMethodConfig(MethodConfig):
     parity_group: int = 4  # workers per XOR parity group (tolerates one loss per group)
     checkpoint_interval: Any = "auto"  # disk checkpoints, the fallback when parity cannot help
     overlap: float = 0.9  # share of the snapshot copy hidden behind compute (REFT is asynchronous)
+    # where the job restarts after a failure: on spares for the failed workers | on the survivors (the
+    # global batch re-split over them; the snapshot re-sharded over them), for traces whose nodes never return
+    restart_on: str = "spares"
+    charge_initial_checkpoint: bool = True  # false: the step-0 state (the seeded initialisation) costs no write
 
 
 @dataclass
@@ -862,6 +866,7 @@ def _validate_method(m: Any, n_workers: int, numerics: bool) -> None:
         if key in m:
             _check_interval(f"method.{key}", m[key])
     if m.name == "reft":
+        _check(m.restart_on in ("spares", "survivors"), f"method.restart_on={m.restart_on!r}: allowed: spares, survivors")
         _check(m.snapshot_every >= 1, f"method.snapshot_every={m.snapshot_every}: must be >= 1")
         _check(m.parity_group >= 2, f"method.parity_group={m.parity_group}: must be >= 2 workers")
         _check(0.0 <= m.overlap <= 1.0, f"method.overlap={m.overlap}: must be in [0, 1]")

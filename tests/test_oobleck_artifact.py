@@ -327,3 +327,21 @@ def test_every_varuna_cell_agrees_with_the_artifact_when_its_behaviour_is_on(tmp
     if model == "gpt3_6_7b":
         ratio = cell("10m", "oobleck") / cell("10m", "checkpoint")
         assert ratio == pytest.approx(13.9, rel=2e-3)
+
+
+def test_reft_on_the_survivors_by_hand(tmp_path, two_removals):
+    # start: ready at 1 s + a 3 s restart = 4 s; snapshots every 2 steps, none of their copy
+    # charged (overlap 1). 4 nodes: steps end 6.5, 9 (snapshot of step 2 on 4 workers); the step
+    # in flight at 10 s is lost; restart from memory, 3 s (and the tiny state copy), to 13 s, on
+    # the 3 survivors, the snapshot re-sharded over them: steps end 16.33, 19.67 (snapshot of
+    # step 4 on 3 workers); node4's shard goes at 20 s: rebuilt from parity, restart to 23 s on
+    # 2 workers: steps end 28, 33, 38; the next would end at 43, after the hard stop at 40 s.
+    s, run_dir = run(tmp_path, two_removals, "method=reft", "method.restart_on=survivors", "method.snapshot_every=2",
+                     "method.overlap=1.0", "cluster.restart_s=3", "method.charge_initial_checkpoint=false")
+    w = s["window"]
+    assert s["steps"] == 7 and w["credited_samples"] == 700 and s["lost_steps"] == 0
+    assert w["train_start_s"] == pytest.approx(4.0) and w["last_step_end_s"] == pytest.approx(38.0, abs=0.01)
+    events = [json.loads(line) for line in open(run_dir / "events.jsonl")]
+    restarts = [e for e in events if e["kind"] == "restart"]
+    assert [(e["detail"]["source"], e["detail"]["from_step"]) for e in restarts] == [("memory", 2), ("memory", 4)]
+    assert not [e for e in events if e["kind"] == "fatal"]

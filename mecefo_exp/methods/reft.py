@@ -53,7 +53,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
-from .base import Method, RollbackMethod, steps_before_multiple
+from .base import Method, RollbackMethod, resplit_cost, resplit_plan, steps_before_multiple
 
 
 class UnrecoverableSnapshot(RuntimeError):
@@ -288,9 +288,18 @@ class Reft(RollbackMethod):
         self.snapshot: Optional[ShardedSnapshot] = None
         self.counts = {"snapshots": 0, "memory_restores": 0, "shards_rebuilt": 0, "fatal": 0}
         self.heal_pending = False
+        # restart_on=survivors (nodes that never return): the job restarts on the workers still up,
+        # the global batch re-split over them, and the snapshot is sharded over them alone
+        self.on_survivors = cfg.get("restart_on", "spares") == "survivors"
+        self.running_without: List[int] = []  # the workers the job restarted without
+        self.waiting: List[int] = []  # recovered since, joining at the next restart
+        self.members: Optional[List[int]] = None  # survivors: the worker holding each shard (None: shard w on w)
 
     def setup(self) -> None:
         super().setup()
+        if self.on_survivors and self.chains is not None:
+            raise ValueError("method.restart_on=survivors with REFT is modelled in pure data parallelism only "
+                             "(parallel.tp=1, parallel.pp=1)")
         every = self.cfg.snapshot_every
         # disk checkpoints only at snapshot steps: the fallback is never ahead of the memory state
         self.interval = every * math.ceil(self.interval / every)
@@ -316,10 +325,7 @@ class Reft(RollbackMethod):
         """Snapshot the state before step `step` into the workers' memory; charge its visible part."""
         if self.run.step != step:
             raise RuntimeError(f"snapshot of step {step} asked while the state is that of step {self.run.step}")
-        if self.run.numerics:
-            self.snapshot = ShardedSnapshot.of_state(self.run.state_dict(), self.n, self.cfg.parity_group, self.chains)
-        else:
-            self.snapshot = SnapshotLedger.of_state(self.run.state_dict(), self.n, self._ledger_layout())
+        self.snapshot = self._sharded(self.run.state_dict())
         cost = self.snapshot_charge_s
         if step > 0:
             self.run.clock.add_to_step(step - 1, "ft_overhead", cost)
@@ -329,12 +335,27 @@ class Reft(RollbackMethod):
         self.run.event("snapshot", detail={"step": step, "cost_s": cost, "bytes": self.snapshot.length,
                                            "shard_bytes": self.snapshot.shard_bytes})
 
-    def _ledger_layout(self):
-        """The parity layout and its index, built once (O(workers)) for every ledger snapshot."""
-        if getattr(self, "_layout", None) is None:
-            groups, holders = parity_layout(self.n, self.cfg.parity_group, self.chains)
-            self._layout = (groups, holders, ledger_index(groups, holders))
-        return self._layout
+    def _sharded(self, state: Dict):
+        """The state as a snapshot over the workers that hold it: every worker, or on the
+        survivors the workers up now (shard i on `members[i]`, groups of consecutive members)."""
+        self.members = sorted(set(range(self.n)) - self.down) if self.on_survivors else None
+        holders = len(self.members) if self.members is not None else self.n
+        if self.run.numerics:
+            return ShardedSnapshot.of_state(state, holders, self.cfg.parity_group, self.chains)
+        return SnapshotLedger.of_state(state, holders, self._ledger_layout(holders))
+
+    def _ledger_layout(self, holders: int):
+        """The parity layout and its index, built once per number of holders (O(workers))."""
+        layouts = self.__dict__.setdefault("_layouts", {})
+        if holders not in layouts:
+            groups, parity = parity_layout(holders, self.cfg.parity_group, self.chains)
+            layouts[holders] = (groups, parity, ledger_index(groups, parity))
+        return layouts[holders]
+
+    def _shard_of(self, worker: int) -> Optional[int]:
+        if self.members is None:
+            return worker
+        return self.members.index(worker) if worker in self.members else None  # joined since: holds no shard
 
     def on_failure(self, worker: int) -> None:
         self.on_failures([worker])
@@ -344,17 +365,30 @@ class Reft(RollbackMethod):
         from memory if every parity group lost at most one block, else from disk."""
         for worker in workers:
             Method.on_failure(self, worker)  # mark down
+        if self.on_survivors:
+            self.down -= set(self.waiting)  # the workers that came back join this restart
+            self.waiting = []
         worker, snap = workers[0], self.snapshot
         if snap is None:
             self._fatal(worker, {"reason": "no in-memory snapshot since the last disk fallback"})
+        else:
+            shards = [i for i in map(self._shard_of, workers) if i is not None]
+            lost = [block for i in shards for block in snap.lose(i)]
+            bad = snap.unrecoverable()
+            if bad:
+                self._fatal(worker, {"reason": "more than one erasure in a parity group", "groups": bad,
+                                     "snapshot_step": snap.step, "lost": lost})
+            else:
+                self.restart_from_memory(worker, lost)
+        if self.on_survivors:
+            self.running_without = sorted(self.down)
+
+    def on_recover(self, worker: int) -> None:
+        if self.on_survivors and worker in self.running_without:
+            self.waiting.append(worker)
+            self.run.event("waiting", worker, {"down": self.running_without})
             return
-        lost = [block for w in workers for block in snap.lose(w)]
-        bad = snap.unrecoverable()
-        if bad:
-            self._fatal(worker, {"reason": "more than one erasure in a parity group", "groups": bad,
-                                 "snapshot_step": snap.step, "lost": lost})
-            return
-        self.restart_from_memory(worker, lost)
+        super().on_recover(worker)
 
     def restart_from_memory(self, worker: int, lost: List[str]) -> None:
         """Restart every worker, rebuild the lost shards from parity, restore the snapshot."""
@@ -380,9 +414,17 @@ class Reft(RollbackMethod):
 
     def plan(self, step: int):
         if self.heal_pending and self.snapshot is not None:
-            self.snapshot.heal()
+            if self.on_survivors:  # no spare: the rebuilt state is re-sharded over the survivors
+                self.snapshot = self._sharded(self.snapshot.state())
+            else:  # the spares get the rebuilt shards; lost parity is re-encoded
+                self.snapshot.heal()
         self.heal_pending = False
+        if self.running_without:
+            return resplit_plan(step, self.n, set(self.running_without))
         return super().plan(step)
+
+    def step_cost(self, plan):
+        return resplit_cost(self.run.costs, self.n, plan) if self.running_without else super().step_cost(plan)
 
     def state_dict(self) -> Dict[str, object]:
         # the snapshot lives in the workers' memory, not on disk; a resumed run must still
