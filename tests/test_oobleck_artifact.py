@@ -345,3 +345,16 @@ def test_reft_on_the_survivors_by_hand(tmp_path, two_removals):
     restarts = [e for e in events if e["kind"] == "restart"]
     assert [(e["detail"]["source"], e["detail"]["from_step"]) for e in restarts] == [("memory", 2), ("memory", 4)]
     assert not [e for e in events if e["kind"] == "fatal"]
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["method=checkpoint", "+method.restart_s_by_nodes={4: 3}"], "needs method.restart_on=survivors"),
+    (["method=checkpoint", "method.restart_on=survivors", "+method.restart_s_by_nodes={4: -1}"], "seconds >= 0"),
+    (["method=checkpoint", "method.restart_on=survivors", "method.artifact_quirks=true"], "trainer.numerics=false"),
+    (["method=reft", "method.restart_on=elsewhere"], "allowed: spares, survivors"),
+])
+def test_varuna_and_reft_restart_settings_are_one_line(overrides, message):
+    cfg = compose_cfg(["cluster.n_workers=4", *overrides])
+    with pytest.raises(ConfigError, match=message) as e:
+        validate(cfg)
+    assert "\n" not in str(e.value)
