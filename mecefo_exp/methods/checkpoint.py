@@ -12,10 +12,11 @@ Where the job restarts (`method.restart_on`):
 - `survivors` (Varuna's job morphing): the job restarts on the workers still up, the global
   batch re-split over them (the same samples: still bit for bit); a recovered worker waits
   for the next restart to join. `checkpoint_after_failure` also saves after the first step
-  of each restart, as Varuna does.
+  of each restart, as Varuna does; `restart_s_by_nodes` times a restart by the nodes the job
+  restarted on last (the artifact's BERT-large constants).
 
 `artifact_quirks` (with restart_on=survivors, numerics off) reproduces how the Oobleck artifact's
-Varuna simulator books a failure (docs/ARTIFACT.md, quirks 2, 4 and 5):
+Varuna simulator books a failure (docs/ARTIFACT.md, quirks 2, 3 and 4):
 
 - a removal un-credits the steps since the last good checkpoint at once, but training goes on
   with the old configuration, the removed node included, while the job restarts; when the
@@ -23,11 +24,13 @@ Varuna simulator books a failure (docs/ARTIFACT.md, quirks 2, 4 and 5):
 - every removal sets a restart timeout and none is ever cancelled: a timeout that finds the
   rendezvous already taken by an earlier one forms no pipelines and stops the job until the
   next removal's restart completes;
-- the restart time can depend on the node count at the last restart (`restart_s_by_nodes`);
-- a checkpoint counts as failed when a removal falls before its write completes, twice its
-  write time after the step (the artifact looks ahead in its queue of future removals); a
-  failed checkpoint un-credits the last `interval` recorded steps, whatever protected them,
-  and sets the every-`interval` cadence, which counts completed steps, back by `interval`.
+- a restart that completes during a checkpoint write starts the new configuration at once;
+- a checkpoint counts as failed when a removal is queued before its completion, twice its
+  write time after the step (the artifact knows its trace's removals in advance); with
+  `artifact_storage_order` the test is the artifact's own walk of its event heap in storage
+  order, answered by a replay of that heap (artifact_queue.py); a failed checkpoint
+  un-credits the last `interval` recorded steps, whatever protected them, and sets the
+  every-`interval` cadence, which counts completed steps, back by `interval`.
 
 Physically a failed node cannot keep computing: the default charges the restart as a stall.
 """
