@@ -35,6 +35,11 @@ and the worker holding its parity) are more than XOR can correct: then we log a 
 `snapshot_every` so that the disk checkpoint is never ahead of the in-memory state); the
 in-memory snapshot is dropped.
 
+With `restart_on=survivors` (a node trace, where no node ever comes back) there is no spare: the
+job restarts on the workers still up, the global batch re-split over them, and the rebuilt
+snapshot is re-sharded over them (groups of consecutive survivors); each later snapshot is
+sharded over the workers up when it is taken. Pure data parallelism only.
+
 Cost. A snapshot costs the profiled `state_copy` kernel (a device -> host copy of the
 model and optimizer state), of which a share `overlap` is hidden behind the next steps'
 compute (REFT snapshots asynchronously); the rest, (1 - overlap) * state_copy, is charged
