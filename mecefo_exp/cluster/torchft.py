@@ -12,13 +12,13 @@ survivors act only on what the quorum shows:
                                  its torchft Manager is up; the next quorum includes it, torchft
                                  heals it from a live peer (model, optimizer and the harness's
                                  books over the process group, no disk), then everyone runs
-                                 `method.on_recover`.
+                                 `method.on_recoveries` with all the quorum brought back.
     a plan needs a dead one   -> a spare (checkpoint-restart's replacement, an in-place method's
                                  fall-back): started and healed the same way, no method hook.
     a worker dies unplanned   -> (killed from outside, a crash of its machine) the quorum misses
                                  it: `on_failures` as for a trace failure, and its next process
                                  is asked for at once; it heals like a trace recovery and then
-                                 `on_recover`. A death inside a collective fails that step's
+                                 `on_recoveries`. A death inside a collective fails that step's
                                  commit or the membership all-reduce: the step or the quorum is
                                  taken again without it.
 
@@ -466,11 +466,15 @@ class TorchftMembership:
             self.leader = min(quorum)
             self.run.set_leader(self.leader)
         run = self.run
-        i = 0
+        back: List[int] = []  # confirmed in this quorum: they reach the method together, as a trace's
+        i = 0                 # recoveries of one instant do (Oobleck re-forms once for a whole machine)
         while i < len(self.pending):
             ev = self.pending[i]
             workers = ev["workers"]
             if ev["kind"] == FAIL:
+                if back:  # the trace's order: the recoveries before this failure first
+                    run.method.on_recoveries(back)
+                    back = []
                 still = [w for w in workers if w in quorum]
                 if still:
                     raise RuntimeError(f"torchft: workers {still} were killed by the trace at {ev['time']:.3f} s but "
@@ -499,8 +503,10 @@ class TorchftMembership:
                     detail["note"] = "its process already ran as a spare"
                 self.live.add(w)
                 run.membership_event(RECOVER, w, detail)
-                run.method.on_recover(w)
+                back.append(w)
             self.pending.pop(i)
+        if back:
+            run.method.on_recoveries(back)
         # real faults the trace did not plan (a crash; a whole machine: all of its workers in one
         # quorum), reaching the method together as a trace's failures of one instant do
         missing = sorted(self.live - quorum)
