@@ -52,7 +52,7 @@ from .tables import SETTING, setting_columns, throughput_markdown, throughput_ta
 log = logging.getLogger(__name__)
 
 #: the failure-reading keys, where they live in the resolved config, and their defaults when a
-#: config predates them (mecefo_exp/config.py: the default reading was then the only one)
+#: config predates them (mecefo_exp/config/schema.py: the default reading was then the only one)
 READING_PATHS = {"process": ("failure", "process"), "unit_gpus": ("failure", "unit_gpus"),
                  "repair": ("failure", "repair"), "replace_s": ("failure", "replace_s")}
 READING_DEFAULTS = {"process": "per_worker", "unit_gpus": 1, "repair": "fixed", "replace_s": 300.0}
