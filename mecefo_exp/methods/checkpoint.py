@@ -63,6 +63,8 @@ class CheckpointRestart(RollbackMethod):
         self.rendezvous_open = False  # a removal since the last restart completed: the next timeout takes it
         self.stopped = False  # a timeout found no rendezvous: no pipelines until the next restart completes
         self.nodes_at_restart: Optional[int] = None  # ready nodes at the last restart (restart_s_by_nodes)
+        by_nodes = cfg.get("restart_s_by_nodes")
+        self.restart_by_nodes = {int(k): float(v) for k, v in by_nodes.items()} if by_nodes else None
         self.recorded: Deque[List] = deque()  # [step, still credited] of the last `interval` completed steps
         self.credit_floor: Optional[int] = None  # a failed checkpoint un-credited below the last good one
         self.queue: Optional[ArtifactQueue] = None  # artifact_storage_order: the artifact's own event list
@@ -132,10 +134,8 @@ class CheckpointRestart(RollbackMethod):
         return cost
 
     def restart_s(self) -> float:
-        by_nodes = self.cfg.get("restart_s_by_nodes")
-        if by_nodes and self.nodes_at_restart is not None:
-            return self.run.costs.stall_s(entry_at({int(k): float(v) for k, v in by_nodes.items()},
-                                                   self.nodes_at_restart))
+        if self.restart_by_nodes and self.nodes_at_restart is not None:
+            return self.run.costs.stall_s(entry_at(self.restart_by_nodes, self.nodes_at_restart))
         return super().restart_s()
 
     # ------------------------------------------------------------ the artifact's booking
