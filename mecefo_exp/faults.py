@@ -148,6 +148,13 @@ class Trace:
             self.position += 1
         return out
 
+    def pop_instant(self, t: float) -> List[FailureEvent]:
+        """The events of the first pending instant, if it is at or before `t`. Handed out one
+        instant at a time, a method that dates an event by `last_time()` gets its own instant,
+        not that of a later event that fell in the same stall."""
+        first = self.next_event_time()
+        return self.pop_until(first) if first is not None and first <= t else []
+
     def next_failure_time(self) -> Optional[float]:
         """Time of the first pending `fail` event, if any (pending = not yet popped)."""
         if self._next_fail is None:  # once: the index of the first fail at or after each position

@@ -165,8 +165,8 @@ class Experiment(Context):
         """
         if self.tier.joining:
             return  # a restarted worker: its trace position comes from the peer that heals it
-        while due := self.trace.pop_until(self.clock.now):
-            for (_, kind), same in itertools.groupby(due, key=lambda ev: (ev.time, ev.kind)):
+        while due := self.trace.pop_instant(self.clock.now):  # one instant at a time: each is dated by its own
+            for kind, same in itertools.groupby(due, key=lambda ev: ev.kind):
                 self.tier.deliver(kind, list(same), self)
 
     def train(self) -> None:

@@ -358,3 +358,44 @@ def test_varuna_and_reft_restart_settings_are_one_line(overrides, message):
     with pytest.raises(ConfigError, match=message) as e:
         validate(cfg)
     assert "\n" not in str(e.value)
+
+
+ARTIFACT_30 = [(0, "add", f"node{i}") for i in range(1, 31)]
+
+
+def artifact_cell(tmp_path, rows, model, method, *extra):
+    from mecefo_exp.trainer import Experiment
+
+    cfg = compose_cfg([f"scenario=oobleck_artifact/{model}", f"method={method}", "scenario.quirks=true",
+                       f"failure.path={trace_file(tmp_path, rows)}", "trainer.progress=none", *extra])
+    summary = Experiment(cfg, tmp_path / "run").run()
+    events = [json.loads(line) for line in open(tmp_path / "run" / "events.jsonl")]
+    return summary, events
+
+
+@pytest.mark.parametrize("method", ["oobleck", "checkpoint", "reft"])
+def test_a_node_removed_while_it_waits_to_join_never_joins(tmp_path, method):
+    """node31 takes node1's slot at 2000 s and waits for the next re-formation; it is removed at
+    3000 s before one happens. The artifact's Oobleck gives 348.343 samples/s on this trace (its
+    simulator, unmodified); admitting the removed node gave 362.126."""
+    rows = ARTIFACT_30 + [(1_000_000, "remove", "node1"), (2_000_000, "add", "node31"),
+                          (3_000_000, "remove", "node31"), (5_000_000, "remove", "node2"),
+                          (8_000_000, "remove", "node3")]
+    summary, events = artifact_cell(tmp_path, rows, "bert_large", method)
+    rows = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    alive = {r["alive"] for r in rows if 3_100 < r["sim_time_s"] < 5_000}
+    assert alive == {29}, alive  # node31 never trained; node1's slot stays empty
+    if method == "oobleck":
+        assert [e["detail"]["alive"] for e in events if e["kind"] == "reconfigure"] == [29, 29, 28]
+        assert summary["window"]["samples_per_s"] == pytest.approx(348.343, abs=5e-4)
+
+
+def test_each_instant_is_delivered_with_its_own_time(tmp_path):
+    """node1 is removed at 50 s, during the job's first rendezvous; node31 is added at 55 s and is
+    ready at 100 s, inside the same start-up stall. The removal's restart timeout is 50 + 60.2 s:
+    the artifact's Varuna stops at 110.2 s (dated by the later event, it stopped at 160.2 s)."""
+    rows = ARTIFACT_30 + [(50_000, "remove", "node1"), (55_000, "add", "node31"),
+                          (3_000_000, "remove", "node2"), (6_000_000, "remove", "node3")]
+    _, events = artifact_cell(tmp_path, rows, "bert_large", "checkpoint")
+    stopped = [e["sim_time_s"] for e in events if e["kind"] == "stopped"]
+    assert stopped and stopped[0] == pytest.approx(110.2)

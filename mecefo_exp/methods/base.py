@@ -350,6 +350,15 @@ class InPlaceMethod(RollbackMethod):
         """Forget the method's own assignments: every worker is up again."""
 
 
+def admit_waiting(down: set, waiting: List[int], failed: List[int]) -> None:
+    """At a restart or re-formation caused by `failed`, the recovered workers that waited for one
+    (Varuna's job morphing, REFT on the survivors, Oobleck's admit_nodes=next_reconfiguration) are
+    up again: removed from `down` and `waiting`, in place. A worker removed again while it
+    waited never joins."""
+    down -= set(waiting) - set(failed)
+    waiting.clear()
+
+
 def steps_before_multiple(step: int, every: int) -> int:
     """Steps from `step` on before the first step t with (t + 1) % every == 0, whose end is an
     every-`every`-steps action (a checkpoint after step t is the state before step t + 1)."""

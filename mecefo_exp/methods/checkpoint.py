@@ -42,7 +42,7 @@ from ..plan import Plan
 from ..throughput import entry_at
 from ..timing.clock import StepCost
 from .artifact_queue import REMOVE, STEP, TIMEOUT, ArtifactQueue, ms
-from .base import Method, RollbackMethod, resplit_cost, resplit_plan, steps_before_multiple
+from .base import Method, RollbackMethod, admit_waiting, resplit_cost, resplit_plan, steps_before_multiple
 
 
 class CheckpointRestart(RollbackMethod):
@@ -99,8 +99,7 @@ class CheckpointRestart(RollbackMethod):
                 self.queue.pop_through(failed_at, REMOVE)
         for worker in workers:
             Method.on_failure(self, worker)
-        self.down -= set(self.waiting)  # the workers that came back join this restart
-        self.waiting = []
+        admit_waiting(self.down, self.waiting, workers)  # the workers that came back join this restart
         if self.quirks:
             self._rollback_and_keep_training(workers[0])
             return

@@ -46,7 +46,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ..timing.clock import StepCost
 from ..plan import Plan
-from .base import InPlaceMethod, resplit_cost, resplit_plan
+from .base import InPlaceMethod, admit_waiting, resplit_cost, resplit_plan
 
 
 class Oobleck(InPlaceMethod):
@@ -57,7 +57,7 @@ class Oobleck(InPlaceMethod):
         super().__init__(cfg, run)
         self.degraded_steps = 0
         self.counts.update(reconfigurations=0)
-        self.waiting: set = set()  # admit_nodes=next_reconfiguration: recovered, joining at the next one
+        self.waiting: List[int] = []  # admit_nodes=next_reconfiguration: recovered, joining at the next one
         # artifact_quirks: (step, seconds left) of a step that finishes inside the reconfiguration
         self.finishing: Optional[Tuple[int, float]] = None
 
@@ -83,8 +83,7 @@ class Oobleck(InPlaceMethod):
         """One re-formation of the pipelines for the failures of one instant (a whole machine)."""
         for worker in workers:
             InPlaceMethod.on_failure(self, worker)
-        self.down -= self.waiting  # nodes that waited for a reconfiguration join this one
-        self.waiting.clear()
+        admit_waiting(self.down, self.waiting, workers)  # nodes that waited for a reconfiguration join this one
         if len(self.down) >= self.n:
             self.fall_back(workers[0], {"reason": "no worker alive"})
         else:
@@ -98,7 +97,7 @@ class Oobleck(InPlaceMethod):
         joined = []
         for worker in workers:
             if worker in self.down and self.cfg.get("admit_nodes", "on_recover") == "next_reconfiguration":
-                self.waiting.add(worker)  # stays out of the plan until a failure reconfigures anyway
+                self.waiting.append(worker)  # stays out of the plan until a failure reconfigures anyway
                 self.run.event("waiting", worker, {"down": sorted(self.down)})
             elif self.rejoins(worker):
                 joined.append(worker)

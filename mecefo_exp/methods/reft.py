@@ -58,7 +58,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
-from .base import Method, RollbackMethod, resplit_cost, resplit_plan, steps_before_multiple
+from .base import Method, RollbackMethod, admit_waiting, resplit_cost, resplit_plan, steps_before_multiple
 
 
 class UnrecoverableSnapshot(RuntimeError):
@@ -371,8 +371,7 @@ class Reft(RollbackMethod):
         for worker in workers:
             Method.on_failure(self, worker)  # mark down
         if self.on_survivors:
-            self.down -= set(self.waiting)  # the workers that came back join this restart
-            self.waiting = []
+            admit_waiting(self.down, self.waiting, workers)  # the workers that came back join this restart
         worker, snap = workers[0], self.snapshot
         if snap is None:
             self._fatal(worker, {"reason": "no in-memory snapshot since the last disk fallback"})
