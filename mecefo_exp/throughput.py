@@ -3,7 +3,9 @@
 The Oobleck artifact's simulators time a step from such a table, one per system and model
 (docs/ARTIFACT.md). A step of `samples_per_step` samples on n nodes takes
 samples_per_step / table[n] seconds; n outside the table's range uses the nearest entry; an
-entry of 0 means the system cannot run there (out of memory), which is never divided by.
+entry of 0 means the system cannot run there (out of memory): a step there takes
+`STALLED_STEP_S`, so nothing completes until a membership change re-forms the job, as in the
+artifact's simulators (a 1e12 ms step).
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from __future__ import annotations
 from typing import Dict, Mapping, Optional
 
 
-class CannotRun(RuntimeError):
-    """The table says the system does not fit (an entry of 0) at this node count."""
+#: a step where the table has no throughput (out of memory): 1e12 ms, as the simulators charge it
+STALLED_STEP_S = 1e9
 
 
 def entry_at(entries: Mapping[int, float], nodes: int) -> float:
@@ -45,8 +47,7 @@ class ThroughputTable:
         """Seconds of one step on `nodes` nodes; `slowdown` multiplies it (a degraded pipeline)."""
         tput = self.samples_per_s(nodes)
         if tput <= 0:
-            raise CannotRun(f"{self.label} has no throughput at {nodes} nodes (an entry of 0: out of memory); "
-                            "this system cannot run this model there")
+            return STALLED_STEP_S
         seconds = self.samples_per_step / tput
         if self.integer_ms:  # the artifact keeps whole milliseconds, truncated, and truncates a slowed step again
             ms = int(seconds * 1000)
