@@ -15,7 +15,7 @@ runs the same cells through Hydra and writes the analysis tables.
 runs the artifact's own Varuna simulator from a checkout of its branch (optional, not in CI; it
 needs nothing beyond Python's standard library) as it is and with its checkpoint-failure test
 walking its event heap in time order instead of storage order (docs/ARTIFACT.md, quirk 3), beside
-ours with `scenario.quirks=true method.artifact_storage_order=false`.
+ours with `scenario.quirks=true method.variant_options.storage_order=false`.
 """
 
 import argparse
@@ -97,7 +97,7 @@ def compare_time_ordered(simulator_dir: str, models, traces) -> None:
         for trace in traces:
             shipped = artifact_varuna(simulator_dir, model, trace, time_ordered=False)
             ordered = artifact_varuna(simulator_dir, model, trace, time_ordered=True)
-            ours, _ = run_cell(model, trace, "checkpoint", ["scenario.quirks=true", "method.artifact_storage_order=false"])
+            ours, _ = run_cell(model, trace, "checkpoint", ["scenario.quirks=true", "method.variant_options.storage_order=false"])
             print(f"{model:<11} {trace:<5} {shipped:>10.4f} {ordered:>14.4f} {ours:>17.4f} {ours / ordered:>7.3f}")
 
 

@@ -41,7 +41,7 @@ class Counters:
 @dataclass
 class Window:
     """From the start of the first step to the end of the last committed one: the window the
-    Oobleck artifact divides its credited samples by (downtime inside it counts, after it not)."""
+    Oobleck authors' simulators divide their credited samples by (downtime inside it counts, after it not)."""
 
     first_step_s: Optional[float] = None
     last_step_end_s: Optional[float] = None

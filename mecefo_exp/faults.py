@@ -129,8 +129,7 @@ class Trace:
         self.expected_how = expected_how
         self.stop_s: Optional[float] = None  # the run ends here (a node trace's hard stop); None: at max_steps
         self.start_s: Optional[float] = None  # a node trace: when the first nodes are usable (then the job starts)
-        # a node trace's rows as read, (seconds, add | remove), the hard stop's included: the
-        # artifact's Varuna queues them all (docs/ARTIFACT.md)
+        # a node trace's rows as read, (seconds, add | remove), the hard stop's included
         self.node_rows: List[Tuple[float, str]] = []
         self.position = 0  # index of the first event not yet handed out: the cursor a resume restores
         self._next_fail: Optional[List[int]] = None  # next_failure_time's index, built at its first call
@@ -452,53 +451,6 @@ def read_node_trace(path: str, n_workers: int, ready_s: float, unit_s: float = 1
                 events.append(FailureEvent(t, slot, FAIL))
             heapq.heappush(free, slot)
     return events, stop_s, [(t, verb) for _, t, verb, _ in parsed]
-
-
-class _Keyed:
-    """An event compared by (time, kind) only, as in the artifact's queue: equal keys tie."""
-
-    def __init__(self, t: float, kind: int, name: str = ""):
-        self.t, self.kind, self.name = t, kind, name
-
-    def __lt__(self, other: "_Keyed") -> bool:
-        return (self.t, self.kind) < (other.t, other.kind)
-
-
-def node_tie_order(path: str, ready_s: float, first_delay_s: float) -> Tuple[List[int], List[int]]:
-    """The order in which the Oobleck artifact's event queue hands out the nodes added at t=0, as
-    worker slots (the t=0 rows in file order): (the order it registers them, the order they join
-    the first rendezvous). Its queue is a binary heap keyed by (time, kind) only (add 1, remove 2,
-    ready 4, global timeout 5); every row is pushed in file order and the heap built again
-    (B:1400-1420); popping an add pushes its ready `ready_s` later (B:1046-1049); the first ready
-    starts the rendezvous, whose timeout is pushed `first_delay_s` later, and the other readies
-    join it in the order they are popped (B:1159-1175). Equal keys leave Python's heapq in an order
-    that is deterministic but not first-in first-out; this is the order our Bamboo's
-    `start_order` / `node_order` replay (docs/ARTIFACT.md)."""
-    heap: List[_Keyed] = []
-    with open(path, newline="") as f:
-        for row in csv.reader(f):
-            if row and not row[0].lstrip().startswith("#"):
-                kind = 1 if row[1].strip().lower() == "add" else 2
-                heapq.heappush(heap, _Keyed(float(row[0]) * 1e-3, kind, row[2].strip()))
-    heapq.heapify(heap)
-    registered, joined = [], []
-    while heap and heap[0].t <= ready_s:
-        event = heapq.heappop(heap)
-        if event.kind == 1:
-            registered.append(event.name)
-            heapq.heappush(heap, _Keyed(event.t + ready_s, 4, event.name))
-        elif event.kind == 4:
-            if not joined:
-                heapq.heappush(heap, _Keyed(event.t + first_delay_s, 5))
-            joined.append(event.name)
-    slot = {name: i for i, name in enumerate(_file_order(path))}
-    return [slot[name] for name in registered], [slot[name] for name in joined]
-
-
-def _file_order(path: str) -> List[str]:
-    with open(path, newline="") as f:
-        return [row[2].strip() for row in csv.reader(f)
-                if row and float(row[0]) == 0 and row[1].strip().lower() == "add"]
 
 
 def make_trace(failure_cfg, n_workers: int, step_s: float, max_steps: int, seed: int,

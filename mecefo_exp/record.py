@@ -35,7 +35,7 @@ def clock_summary(timing, costs, hardware_cfg, n_workers: int) -> Dict:
 
 
 def window_summary(window, trace, table, steps: int, n_workers: int) -> Dict:
-    """The Oobleck artifact's metric: credited samples (committed steps x samples per step) over
+    """The Oobleck authors' simulators' metric: credited samples (committed steps x samples per step) over
     the window from the first step's start to the last committed step's end; and goodput over
     ideal: those samples over the table's throughput integrated over the usable nodes in the window."""
     start, end = window.first_step_s, window.last_step_end_s

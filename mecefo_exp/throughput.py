@@ -1,11 +1,11 @@
 """A failure-free throughput table: samples per second for each number of usable nodes.
 
-The Oobleck artifact's simulators time a step from such a table, one per system and model
+The Oobleck authors' simulators time a step from such a table, one per system and model
 (docs/ARTIFACT.md). A step of `samples_per_step` samples on n nodes takes
 samples_per_step / table[n] seconds; n outside the table's range uses the nearest entry; an
 entry of 0 means the system cannot run there (out of memory): a step there takes
 `STALLED_STEP_S`, so nothing completes until a membership change re-forms the job, as in the
-artifact's simulators (a 1e12 ms step).
+Oobleck authors' simulators (a 1e12 ms step).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ STALLED_STEP_S = 1e9
 
 def entry_at(entries: Mapping[int, float], nodes: int) -> float:
     """A per-node-count table's value at `nodes`: below its smallest count the smallest's, above
-    its largest the largest's, in a gap the next smaller count's (the artifact's if-chains)."""
+    its largest the largest's, in a gap the next smaller count's (the simulators' if-chains)."""
     lo, hi = min(entries), max(entries)
     n = min(max(nodes, lo), hi)
     if n not in entries:
@@ -49,7 +49,7 @@ class ThroughputTable:
         if tput <= 0:
             return STALLED_STEP_S
         seconds = self.samples_per_step / tput
-        if self.integer_ms:  # the artifact keeps whole milliseconds, truncated, and truncates a slowed step again
+        if self.integer_ms:  # the simulators keep whole milliseconds, truncated, and truncates a slowed step again
             ms = int(seconds * 1000)
             if slowdown != 1.0:
                 ms = int(ms * slowdown)

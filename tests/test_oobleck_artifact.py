@@ -194,7 +194,7 @@ def test_bamboo_pipelines_with_a_spare_by_hand(tmp_path, quirks):
     s, run_dir = run(tmp_path, trace, "cluster.n_workers=5", "+hardware.tables.default={5: 50, 4: 40, 3: 30}",
                      "method=bamboo", "method.pipeline_stages=2", "method.fallback_slowdown=1.5",
                      "method.rebalance_stall_s=2", "method.fatal_restart_s=1", "method.charge_initial_checkpoint=false",
-                     f"method.artifact_quirks={str(quirks).lower()}")
+                     *(["method.variant=mecefo_exp.replay.pipelines:BambooArtifact"] if quirks else []))
     w = s["window"]
     if not quirks:
         # the spare's loss changes nothing: steps end 4, 6, ..., 20 (9); b falls 1 s into the next,
@@ -225,7 +225,7 @@ def test_bamboo_pipelines_two_adjacent_removals_are_fatal(tmp_path):
 def test_the_bamboo_preset_orders_are_the_artifacts_heap_order():
     """The order the artifact's event heap hands out the 30 nodes added at t = 0, derived from each
     trace, is the order the BERT-large preset gives Bamboo's pipelines."""
-    from mecefo_exp.faults import node_tie_order
+    from mecefo_exp.replay.heap_order import node_tie_order
 
     cfg = compose_cfg(["scenario=oobleck_artifact/bert_large", "method=bamboo"])
     for trace in ("6h", "3h", "1h", "30m", "10m"):
@@ -277,7 +277,7 @@ def test_varuna_quirks_a_removal_during_the_first_rendezvous_stops_the_job_by_ha
     s, run_dir = run(tmp_path, trace_file(tmp_path, rows), "method=checkpoint", "method.restart_on=survivors",
                      "method.interval=2", "method.restart_s=3", "method.checkpoint_after_failure=true",
                      "method.charge_initial_checkpoint=false", "hardware.checkpoint_s=0.5",
-                     "method.artifact_quirks=true")
+                     "method.variant=mecefo_exp.replay.varuna:VarunaArtifact", "+method.variant_options.storage_order=false")
     w = s["window"]
     assert s["steps"] == 5 and w["credited_samples"] == 500
     assert w["train_start_s"] == pytest.approx(4.0) and w["last_step_end_s"] == pytest.approx(39.5)
@@ -289,7 +289,7 @@ def test_varuna_quirks_a_removal_during_the_first_rendezvous_stops_the_job_by_ha
 def test_the_artifacts_checkpoint_test_walks_its_list_in_storage_order():
     """A removal an hour away fails a checkpoint that completes at 12 s when it sits earlier in the
     heap's list than the checkpoint's event; in time order it would not."""
-    from mecefo_exp.methods.artifact_queue import CHECKPOINT, REMOVE, STEP, ArtifactQueue
+    from mecefo_exp.replay.queue import CHECKPOINT, REMOVE, STEP, ArtifactQueue
 
     queue = ArtifactQueue([], ready_s=1.0, restart_s=lambda: 1.0)
     for event in [(5, STEP), (6, STEP), (3_600_000, REMOVE), (7, STEP)]:
@@ -320,7 +320,7 @@ def test_every_varuna_cell_agrees_with_the_artifact_when_its_behaviour_is_on(tmp
 
     for trace in ("6h", "3h", "1h", "30m", "10m"):
         assert cell(trace, "checkpoint") == pytest.approx(ref[(model, trace, "checkpoint")], rel=1e-4), trace
-    in_time_order = cell("10m", "checkpoint", "method.artifact_storage_order=false")
+    in_time_order = cell("10m", "checkpoint", "method.variant_options.storage_order=false")
     assert in_time_order > ref[(model, "10m", "checkpoint")] * 1.02  # every model's 10-minute cell moves
     if model == "gpt3_6_7b":
         ratio = cell("10m", "oobleck") / cell("10m", "checkpoint")
@@ -346,9 +346,16 @@ def test_reft_on_the_survivors_by_hand(tmp_path, two_removals):
 
 
 @pytest.mark.parametrize("overrides,message", [
-    (["method=checkpoint", "+method.restart_s_by_nodes={4: 3}"], "needs method.restart_on=survivors"),
-    (["method=checkpoint", "method.restart_on=survivors", "+method.restart_s_by_nodes={4: -1}"], "seconds >= 0"),
-    (["method=checkpoint", "method.restart_on=survivors", "method.artifact_quirks=true"], "trainer.numerics=false"),
+    (["method=checkpoint", "++method.restart_s_by_nodes={4: 3}"], "needs method.restart_on=survivors"),
+    (["method=checkpoint", "method.restart_on=survivors", "++method.restart_s_by_nodes={4: -1}"], "seconds >= 0"),
+    (["method=checkpoint", "method.restart_on=survivors", "method.variant=mecefo_exp.replay.varuna:VarunaArtifact"],
+     "trainer.numerics=false"),
+    (["method=checkpoint", "method.variant=mecefo_exp.replay.varuna:VarunaArtifact", "trainer.numerics=false"],
+     "restart_on=survivors"),
+    (["method=oobleck", "method.variant=mecefo_exp.replay.varuna:VarunaArtifact"], "not a subclass of Oobleck"),
+    (["method=oobleck", "method.variant=mecefo_exp.replay.nowhere:X"], "cannot be imported"),
+    (["method=checkpoint", "method.variant=mecefo_exp.replay.varuna:VarunaArtifact", "trainer.numerics=false",
+      "method.restart_on=survivors", "+method.variant_options.storage=1"], "unknown \\['storage'\\]"),
     (["method=reft", "method.restart_on=elsewhere"], "allowed: spares, survivors"),
 ])
 def test_varuna_and_reft_restart_settings_are_one_line(overrides, message):

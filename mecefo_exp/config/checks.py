@@ -346,12 +346,32 @@ def _validate_table_fits(cfg: Any) -> None:
            f"{cfg.cluster.n_workers} nodes")
 
 
+def _validate_variant(m: Any, numerics: bool) -> None:
+    """method.variant: an importable subclass of the method's class; its own check and options."""
+    from ..methods import method_class, variant_class
+
+    try:
+        cls = variant_class(m.variant)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ConfigError(f"method.variant={m.variant!r}: cannot be imported as module:Class ({e})") from None
+    base = method_class(m.name)
+    _check(issubclass(cls, base), f"method.variant={m.variant!r} is not a subclass of {base.__name__} (method={m.name})")
+    known = getattr(cls, "OPTIONS", {})
+    unknown = sorted(set(m.variant_options) - set(known))
+    _check(not unknown, f"method.variant_options: unknown {unknown}; {cls.__name__} reads: {', '.join(known) or 'none'}")
+    check = getattr(cls, "check_config", None)
+    problem = check(m, numerics) if check is not None else None
+    _check(problem is None, f"method.variant={m.variant}: {problem}")
+
+
 def _validate_method(m: Any, n_workers: int, numerics: bool) -> None:
     allowed = ", ".join(METHOD_SCHEMAS)
     _check(m.name in METHOD_SCHEMAS, f"method.name={m.name!r}: allowed: {allowed}")
     for key in ("interval", "checkpoint_interval"):
         if key in m:
             _check_interval(f"method.{key}", m[key])
+    if m.variant is not None:
+        _validate_variant(m, numerics)
     if m.name == "reft":
         _check(m.restart_on in ("spares", "survivors"), f"method.restart_on={m.restart_on!r}: allowed: spares, survivors")
         _check(m.snapshot_every >= 1, f"method.snapshot_every={m.snapshot_every}: must be >= 1")
@@ -364,10 +384,7 @@ def _validate_method(m: Any, n_workers: int, numerics: bool) -> None:
     if m.name == "checkpoint":
         _check(m.restart_on in ("spares", "survivors"), f"method.restart_on={m.restart_on!r}: allowed: spares, survivors")
         _check(m.restart_s is None or m.restart_s >= 0, f"method.restart_s={m.restart_s}: must be >= 0 seconds")
-        if m.artifact_quirks and m.restart_on == "survivors":
-            _check(not numerics, "method.artifact_quirks=true: the artifact un-credits steps no checkpoint "
-                                             "holds, which only a numerics-free run can do: trainer.numerics=false")
-        if m.restart_s_by_nodes is not None:
+        if m.restart_s_by_nodes:
             _check(m.restart_on == "survivors", "method.restart_s_by_nodes times a restart by the nodes it restarted "
                                                 "on last: it needs method.restart_on=survivors")
             bad = {k: v for k, v in m.restart_s_by_nodes.items() if not (int(k) >= 1 and float(v) >= 0)}

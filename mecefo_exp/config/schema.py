@@ -107,6 +107,10 @@ class DataConfig:
 @dataclass
 class MethodConfig:
     name: str = MISSING
+    # "module:Class", a subclass of the method's class that runs in its place (a study that replays
+    # another simulator's rules: conf/scenario_method/); None: the method itself
+    variant: Optional[str] = None
+    variant_options: Dict[str, Any] = field(default_factory=dict)  # settings the variant reads and checks
 
 
 @dataclass
@@ -121,14 +125,9 @@ class CheckpointMethodConfig(MethodConfig):
     checkpoint_after_failure: bool = False  # Varuna: also checkpoint on the first step after a restart
     charge_initial_checkpoint: bool = True  # false: the step-0 state (the seeded initialisation) costs no write
     restart_s: Optional[float] = None  # seconds of a restart (None: cluster.detection_s + cluster.restart_s)
-    # the Oobleck artifact's behaviours that are physically questionable (docs/ARTIFACT.md), as options
-    artifact_quirks: bool = False
-    # restart_on=survivors: a restart's seconds by the ready nodes the job restarted on last (the
-    # artifact's BERT-large); outside the listed counts the nearest end, as a throughput table
-    restart_s_by_nodes: Optional[Dict[int, float]] = None
-    # with artifact_quirks: test a checkpoint as the artifact does, walking its event list in storage
-    # order (a replay of that list); false: the same test in time order
-    artifact_storage_order: bool = False
+    # restart_on=survivors: a restart's seconds by the ready nodes the job restarted on last;
+    # outside the listed counts the nearest end, as a throughput table; empty: method.restart_s throughout
+    restart_s_by_nodes: Dict[int, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -179,8 +178,6 @@ class BambooMethodConfig(MethodConfig):
     pipeline_stages: Optional[int] = field(default=None, metadata=at_least(1, "stages"))
     start_order: Optional[List[int]] = None  # worker slots in the order the first pipelines take them (None: 0..n-1)
     node_order: Optional[List[int]] = None  # worker slots in the order later re-formations take them (None: 0..n-1)
-    # the Oobleck artifact's behaviours that are physically questionable (docs/ARTIFACT.md), as options
-    artifact_quirks: bool = False
 
 
 @dataclass
@@ -188,10 +185,8 @@ class OobleckMethodConfig(MethodConfig):
     reconfigure_s: Optional[float] = None  # None: cluster.reconfigure_s
     checkpoint_interval: Any = "auto"
     # a recovered (or added) worker joins: at once, with a reconfiguration (on_recover) | at the
-    # next failure's reconfiguration (the Oobleck artifact: new nodes wait)
+    # next failure's reconfiguration (new nodes wait)
     admit_nodes: str = "on_recover"
-    # the Oobleck artifact's behaviours that are physically questionable (docs/ARTIFACT.md), as options
-    artifact_quirks: bool = False
     charge_initial_checkpoint: bool = True  # false: the step-0 state (the seeded initialisation) costs no write
 
 
@@ -217,7 +212,7 @@ class FailureConfig:
     replace_s: float = field(default=300.0, metadata=at_least(0, "seconds"))  # repair=replace: seconds (paper seconds) until a spare takes the failed unit's place
     # trace: replay a CSV of time, worker, event (time in `unit`); nodes: t_ms,add|remove,name
     path: Optional[str] = None
-    node_ready_s: float = field(default=45.0, metadata=at_least(0, "seconds"))  # nodes: an added node is usable this long after it is added (the Oobleck artifact)
+    node_ready_s: float = field(default=45.0, metadata=at_least(0, "seconds"))  # nodes: an added node is usable this long after it is added (45 s in the Oobleck authors' simulators)
     # which workers may fail (None: all); the paper's asymmetric experiment uses a subset
     workers: Optional[List[int]] = None
     horizon_factor: float = field(default=50.0, metadata=at_least(1))  # draw the trace up to this multiple of the failure-free run
@@ -283,7 +278,7 @@ class HardwareConfig:
     # range the nearest entry is used. A step is samples_per_step samples.
     tables: Dict[str, Any] = field(default_factory=dict)
     samples_per_step: int = 0
-    step_ms_integer: bool = False  # truncate step times to whole milliseconds (the Oobleck artifact does)
+    step_ms_integer: bool = False  # truncate step times to whole milliseconds (as the Oobleck authors' simulators do)
     # a checkpoint's seconds, replacing bytes / storage_GBps
     checkpoint_s: Optional[float] = field(default=None, metadata=at_least(0, "seconds"))
     peak_tflops: float = field(default=1.0, metadata=above(0))  # dense bf16 (or the preset's compute dtype) per worker
@@ -404,8 +399,8 @@ class Config:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     seed: int = 0
     experiment: Optional[str] = None  # name of the experiment preset, if any
-    # a scenario preset (conf/scenario/): per-method constants the method presets read
-    # (`${oc.select:scenario.<method>.<key>,default}`), so a single run gets them too
+    # a scenario preset (conf/scenario/<name>.yaml): a published setup; its per-method constants are
+    # in conf/scenario_method/<name>/<method>.yaml, composed after the method preset
     scenario: Dict[str, Any] = field(default_factory=lambda: {"name": None})
     # continue the run in hydra.run.dir from its newest checkpoint (after a crash or kill -9)
     resume: bool = False

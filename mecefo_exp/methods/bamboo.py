@@ -76,14 +76,14 @@ covering it). A rebalance (timer, or a rejoin: the failures or recoveries of one
 re-formation, one stall) re-forms the pipelines without the nodes then down: their batch is
 spread over the rest as for Oobleck (the pipeline part n / alive longer) and no cover is left.
 
-Under a throughput table (hardware.compute=table, the Oobleck artifact's model of Bamboo's
+Under a throughput table (hardware.compute=table, the Oobleck authors' model of Bamboo's
 pipelines) the table already holds the redundant computation, so no forward is added; a step
 runs at the table's throughput for the node count of the last (re)configuration, times
 `method.fallback_slowdown` while a shadow covers a failed node; the part of the interrupted
 step after the failure runs at that slowdown too; `rebalance_after_steps` rebalances after that
 many degraded steps, and `fatal_restart_s` is the restart after adjacent failures.
 
-`pipeline_stages` (table clock only) replaces the ring by the artifact's pipelines: the alive
+`pipeline_stages` (table clock only) replaces the ring by pipelines with spares: the alive
 nodes, in `start_order` at the first formation and `node_order` at every later one, fill
 floor(alive / stages) pipelines stage by stage; the rest are idle spares. A removed pipeline
 node's stage goes to the holder of the previous stage of its pipeline (stage 0 wraps to the
@@ -92,10 +92,9 @@ first removal that a holder absorbs starts the fallback slowdown; after each com
 the pipelines re-form (`rebalance_stall_s`) when a node holds two stages and the spares can
 relieve it or a doubled node is more than 5% of the active ones (2 x doubled / active > 0.05),
 or when the waiting nodes would complete another pipeline. Losing an idle spare changes
-nothing, except with `artifact_quirks`, where it starts the fallback slowdown as in the
-artifact's simulator (until the next re-formation). A fatal removal goes through the harness's
-fall-back (spares for every failed node, pipelines re-formed over all slots); the artifact's
-traces never reach it, nor a removal during a re-formation's stall, which is not modelled.
+nothing (a subclass may say otherwise: `spare_loss_slows`). A fatal removal goes through the
+harness's fall-back (spares for every failed node, pipelines re-formed over all slots); a removal
+during a re-formation's stall is not modelled.
 """
 
 from __future__ import annotations
@@ -112,6 +111,8 @@ FORWARD = Mode("forward", backward=False)
 
 
 class Bamboo(InPlaceMethod):
+    #: pipelines with spares: whether losing an idle spare starts the fallback slowdown
+    spare_loss_slows = False
     name = "bamboo"
     interval_key = "checkpoint_interval"
 
@@ -179,7 +180,7 @@ class Bamboo(InPlaceMethod):
     def on_failures(self, workers: List[int]) -> None:
         """The failures of one instant (a whole machine): all are down before any is covered, since
         they cannot shadow each other, and a fatal one is one fall-back for all of them."""
-        if self.stages:  # the artifact's pipelines: one removal at a time, as in its traces
+        if self.stages:  # pipelines with spares
             return super().on_failures(workers)
         self.down.update(workers)
         fatal = self.counts["fatal"]
@@ -211,7 +212,7 @@ class Bamboo(InPlaceMethod):
 
     def on_recoveries(self, workers: List[int]) -> None:
         """Workers back at one instant (a replaced machine, a repair tick) rejoin in one rebalance."""
-        if self.stages:  # the artifact's pipelines: one node at a time, as in its traces
+        if self.stages:  # pipelines with spares
             return super().on_recoveries(workers)
         back = [w for w in workers if self.rejoins(w)]
         if not back:
@@ -230,7 +231,7 @@ class Bamboo(InPlaceMethod):
         self.node_order = [w for w in self.node_order if w != worker] + [worker]
         self.run.event("waiting", worker, {"spares": self._spares()})
         # the loop hands a recovery over at the end of the step it fell in: decide now, as the
-        # artifact does at that step's completion (B:1345-1351); never inside a step in flight
+        # Oobleck authors' Bamboo simulator does at that step's completion; never inside a step in flight
         if self.credit is None and self._should_reform():
             self._reform()
 
@@ -339,7 +340,7 @@ class Bamboo(InPlaceMethod):
         else:
             self.counts["spares_lost"] += 1
             self.run.event("spare_lost", worker, {"spares": self._spares()})
-            if not self.cfg.get("artifact_quirks", False):
+            if not self.spare_loss_slows:
                 return  # an idle spare did no work: nothing slows down
         if self.fallback_step is None:
             self.fallback_step = self.run.step

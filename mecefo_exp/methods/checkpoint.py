@@ -13,36 +13,15 @@ Where the job restarts (`method.restart_on`):
   batch re-split over them (the same samples: still bit for bit); a recovered worker waits
   for the next restart to join. `checkpoint_after_failure` also saves after the first step
   of each restart, as Varuna does; `restart_s_by_nodes` times a restart by the nodes the job
-  restarted on last (the artifact's BERT-large constants).
-
-`artifact_quirks` (with restart_on=survivors, numerics off) reproduces how the Oobleck artifact's
-Varuna simulator books a failure (docs/ARTIFACT.md, quirks 2, 3 and 4):
-
-- a removal un-credits the steps since the last good checkpoint at once, but training goes on
-  with the old configuration, the removed node included, while the job restarts; when the
-  restart completes, the step in flight is lost and the new configuration runs;
-- every removal sets a restart timeout and none is ever cancelled: a timeout that finds the
-  rendezvous already taken by an earlier one forms no pipelines and stops the job until the
-  next removal's restart completes;
-- a restart that completes during a checkpoint write starts the new configuration at once;
-- a checkpoint counts as failed when a removal is queued before its completion, twice its
-  write time after the step (the artifact knows its trace's removals in advance); with
-  `artifact_storage_order` the test is the artifact's own walk of its event heap in storage
-  order, answered by a replay of that heap (artifact_queue.py); a failed checkpoint
-  un-credits the last `interval` recorded steps, whatever protected them, and sets the
-  every-`interval` cadence, which counts completed steps, back by `interval`.
-
-Physically a failed node cannot keep computing: the default charges the restart as a stall.
+  restarted on last.
 """
 
-from collections import deque
-from typing import Deque, List, Optional
+from typing import List, Optional
 
 from ..plan import Plan
 from ..throughput import entry_at
 from ..timing.clock import StepCost
-from .artifact_queue import REMOVE, STEP, TIMEOUT, ArtifactQueue, ms
-from .base import Method, RollbackMethod, admit_waiting, resplit_cost, resplit_plan, steps_before_multiple
+from .base import Method, RollbackMethod, admit_waiting, resplit_cost, resplit_plan
 
 
 class CheckpointRestart(RollbackMethod):
@@ -52,59 +31,27 @@ class CheckpointRestart(RollbackMethod):
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
         self.on_survivors = cfg.get("restart_on", "spares") == "survivors"
-        self.quirks = self.on_survivors and cfg.get("artifact_quirks", False)
         self.running_without: List[int] = []  # restart_on=survivors: the workers the job restarted without
         self.waiting: List[int] = []  # recovered since, joining at the next restart
-        # artifact_quirks only:
-        self.carry: Optional[float] = None  # seconds left of the step a failure did not stop
-        self.head_start = 0.0  # a restart that completed during a checkpoint write: its first step began then
-        self.completed = 0  # completed steps, rolled back or not: the artifact's checkpoint cadence
-        self.timeouts: List[float] = []  # restart timeouts pending; none is ever cancelled
-        self.rendezvous_open = False  # a removal since the last restart completed: the next timeout takes it
-        self.stopped = False  # a timeout found no rendezvous: no pipelines until the next restart completes
         self.nodes_at_restart: Optional[int] = None  # ready nodes at the last restart (restart_s_by_nodes)
         by_nodes = cfg.get("restart_s_by_nodes")
         self.restart_by_nodes = {int(k): float(v) for k, v in by_nodes.items()} if by_nodes else None
-        self.recorded: Deque[List] = deque()  # [step, still credited] of the last `interval` completed steps
-        self.credit_floor: Optional[int] = None  # a failed checkpoint un-credited below the last good one
-        self.queue: Optional[ArtifactQueue] = None  # artifact_storage_order: the artifact's own event list
-
-    def setup(self) -> None:
-        super().setup()
-        self.recorded = deque(maxlen=self.interval)
 
     def start(self) -> None:
         super().start()
-        trace = self.run.books.trace
-        if self.quirks and self.cfg.get("artifact_storage_order", False):
-            if not trace.node_rows:
-                raise ValueError("method.artifact_storage_order=true replays the artifact's event list: it needs "
-                                 "a node trace (failure=nodes)")
-            self.queue = ArtifactQueue(trace.node_rows, trace.start_s, self.restart_s)
-            now = self.run.clock.now
-            self.queue.pop_through(now, TIMEOUT)  # the first rendezvous completes: training starts
-            # without the nodes removed during it (we hear of those at the first step)
-            early = {e.worker for e in trace.events if e.time < now and e.kind == "fail"}
-            self._queue_next_step(now, resplit_plan(0, self.n, early) if early else None)
         self.nodes_at_restart = self.n - len(self.down)  # the job's start is its first rendezvous
 
     def on_failures(self, workers: List[int]) -> None:
         if not self.on_survivors:
             return super().on_failures(workers)
-        if self.quirks:  # a restart timeout the clock passed in a checkpoint write came before this failure
-            failed_at = self.run.books.trace.last_time()
-            while self.timeouts and min(self.timeouts) < failed_at:
-                self.on_timer(None, 0.0)
-            if self.queue is not None:
-                self.queue.pop_through(failed_at, REMOVE)
         for worker in workers:
             Method.on_failure(self, worker)
         admit_waiting(self.down, self.waiting, workers)  # the workers that came back join this restart
-        if self.quirks:
-            self._rollback_and_keep_training(workers[0])
-            return
+        self.restart_on_survivors(workers[0])
+
+    def restart_on_survivors(self, worker: int) -> None:
         self.running_without = sorted(self.down)
-        self.restart_from_checkpoint(workers[0], reason="failure")
+        self.restart_from_checkpoint(worker, reason="failure")
         self.nodes_at_restart = self.n - len(self.down)
 
     def on_failure(self, worker: int) -> None:
@@ -118,148 +65,14 @@ class CheckpointRestart(RollbackMethod):
         super().on_recover(worker)
 
     def plan(self, step: int) -> Plan:
-        if self.stopped:
-            return Plan(step, {})  # nobody computes: the loop waits for the next event
         if self.running_without:
             return resplit_plan(step, self.n, set(self.running_without))
         return super().plan(step)
 
     def step_cost(self, plan: Plan) -> StepCost:
-        if self.carry is not None:  # quirks: the step a failure did not stop goes on
-            return StepCost(compute=self.carry)
-        cost = resplit_cost(self.run.costs, self.n, plan) if plan.degraded else super().step_cost(plan)
-        if self.head_start:
-            return StepCost(compute=max(0.0, cost.total - self.head_start))
-        return cost
+        return resplit_cost(self.run.costs, self.n, plan) if plan.degraded else super().step_cost(plan)
 
     def restart_s(self) -> float:
         if self.restart_by_nodes and self.nodes_at_restart is not None:
             return self.run.costs.stall_s(entry_at(self.restart_by_nodes, self.nodes_at_restart))
         return super().restart_s()
-
-    # ------------------------------------------------------------ the artifact's booking
-    def interrupted(self, plan: Plan, elapsed: float) -> None:
-        if not self.quirks:
-            return super().interrupted(plan, elapsed)
-        self.run.clock.charge("compute", elapsed)  # the artifact lets the step finish and credits it
-        self.carry = self.step_cost(plan).total - elapsed
-
-    def _rollback_and_keep_training(self, worker: int) -> None:
-        run = self.run
-        target = self.store.latest_step() if self.store.saved else 0
-        if self.credit_floor is not None:
-            target = min(target, self.credit_floor)
-        if target < run.step:
-            self._uncredit_to(target, worker, reason="failure")
-        self.checkpoint_due = bool(self.cfg.get("checkpoint_after_failure", False))
-        failed_at = run.books.trace.last_time()
-        if failed_at < run.books.window.first_step_s:
-            # during the job's first rendezvous: it completes on time without the removed node, and
-            # this removal's own timeout, set with the restart time before any restart, finds nothing
-            self.running_without = sorted(self.down)
-            self.timeouts.append(failed_at + super().restart_s())
-            return
-        self.timeouts.append(failed_at + self.restart_s())
-        self.rendezvous_open = True
-
-    def _uncredit_to(self, step: int, worker: Optional[int], reason: str) -> None:
-        """Roll the credited steps back to `step`: a saved checkpoint, or (a failed checkpoint's
-        un-crediting) any step; numerics off, the step is the whole state."""
-        state = self.store.load(step) if step in self.store.saved else {**self.run.state_dict(), "step": step}
-        self.run.restore(state, to_step=step, reason=reason, worker=worker)
-        for entry in self.recorded:
-            entry[1] = entry[1] and entry[0] < step
-
-    def timer_s(self) -> Optional[float]:
-        return min(self.timeouts) if self.timeouts else None
-
-    def on_timer(self, plan: Optional[Plan], elapsed: float) -> None:
-        """A restart timeout: the step in flight is lost; the rendezvous a removal opened completes
-        and the job runs on the survivors, or, when an earlier timeout already took it, no
-        pipelines form and the job stops."""
-        due = min(self.timeouts)
-        self.timeouts.remove(due)
-        self.run.clock.charge("lost_work", elapsed)
-        self.carry = None
-        if self.queue is not None:
-            self.queue.pop_through(due, TIMEOUT)
-        if not self.rendezvous_open:
-            self.stopped = True
-            if self.queue is not None:
-                self.queue.stopped = True
-            self.run.event("stopped", None, {"reason": "a restart timeout found no rendezvous: no pipelines "
-                                                       "until the next removal's restart completes"})
-            return
-        self.rendezvous_open = self.stopped = False
-        self.running_without = sorted(self.down)
-        self.nodes_at_restart = self.n - len(self.down)
-        self._queue_next_step(due)
-        # a checkpoint write the clock already holds delays only the old configuration's next step
-        self.head_start = max(0.0, self.run.clock.now - due)
-        self.run.event("restart", None, {"from_step": self.run.step, "running_without": self.running_without})
-
-    def steady_steps(self, plan: Plan, step_s: float) -> Optional[int]:
-        """Quiet until the next checkpoint (quirks: by completed steps); a carried step is an event."""
-        if self.carry is not None or self.head_start:
-            return 0
-        if not self.quirks:
-            return super().steady_steps(plan, step_s)
-        return 0 if self.checkpoint_due else steps_before_multiple(self.completed, self.interval)
-
-    def book_steady(self, plan: Plan, count: int) -> None:
-        if self.quirks:
-            first = self.run.step
-            self.recorded.extend([step, True] for step in range(max(first, first + count - self.interval), first + count))
-            self.completed += count
-            if self.queue is not None:  # the clock is at the end of the last of them
-                step_s = self.step_cost(plan).total
-                for i in range(count):
-                    end = self.run.clock.now - (count - 1 - i) * step_s
-                    self.queue.pop_through(end, STEP)
-                    self._queue_next_step(end)
-
-    def after_step(self, step: int) -> None:
-        self.carry, self.head_start = None, 0.0
-        if not self.quirks:
-            return super().after_step(step)
-        self.completed += 1
-        self.recorded.append([step, True])
-        end = self.run.clock.now
-        if self.queue is not None:
-            self.queue.pop_through(end, STEP)
-        if self.completed % self.interval == 0 or self.checkpoint_due:
-            self.checkpoint_due = False
-            self.save_checkpoint(step + 1)
-            self._test_checkpoint(step + 1)
-        self._queue_next_step(self.run.clock.now)
-
-    def _queue_next_step(self, start_s: float, plan: Optional[Plan] = None) -> None:
-        """The artifact queues the next step's completion when a step completes (after its
-        checkpoint write) or a restart completes, at the configuration of that moment."""
-        if self.queue is None:
-            return
-        plan = plan or self.plan(self.run.step)
-        self.queue.push(ms(start_s) + ms(self.step_cost(plan).total), STEP)
-
-    def _test_checkpoint(self, step: int) -> None:
-        """The artifact fails a checkpoint when its queue holds a removal before the write's
-        completion event, pushed twice the write time after the step: it sees removals to come.
-        A failed one un-credits the last `interval` recorded steps and sets the cadence back."""
-        _, began, write_s = self.last_write
-        if self.queue is not None:
-            removal = self.queue.checkpoint_fails(began, write_s)
-        else:  # the same test in time order: a removal before the completion, the hard stop's included
-            trace = self.run.books.trace
-            nxt = trace.next_failure_time()
-            if nxt is None and trace.node_rows and trace.node_rows[-1][1] == "remove":
-                nxt = trace.stop_s  # the hard stop's removal is never applied, but it is queued
-            removal = nxt is not None and nxt <= began + 2 * write_s
-        if not removal:
-            self.credit_floor = None
-            return
-        self.store.saved.remove(step)
-        self.completed = max(0, self.completed - self.interval)
-        self.run.event("checkpoint_failed", None, {"step": step})
-        credited = sum(1 for _, still in self.recorded if still)
-        self._uncredit_to(self.run.step - credited, None, reason="checkpoint_failed")
-        self.credit_floor = self.run.step

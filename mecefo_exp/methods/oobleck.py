@@ -42,7 +42,7 @@ Readings where the papers are silent (ours):
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List
 
 from ..timing.clock import StepCost
 from ..plan import Plan
@@ -58,8 +58,6 @@ class Oobleck(InPlaceMethod):
         self.degraded_steps = 0
         self.counts.update(reconfigurations=0)
         self.waiting: List[int] = []  # admit_nodes=next_reconfiguration: recovered, joining at the next one
-        # artifact_quirks: (step, seconds left) of a step that finishes inside the reconfiguration
-        self.finishing: Optional[Tuple[int, float]] = None
 
     def rollback_share(self, p_down: float) -> float:
         """Fatal only when every other worker is down: about p_down ** (n - 1) under
@@ -104,21 +102,11 @@ class Oobleck(InPlaceMethod):
         if joined:
             self._reconfigure("recover", joined[0], joined)
 
-    def interrupted(self, plan: Plan, elapsed: float) -> None:
-        """The step in flight is lost. With artifact_quirks, as in the artifact's simulator: a step
-        that would end within the reconfiguration that the failure starts still counts."""
-        left = self.step_cost(plan).total - elapsed
-        stall = self.run.costs.stall_s(self.reconfigure_paper_s)
-        if self.cfg.get("artifact_quirks", False) and left <= stall:
-            self.run.clock.add_to_step(plan.step, "compute", elapsed)
-            self.finishing = (plan.step, left)
-            return
-        super().interrupted(plan, elapsed)
+    def reconfigure_stall_s(self) -> float:
+        return self.run.costs.stall_s(self.reconfigure_paper_s)
 
     def _reconfigure(self, reason: str, worker: int, workers: List[int]) -> None:
-        stall = self.run.costs.stall_s(self.reconfigure_paper_s)
-        if self.finishing is not None:  # the quirk: the step ends inside the stall, which began at the failure
-            stall -= self.finishing[1]
+        stall = self.reconfigure_stall_s()
         self.run.clock.charge("stall", stall)
         self.counts["reconfigurations"] += 1
         self.run.event("reconfigure", worker, {"reason": reason, "workers": workers, "alive": self.n - len(self.down),
@@ -129,20 +117,13 @@ class Oobleck(InPlaceMethod):
         return resplit_plan(step, self.n, self.down) if self.down else super().plan(step)
 
     def step_cost(self, plan: Plan) -> StepCost:
-        if self.finishing is not None and self.finishing[0] == plan.step:
-            return StepCost(compute=self.finishing[1])
         return resplit_cost(self.run.costs, self.n, plan) if plan.degraded else super().step_cost(plan)
-
-    def steady_steps(self, plan: Plan, step_s: float) -> Optional[int]:
-        """Quiet until the next checkpoint; a step finishing inside a reconfiguration is an event."""
-        return 0 if self.finishing is not None else super().steady_steps(plan, step_s)
 
     def book_steady(self, plan: Plan, count: int) -> None:
         if plan.degraded:
             self.degraded_steps += count
 
     def before_optimizer(self, plan: Plan, result) -> None:
-        self.finishing = None
         if plan.degraded:
             self.degraded_steps += 1
 

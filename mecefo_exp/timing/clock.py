@@ -65,7 +65,7 @@ class CostModel:
         self.n_params = n_params
         self.state_bytes = state_bytes  # what a checkpoint holds (fp32 weights + Adam moments), bytes
         # hardware.compute=table: a step's seconds come from a failure-free throughput table at the
-        # number of nodes the step runs on (the Oobleck artifact's model), not from kernels and links
+        # number of nodes the step runs on (the Oobleck authors' simulators), not from kernels and links
         self.table: Optional[ThroughputTable] = None
         # a hybrid layout (parallel.tp or pp > 1): its failure-free step, from timing/layout.py, and
         # where each GPU sits in it (`shape`: which stage and replica a failure takes out)
