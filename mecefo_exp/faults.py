@@ -27,13 +27,8 @@ readings") choose:
   recover_h (ticks at recover_h, 2 recover_h, ... from time 0); `repair=replace`: a spare
   takes the unit's place after `replace_s` seconds (the unit recovers then).
 
-`failure=nodes` replays a node add/remove trace in the format of the Oobleck artifact's
-simulator (`t_ms,add|remove,name`, no header; docs/ARTIFACT.md): the nodes added at t=0 start
-the run and occupy the worker slots 0..n-1 in file order; a removed node never returns under its
-name (its slot fails); an added name takes the lowest free slot and becomes usable
-`failure.node_ready_s` later (its slot recovers then; removed before that, it never does). The
-replay stops at the time of the trace's last row, which is not applied (the artifact's hard
-stop): the run ends with the last step that completes before it (`Trace.stop_s`).
+`failure=nodes` replays a node add/remove trace (`t_ms,add|remove,name`, the format of the
+Oobleck authors' spot-instance traces): node_trace.py.
 
 `failure=poisson` uses the same readings with `mtbf` for every_h (per unit for per_worker,
 cluster-wide for cluster; paper_workers is not used) and `mttr` for recover_h.
@@ -76,7 +71,7 @@ import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 FAIL, RECOVER = "fail", "recover"
 
@@ -131,6 +126,8 @@ class Trace:
         self.start_s: Optional[float] = None  # a node trace: when the first nodes are usable (then the job starts)
         # a node trace's rows as read, (seconds, add | remove), the hard stop's included
         self.node_rows: List[Tuple[float, str]] = []
+        self.initial_down: Set[int] = set()  # a node trace: slots with no usable node when the job starts
+        self.node_ready_s = 0.0  # a node trace: an added node is usable this long after its row
         self.position = 0  # index of the first event not yet handed out: the cursor a resume restores
         self._next_fail: Optional[List[int]] = None  # next_failure_time's index, built at its first call
 
@@ -382,79 +379,8 @@ def read_trace_csv(path: str, n_workers: int, unit_s: float) -> List[FailureEven
     return events
 
 
-def read_node_trace(path: str, n_workers: int, ready_s: float, unit_s: float = 1e-3) -> Tuple[List[FailureEvent], float, List[Tuple[float, str]]]:
-    """A node add/remove trace (`t,add|remove,name` per row, no header, t in `unit_s` seconds)
-    as worker-slot events, and the hard stop (the last row's time, not applied)."""
-    p = Path(path)
-    if not p.is_file():
-        raise TraceError(f"failure.path={path}: no such file" if not p.exists() else f"failure.path={path}: not a regular file")
-    try:
-        with open(p, newline="", encoding="utf-8-sig") as f:
-            rows = [(n, r) for n, r in enumerate(csv.reader(f), start=1) if r and any(c.strip() for c in r)]
-    except (OSError, UnicodeDecodeError, csv.Error) as e:
-        raise TraceError(f"failure.path={path}: cannot be read as a CSV of t_ms,add|remove,name ({e})") from None
-    if not rows:
-        raise TraceError(f"{path}: empty file, expected rows t_ms,add|remove,name")
-    parsed, last_t = [], 0.0
-    for lineno, row in rows:
-        if len(row) != 3:
-            raise TraceError(f"{path} line {lineno}: expected 3 fields t_ms,add|remove,name, got {len(row)}")
-        try:
-            t = float(row[0])
-        except ValueError:
-            raise TraceError(f"{path} line {lineno}: time must be a number (got {row[0]!r})") from None
-        if not math.isfinite(t) or t < 0:
-            raise TraceError(f"{path} line {lineno}: time must be a finite number >= 0 (got {row[0]!r})")
-        if t < last_t:
-            raise TraceError(f"{path} line {lineno}: time {row[0]} is before the previous row's (rows must be in time order)")
-        verb = row[1].strip().lower()
-        if verb not in ("add", "remove"):
-            raise TraceError(f"{path} line {lineno}: event {row[1]!r} unknown; allowed: add, remove")
-        parsed.append((lineno, t * unit_s, verb, row[2].strip()))
-        last_t = t
-    stop_s = parsed[-1][1]
-    initial = [name for _, t, verb, name in parsed if t == 0 and verb == "add"]
-    if len(initial) != n_workers:
-        raise TraceError(f"{path}: {len(initial)} nodes are added at t=0 but cluster.n_workers={n_workers}; "
-                         f"set cluster.n_workers={len(initial)} (one worker slot per node)")
-    slot_of: Dict[str, int] = {name: w for w, name in enumerate(initial)}
-    free: List[int] = []  # slots of removed nodes, for nodes added later
-    seen = set(initial)
-    events: List[FailureEvent] = []
-    ready_at: Dict[int, float] = {}  # slot -> when its added node becomes usable
-    for lineno, t, verb, name in parsed:
-        if t >= stop_s:
-            break  # the hard stop: the last row (and anything at its time) is not applied
-        if t == 0 and verb == "add":
-            continue
-        if verb == "add":
-            if name in seen:
-                raise TraceError(f"{path} line {lineno}: node {name!r} was added before (a removed node never "
-                                 "returns under its name)")
-            if not free:
-                raise TraceError(f"{path} line {lineno}: node {name!r} is added while all {n_workers} worker slots "
-                                 "hold nodes; the harness keeps cluster.n_workers slots (the nodes at t=0)")
-            seen.add(name)
-            slot = heapq.heappop(free)
-            slot_of[name] = slot
-            ready_at[slot] = t + ready_s
-            if t + ready_s < stop_s:
-                events.append(FailureEvent(t + ready_s, slot, RECOVER))
-        else:
-            if name not in slot_of:
-                raise TraceError(f"{path} line {lineno}: node {name!r} is removed but is not in the cluster")
-            slot = slot_of.pop(name)
-            pending = ready_at.pop(slot, None)
-            if pending is not None and pending > t:  # removed before it was ready: it never joins
-                events = [e for e in events if not (e.worker == slot and e.time == pending and e.kind == RECOVER)]
-            else:
-                events.append(FailureEvent(t, slot, FAIL))
-            heapq.heappush(free, slot)
-    return events, stop_s, [(t, verb) for _, t, verb, _ in parsed]
-
-
 def make_trace(failure_cfg, n_workers: int, step_s: float, max_steps: int, seed: int,
-               paper_run_h: float = 12.4, real_time: bool = False) -> Trace:
+               paper_run_h: float = 12.4, real_time: bool = False, job_start_s: float = 0.0) -> Trace:
     """Draw (or read) the trace for a run whose failure-free step takes `step_s` seconds.
 
     Hours (kind=paper, unit=hours) are run_s / paper_run_h simulated seconds (run_s =
@@ -482,10 +408,14 @@ def make_trace(failure_cfg, n_workers: int, step_s: float, max_steps: int, seed:
         if kind == "trace":
             events = read_trace_csv(failure_cfg.path, n_workers, unit_s)
             return Trace(events, n_workers, horizon, no_expectation, "a replayed trace: no expectation")
-        ready_s = float(_get(failure_cfg, "node_ready_s", 45.0))
-        events, stop_s, rows = read_node_trace(failure_cfg.path, n_workers, ready_s)
-        trace = Trace(events, n_workers, stop_s, no_expectation, "a replayed node trace: no expectation")
-        trace.stop_s, trace.start_s, trace.node_rows = stop_s, ready_s, rows
+        from .node_trace import read_node_trace
+
+        nodes = read_node_trace(failure_cfg.path, n_workers, float(_get(failure_cfg, "node_ready_s", 45.0)),
+                                job_start_s=job_start_s,
+                                unready_removals_fail=bool(_get(failure_cfg, "unready_removals_fail", False)))
+        trace = Trace(nodes.events, n_workers, nodes.stop_s, no_expectation, "a replayed node trace: no expectation")
+        trace.stop_s, trace.start_s, trace.node_rows = nodes.stop_s, nodes.start_s, nodes.rows
+        trace.initial_down, trace.node_ready_s = nodes.initial_down, float(_get(failure_cfg, "node_ready_s", 45.0))
         return trace
 
     process = _get(failure_cfg, "process", "per_worker")

@@ -45,7 +45,7 @@ def window_summary(window, trace, table, steps: int, n_workers: int) -> Dict:
            "goodput_over_ideal": None}
     if start is None or end is None or end <= start:
         return out
-    ideal, alive, t = 0.0, n_workers, start
+    ideal, alive, t = 0.0, n_workers - len(trace.initial_down), start
     for ev in trace.events:  # usable nodes over time, from the trace
         if ev.time > start:
             if ev.time >= end:

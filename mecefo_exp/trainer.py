@@ -129,7 +129,7 @@ class Experiment(Context):
                                method=cfg.method.name, shape=layout_shape(cfg))
         step_s = self.costs.failure_free_step(self.n_workers).total
         self.trace = make_trace(cfg.failure, self.n_workers, step_s, self.max_steps, cfg.seed, cfg.cluster.paper_run_h,
-                                real_time=self.costs.real_time)
+                                real_time=self.costs.real_time, job_start_s=self.method.job_start_s())
         if self.costs.shape is not None:
             check_whole_groups(self.trace, self.costs.shape.tp)
         # a resumed run keeps the files its first start wrote (it reads its own profile.json)
@@ -285,6 +285,8 @@ class Experiment(Context):
         job starts on them; the method's start (an initial checkpoint); the window opens."""
         if self.trace.start_s is not None:
             self.clock.charge("stall", self.trace.start_s + self.method.job_start_s())
+            if self.trace.initial_down:
+                self.method.begin_without(sorted(self.trace.initial_down))
         with signals_held():  # REFT's snapshot is a torch.save too
             self.method.start()
         self.end_of_boundary(evaluated=False)

@@ -13,7 +13,8 @@ import pytest
 
 from conftest import compose_cfg
 from mecefo_exp.config import ConfigError, validate
-from mecefo_exp.faults import FAIL, RECOVER, TraceError, read_node_trace
+from mecefo_exp.faults import FAIL, RECOVER, TraceError
+from mecefo_exp.node_trace import read_node_trace
 
 TABLE = "{4: 40, 3: 30, 2: 20}"
 COMMON = ["hardware=table", "hardware.samples_per_step=100", "failure=nodes", "failure.node_ready_s=1",
@@ -109,18 +110,47 @@ def test_a_node_added_mid_run_joins_only_when_the_policy_says(tmp_path):
 def test_node_trace_rules(tmp_path):
     rows = [(0, "add", "a"), (0, "add", "b"), (5000, "remove", "a"), (6000, "add", "c"), (7000, "remove", "c"),
             (8000, "add", "e"), (20000, "remove", "b")]
-    events, stop, rows = read_node_trace(str(trace_file(tmp_path, rows)), 2, ready_s=2.0)
-    assert stop == 20.0 and rows[-1] == (20.0, "remove")  # the last row is the hard stop and is not applied
+    nodes = read_node_trace(str(trace_file(tmp_path, rows)), 2, ready_s=2.0)
+    assert nodes.stop_s == 20.0 and nodes.rows[-1] == (20.0, "remove")  # the last row is the hard stop, not applied
     # a fails at 5; c takes its slot at 6 but is removed before it is ready (8): it never joins;
     # e takes the slot at 8, usable at 10
-    assert [(e.time, e.worker, e.kind) for e in events] == [(5.0, 0, FAIL), (10.0, 0, RECOVER)]
-    with pytest.raises(TraceError, match="was added before"):
-        read_node_trace(str(trace_file(tmp_path, [(0, "add", "a"), (1, "remove", "a"), (2, "add", "a"),
-                                                   (9, "remove", "x")])), 1, 1.0)
-    with pytest.raises(TraceError, match="all 1 worker slots"):
-        read_node_trace(str(trace_file(tmp_path, [(0, "add", "a"), (2, "add", "b"), (9, "add", "z")])), 1, 1.0)
-    with pytest.raises(TraceError, match="cluster.n_workers=3"):
-        read_node_trace(str(trace_file(tmp_path, [(0, "add", "a"), (9, "add", "z")])), 3, 1.0)
+    assert [(e.time, e.worker, e.kind) for e in nodes.events] == [(5.0, 0, FAIL), (10.0, 0, RECOVER)]
+    assert nodes.start_s == 2.0 and nodes.initial_down == set()
+    # with unready_removals_fail, c's removal is a failure of its empty slot
+    strict = read_node_trace(str(trace_file(tmp_path, rows)), 2, ready_s=2.0, unready_removals_fail=True)
+    assert [(e.time, e.worker, e.kind) for e in strict.events] == [(5.0, 0, FAIL), (7.0, 0, FAIL), (10.0, 0, RECOVER)]
+
+
+def test_node_traces_that_start_late_and_grow(tmp_path):
+    # nothing at t=0; a and b at 100 s, usable at 102; the first rendezvous takes 3 s (to 105): c,
+    # added at 102.5 and usable at 104.5, is in it; d (usable at 110) joins later in the third slot,
+    # which was empty at the start; slot 3 never holds a node.
+    rows = [(100_000, "add", "a"), (100_000, "add", "b"), (102_500, "add", "c"), (108_000, "add", "d"),
+            (200_000, "remove", "a")]
+    nodes = read_node_trace(str(trace_file(tmp_path, rows)), 4, ready_s=2.0, job_start_s=3.0)
+    assert nodes.start_s == 102.0 and nodes.initial_down == {3}
+    assert [(e.time, e.worker, e.kind) for e in nodes.events] == [(110.0, 3, RECOVER)]
+    # a slot freed during the start-up (to 112 s) is not reused before the job starts: b's removal at
+    # 104 s is still b's failure, heard after the start, and c (usable at 106.5, in the start) takes
+    # a fresh slot
+    rows = [(100_000, "add", "a"), (100_000, "add", "b"), (104_000, "remove", "b"), (104_500, "add", "c"),
+            (300_000, "remove", "a")]
+    nodes = read_node_trace(str(trace_file(tmp_path, rows)), 3, ready_s=2.0, job_start_s=10.0)
+    assert [(e.time, e.worker, e.kind) for e in nodes.events] == [(104.0, 1, FAIL)]
+    assert nodes.initial_down == set()
+
+
+def test_node_trace_refusals_name_the_row(tmp_path):
+    def refused(rows, n, match):
+        with pytest.raises(TraceError, match=match) as e:
+            read_node_trace(str(trace_file(tmp_path, rows)), n, 1.0)
+        assert "\n" not in str(e.value)
+
+    refused([(0, "add", "a"), (1, "remove", "a"), (2, "add", "a"), (9, "remove", "x")], 1, "line 3: node 'a' was added before")
+    refused([(0, "add", "a"), (2, "add", "b"), (9, "add", "z")], 1, "line 2: .*all 1 worker slots.*cluster.n_workers=2")
+    refused([(0, "add", "a"), (2, "remove", "q"), (9, "add", "z")], 1, "line 2: node 'q' is removed but was never added")
+    refused([(0, "add", "a"), (2, "remove", "a"), (3, "remove", "a"), (9, "add", "z")], 1, "line 3: .*was removed before")
+    refused([(5, "add", "a"), (5, "add", "b")], 2, "no node is added before the last row")
 
 
 def test_an_out_of_memory_table_is_refused_in_one_line():
@@ -401,6 +431,7 @@ def test_each_instant_is_delivered_with_its_own_time(tmp_path):
     the artifact's Varuna stops at 110.2 s (dated by the later event, it stopped at 160.2 s)."""
     rows = ARTIFACT_30 + [(50_000, "remove", "node1"), (55_000, "add", "node31"),
                           (3_000_000, "remove", "node2"), (6_000_000, "remove", "node3")]
-    _, events = artifact_cell(tmp_path, rows, "bert_large", "checkpoint")
+    # node31 is usable before the job starts: it joins the first rendezvous in a slot of its own
+    _, events = artifact_cell(tmp_path, rows, "bert_large", "checkpoint", "cluster.n_workers=31")
     stopped = [e["sim_time_s"] for e in events if e["kind"] == "stopped"]
     assert stopped and stopped[0] == pytest.approx(110.2)

@@ -305,7 +305,8 @@ def _validate_failure(f: Any, n_workers: int) -> None:
             raise ConfigError(str(e)) from None
     if f.kind == "nodes":
         _check(bool(f.path), "failure.path is required for failure=nodes (a CSV of t_ms,add|remove,name)")
-        from ..faults import TraceError, read_node_trace
+        from ..faults import TraceError
+        from ..node_trace import read_node_trace
 
         try:
             read_node_trace(f.path, n_workers, f.node_ready_s)

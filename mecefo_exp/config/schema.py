@@ -212,6 +212,9 @@ class FailureConfig:
     replace_s: float = field(default=300.0, metadata=at_least(0, "seconds"))  # repair=replace: seconds (paper seconds) until a spare takes the failed unit's place
     # trace: replay a CSV of time, worker, event (time in `unit`); nodes: t_ms,add|remove,name
     path: Optional[str] = None
+    # nodes: a node removed before it is usable still fails its (empty) slot, so the job restarts as
+    # for any removal (the Oobleck authors' simulators do); false: the job never knew it
+    unready_removals_fail: bool = False
     node_ready_s: float = field(default=45.0, metadata=at_least(0, "seconds"))  # nodes: an added node is usable this long after it is added (45 s in the Oobleck authors' simulators)
     # which workers may fail (None: all); the paper's asymmetric experiment uses a subset
     workers: Optional[List[int]] = None

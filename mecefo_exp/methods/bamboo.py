@@ -132,6 +132,11 @@ class Bamboo(InPlaceMethod):
             self.node_order: List[int] = list(cfg.get("node_order") or range(self.n))
             self._form_pipelines(cfg.get("start_order") or list(range(self.n)))
 
+    def begin_without(self, workers: List[int]) -> None:
+        super().begin_without(workers)
+        if self.stages:  # the first pipelines are formed from the nodes there
+            self._form_pipelines(self.cfg.get("start_order") or list(range(self.n)))
+
     @property
     def layout(self):
         """The hybrid layout's shape (timing/layout.py), None in pure data parallelism."""

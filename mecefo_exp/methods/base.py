@@ -110,6 +110,11 @@ class Method:
         job's launch, cluster.restart_s; methods with their own start (a rendezvous) override it."""
         return self.run.costs.stall_s(self.run.cluster_cfg.restart_s)
 
+    def begin_without(self, workers: List[int]) -> None:
+        """Before `start`: these worker slots hold no usable node when the job starts (a node
+        trace's empty slots); they join later as recoveries."""
+        self.down.update(workers)
+
     def on_failure(self, worker: int) -> None:
         self.down.add(worker)
 

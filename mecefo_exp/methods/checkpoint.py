@@ -37,6 +37,11 @@ class CheckpointRestart(RollbackMethod):
         by_nodes = cfg.get("restart_s_by_nodes")
         self.restart_by_nodes = {int(k): float(v) for k, v in by_nodes.items()} if by_nodes else None
 
+    def begin_without(self, workers: List[int]) -> None:
+        super().begin_without(workers)
+        if self.on_survivors:
+            self.running_without = sorted(self.down)
+
     def start(self) -> None:
         super().start()
         self.nodes_at_restart = self.n - len(self.down)  # the job's start is its first rendezvous

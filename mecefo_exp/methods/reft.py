@@ -313,6 +313,11 @@ class Reft(RollbackMethod):
     def snapshot_charge_s(self) -> float:
         return (1.0 - self.cfg.overlap) * self.run.costs.profile["state_copy"]
 
+    def begin_without(self, workers: List[int]) -> None:
+        super().begin_without(workers)
+        if self.on_survivors:
+            self.running_without = sorted(self.down)
+
     def start(self) -> None:
         super().start()  # the disk checkpoint of step 0
         self.take_snapshot(0)

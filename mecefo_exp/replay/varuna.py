@@ -66,7 +66,7 @@ class VarunaArtifact(CheckpointRestart):
             if not trace.node_rows:
                 raise ValueError("method.variant_options.storage_order=true replays the artifact's event list: it "
                                  "needs a node trace (failure=nodes)")
-            self.queue = ArtifactQueue(trace.node_rows, trace.start_s, self.restart_s)
+            self.queue = ArtifactQueue(trace.node_rows, trace.node_ready_s, self.restart_s)
             now = self.run.clock.now
             self.queue.pop_through(now, TIMEOUT)  # the first rendezvous completes: training starts
             # without the nodes removed during it (we hear of those at the first step)

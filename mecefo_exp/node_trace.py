@@ -1,0 +1,138 @@
+"""Node traces as spot-instance clusters produce them (`failure=nodes`).
+
+A row is `t,add|remove,name` (t in milliseconds, no header: the format of the Oobleck authors'
+spot-instance traces). Nodes come and go under their names; the harness maps them onto
+`cluster.n_workers` worker slots, which must hold the most nodes the trace has at once:
+
+- an added node takes the lowest free slot and is usable `node_ready_s` later (its slot
+  recovers then); a removed node never returns under its name (its slot fails, then is free);
+- the trace may start after t=0: the job's first rendezvous begins when the first node is
+  usable and takes the method's `job_start_s`; every node usable by then joins it, the other
+  slots start empty (`initial_down`);
+- a node removed before it is usable never joins; with `unready_removals_fail` its removal
+  is still a failure of its (empty) slot, as the Oobleck authors' simulators treat it;
+- the last row's time is the hard stop (`stop_s`): nothing at or after it is applied, and the
+  run ends with the last step that completes before it.
+
+Slots freed before the first rendezvous completes are not reused until then, so a removal that
+falls in the start-up is still heard, after it, as the failure of the node it removed.
+"""
+
+from __future__ import annotations
+
+import csv
+import heapq
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Set, Tuple
+
+from .faults import FAIL, RECOVER, FailureEvent, TraceError
+
+
+@dataclass
+class NodeTrace:
+    events: List[FailureEvent]
+    stop_s: float  # the last row's time: the hard stop
+    start_s: float  # the first node is usable: the first rendezvous begins
+    rows: List[Tuple[float, str]]  # (seconds, add | remove) of every row, the last included
+    initial_down: Set[int] = field(default_factory=set)  # slots with no usable node when the job starts
+
+
+def parse_rows(path: str, unit_s: float = 1e-3) -> List[Tuple[int, float, str, str]]:
+    """(line number, seconds, add | remove, name) per row, checked: one line per problem."""
+    p = Path(path)
+    if not p.is_file():
+        raise TraceError(f"failure.path={path}: no such file" if not p.exists() else f"failure.path={path}: not a regular file")
+    try:
+        with open(p, newline="", encoding="utf-8-sig") as f:
+            rows = [(n, r) for n, r in enumerate(csv.reader(f), start=1) if r and any(c.strip() for c in r)]
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise TraceError(f"failure.path={path}: cannot be read as a CSV of t_ms,add|remove,name ({e})") from None
+    if not rows:
+        raise TraceError(f"{path}: empty file, expected rows t_ms,add|remove,name")
+    parsed, last_t = [], 0.0
+    for lineno, row in rows:
+        if len(row) != 3:
+            raise TraceError(f"{path} line {lineno}: expected 3 fields t_ms,add|remove,name, got {len(row)}")
+        try:
+            t = float(row[0])
+        except ValueError:
+            raise TraceError(f"{path} line {lineno}: time must be a number (got {row[0]!r})") from None
+        if not math.isfinite(t) or t < 0:
+            raise TraceError(f"{path} line {lineno}: time must be a finite number >= 0 (got {row[0]!r})")
+        if t < last_t:
+            raise TraceError(f"{path} line {lineno}: time {row[0]} is before the previous row's (rows must be in time order)")
+        verb = row[1].strip().lower()
+        if verb not in ("add", "remove"):
+            raise TraceError(f"{path} line {lineno}: event {row[1]!r} unknown; allowed: add, remove")
+        parsed.append((lineno, t * unit_s, verb, row[2].strip()))
+        last_t = t
+    return parsed
+
+
+def _most_nodes_at_once(parsed, stop_s: float) -> int:
+    count = most = 0
+    for _, t, verb, _ in parsed:
+        if t >= stop_s:
+            break
+        count += 1 if verb == "add" else -1
+        most = max(most, count)
+    return most
+
+
+def read_node_trace(path: str, n_workers: int, ready_s: float, job_start_s: float = 0.0,
+                    unready_removals_fail: bool = False, unit_s: float = 1e-3) -> NodeTrace:
+    parsed = parse_rows(path, unit_s)
+    stop_s = parsed[-1][1]
+    applied = [r for r in parsed if r[1] < stop_s]
+    if not any(verb == "add" for _, _, verb, _ in applied):
+        raise TraceError(f"{path}: no node is added before the last row (the hard stop at {stop_s:g} s): "
+                         "nothing can train")
+    start_s = next(t for _, t, verb, _ in applied if verb == "add") + ready_s
+    begins = start_s + job_start_s  # the first rendezvous completes; nodes usable by then are in it
+    most = _most_nodes_at_once(parsed, stop_s)
+    free: List[int] = list(range(n_workers))  # a heap of empty slots
+    held_back: List[int] = []  # slots freed before the first rendezvous completes
+    slot_of: Dict[str, int] = {}
+    seen: Set[str] = set()
+    ready_at: Dict[int, float] = {}  # slot -> when its node becomes usable
+    up_at_start: Set[int] = set()
+    events: List[FailureEvent] = []
+    for lineno, t, verb, name in applied:
+        if held_back and t >= begins:
+            for slot in held_back:
+                heapq.heappush(free, slot)
+            held_back = []
+        if verb == "add":
+            if name in seen:
+                raise TraceError(f"{path} line {lineno}: node {name!r} was added before (a removed node never "
+                                 "returns under its name)")
+            if not free:
+                raise TraceError(f"{path} line {lineno}: node {name!r} is added while all {n_workers} worker slots "
+                                 f"hold nodes; set cluster.n_workers={most + len(held_back)} (the most nodes this trace holds "
+                                 "at once, and the slots of nodes removed during the start-up)")
+            seen.add(name)
+            slot = slot_of[name] = heapq.heappop(free)
+            ready_at[slot] = t + ready_s
+            if t + ready_s <= begins:
+                up_at_start.add(slot)
+            elif t + ready_s < stop_s:
+                events.append(FailureEvent(t + ready_s, slot, RECOVER))
+            continue
+        if name not in slot_of:
+            why = "was removed before" if name in seen else "was never added"
+            raise TraceError(f"{path} line {lineno}: node {name!r} is removed but {why}")
+        slot = slot_of.pop(name)
+        ready = ready_at.pop(slot)
+        if ready > t:  # not usable yet: it never joins
+            if ready <= begins:
+                up_at_start.discard(slot)
+            events = [e for e in events if not (e.worker == slot and e.time == ready and e.kind == RECOVER)]
+            if unready_removals_fail:
+                events.append(FailureEvent(t, slot, FAIL))
+        else:
+            events.append(FailureEvent(t, slot, FAIL))
+        (held_back.append if t < begins else lambda s: heapq.heappush(free, s))(slot)
+    return NodeTrace(events, stop_s, start_s, [(t, verb) for _, t, verb, _ in parsed],
+                     set(range(n_workers)) - up_at_start)
