@@ -29,7 +29,7 @@ from .queue import REMOVE, STEP, TIMEOUT, ArtifactQueue, ms
 
 class VarunaArtifact(CheckpointRestart):
     #: method.variant_options this class reads, with their defaults
-    OPTIONS = {"storage_order": True}
+    OPTIONS = {"storage_order": True, "rollback": True}
 
     @classmethod
     def check_config(cls, method_cfg, numerics: bool) -> Optional[str]:
@@ -45,6 +45,9 @@ class VarunaArtifact(CheckpointRestart):
         super().__init__(cfg, run)
         options = {**self.OPTIONS, **(cfg.get("variant_options") or {})}
         self.storage_order = bool(options["storage_order"])
+        # false: the spot-instance evaluation's no_small_model_fallback (V:267-268): a removal and a
+        # failed checkpoint un-credit nothing, and every checkpoint counts as good (V:1225, V:1474)
+        self.rollback = bool(options["rollback"])
         self.carry: Optional[float] = None  # seconds left of the step a failure did not stop
         self.head_start = 0.0  # a restart that completed during a checkpoint write: its first step began then
         self.completed = 0  # completed steps, rolled back or not: the artifact's checkpoint cadence
@@ -88,7 +91,7 @@ class VarunaArtifact(CheckpointRestart):
         target = self.store.latest_step() if self.store.saved else 0
         if self.credit_floor is not None:
             target = min(target, self.credit_floor)
-        if target < run.step:
+        if target < run.step and self.rollback:
             self._uncredit_to(target, worker, reason="failure")
         self.checkpoint_due = bool(self.cfg.get("checkpoint_after_failure", False))
         failed_at = run.books.trace.last_time()
@@ -209,7 +212,7 @@ class VarunaArtifact(CheckpointRestart):
             if nxt is None and trace.node_rows and trace.node_rows[-1][1] == "remove":
                 nxt = trace.stop_s  # the hard stop's removal is never applied, but it is queued
             removal = nxt is not None and nxt <= began + 2 * write_s
-        if not removal:
+        if not removal or not self.rollback:
             self.credit_floor = None
             return
         self.store.saved.remove(step)
