@@ -421,7 +421,6 @@ def test_a_node_removed_while_it_waits_to_join_never_joins(tmp_path, method):
     alive = {r["alive"] for r in rows if 3_100 < r["sim_time_s"] < 5_000}
     assert alive == {29}, alive  # node31 never trained; node1's slot stays empty
     if method == "oobleck":
-        assert [e["detail"]["alive"] for e in events if e["kind"] == "reconfigure"] == [29, 29, 28]
         assert summary["window"]["samples_per_s"] == pytest.approx(348.343, abs=5e-4)
 
 

@@ -80,13 +80,27 @@ def run_cell(cell: Cell, fixture: Path = FIXTURE) -> Tuple[Cell, Optional[float]
     return cell, summary["window"]["samples_per_s"] or 0.0, summary["status"]
 
 
-def agrees(ours: Optional[float], theirs: dict) -> bool:
+SAMPLES_PER_STEP = {"bert_large": 8192, "gpt3_2_7b": 512, "gpt3_6_7b": 1024}  # V:266, V:326, V:342
+
+
+def expected(cell: Cell, theirs: dict) -> float:
+    """The artifact's samples/s; where its printed average is shifted (`rate_shift` > 0: a failed
+    checkpoint with fewer than 10 recorded steps lengthens its rate series, V:1482-1484, so
+    V:1545-1560 weighs each step with an earlier step's rate), its own credited steps over its
+    window instead, which is what its printed average is everywhere else."""
+    if int(theirs["rate_shift"] or 0) == 0:
+        return float(theirs["samples_per_s"])
+    window = float(theirs["last_step_end_s"]) - float(theirs["train_start_s"])
+    return int(theirs["credited_steps"]) * SAMPLES_PER_STEP[cell[1]] / window if window > 0 else 0.0
+
+
+def agrees(cell: Cell, ours: Optional[float], theirs: dict) -> bool:
     if theirs["status"] == "OOM":
         return ours is None or ours == 0.0
     if theirs["status"] == "error":
         return False
-    expected = float(theirs["samples_per_s"])
-    return (ours or 0.0) == expected if expected == 0 else abs((ours or 0.0) / expected - 1) <= TOLERANCE
+    want = expected(cell, theirs)
+    return (ours or 0.0) == want if want == 0 else abs((ours or 0.0) / want - 1) <= TOLERANCE
 
 
 def run_cells(cells: Iterable[Cell], jobs: int = 1, fixture: Path = FIXTURE) -> Dict[Cell, Optional[float]]:
@@ -114,8 +128,10 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     ours = run_cells(cells, args.jobs, args.fixture)
     wall = time.perf_counter() - t0
-    ok = [c for c in cells if agrees(ours[c], ref[c])]
-    print(f"{len(ok)} of {len(cells)} cells within {TOLERANCE:.0%} of the artifact ({wall:.1f} s, {args.jobs} jobs)")
+    ok = [c for c in cells if agrees(c, ours[c], ref[c])]
+    shifted = sum(1 for c in ok if int(ref[c]["rate_shift"] or 0) > 0)
+    print(f"{len(ok)} of {len(cells)} cells within {TOLERANCE:.0%} of the artifact ({wall:.1f} s, {args.jobs} jobs); "
+          f"{shifted} of them against its credited steps over its window, where its printed average is shifted")
     by = {}
     for c in cells:
         by.setdefault((c[2], c[3]), [0, 0])[0 if c in ok else 1] += 1
@@ -123,14 +139,15 @@ def main(argv=None) -> int:
         print(f"  {system:8s} {setting:5s} {good:5d} agree  {bad:4d} differ")
 
     def gap(c):
-        theirs = float(ref[c]["samples_per_s"] or 0.0)
+        theirs = expected(c, ref[c]) if ref[c]["status"] == "ok" else 0.0
         return abs((ours[c] or 0.0) - theirs) / theirs if theirs else float("inf")
 
     worst = sorted((c for c in cells if c not in ok), key=gap, reverse=True)[:args.worst]
     for c in worst:
         r = ref[c]
-        print(f"  {','.join(c):42s} ours {ours[c] if ours[c] is not None else 'n/a':>12} artifact "
-              f"{r['samples_per_s'] or r['status']:>12}  {r['status']} {r['error']} rate_shift={r['rate_shift']}")
+        want = f"{expected(c, r):.6g}" if r["status"] == "ok" else r["status"]
+        print(f"  {','.join(c):42s} ours {ours[c] if ours[c] is not None else 'n/a':>12.6g} artifact {want:>12} "
+              f"{r['error']} rate_shift={r['rate_shift']}")
     return 0
 
 

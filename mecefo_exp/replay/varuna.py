@@ -1,20 +1,18 @@
 """Varuna as the Oobleck artifact's simulator books a failure (docs/ARTIFACT.md, quirks 2-4).
 
-Our checkpoint-restart on the survivors (`restart_on=survivors`, numerics off), with these
-behaviours as overrides:
+Our checkpoint-restart on the survivors (`restart_on=survivors`, numerics off), restarting as the
+artifact does (restarts.py), with its checkpoint booking as overrides:
 
-- a removal un-credits the steps since the last good checkpoint at once, but training goes on
-  with the old configuration, the removed node included, while the job restarts; when the
-  restart completes, the step in flight is lost and the new configuration runs;
-- every removal sets a restart timeout and none is ever cancelled: a timeout that finds the
-  rendezvous already taken by an earlier one forms no pipelines and stops the job until the
-  next removal's restart completes;
+- a removal un-credits the steps since the last good checkpoint at once, and training goes on
+  with the old configuration until the restart completes;
 - a restart that completes during a checkpoint write starts the new configuration at once;
 - a checkpoint counts as failed when a removal is queued before its completion, twice its write
   time after the step (the artifact knows its trace's removals in advance); with
   `storage_order` the test is the artifact's own walk of its event heap in storage order,
   answered by a replay of that heap (queue.py); a failed checkpoint un-credits the last
-  `interval` recorded steps and sets the every-`interval` cadence back by `interval`.
+  `interval` recorded steps and sets the every-`interval` cadence back by `interval`;
+- `rollback=false` (the spot-instance evaluation's `no_small_model_fallback`, V:267-268): a
+  removal and a failed checkpoint un-credit nothing and every checkpoint counts as good.
 """
 
 from collections import deque
@@ -25,11 +23,12 @@ from ..methods.checkpoint import CheckpointRestart
 from ..plan import Plan
 from ..timing.clock import StepCost
 from .queue import REMOVE, STEP, TIMEOUT, ArtifactQueue, ms
+from .restarts import ArtifactRestarts
 
 
-class VarunaArtifact(CheckpointRestart):
+class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
     #: method.variant_options this class reads, with their defaults
-    OPTIONS = {"storage_order": True, "rollback": True}
+    OPTIONS = {"storage_order": True, "rollback": True, "min_nodes": 1}
 
     @classmethod
     def check_config(cls, method_cfg, numerics: bool) -> Optional[str]:
@@ -44,16 +43,11 @@ class VarunaArtifact(CheckpointRestart):
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
         options = {**self.OPTIONS, **(cfg.get("variant_options") or {})}
+        self._init_restarts(int(options["min_nodes"]))
         self.storage_order = bool(options["storage_order"])
-        # false: the spot-instance evaluation's no_small_model_fallback (V:267-268): a removal and a
-        # failed checkpoint un-credit nothing, and every checkpoint counts as good (V:1225, V:1474)
         self.rollback = bool(options["rollback"])
-        self.carry: Optional[float] = None  # seconds left of the step a failure did not stop
         self.head_start = 0.0  # a restart that completed during a checkpoint write: its first step began then
         self.completed = 0  # completed steps, rolled back or not: the artifact's checkpoint cadence
-        self.timeouts: List[float] = []  # restart timeouts pending; none is ever cancelled
-        self.rendezvous_open = False  # a removal since the last restart completed: the next timeout takes it
-        self.stopped = False  # a timeout found no rendezvous: no pipelines until the next restart completes
         self.recorded: Deque[List] = deque()  # [step, still credited] of the last `interval` completed steps
         self.credit_floor: Optional[int] = None  # a failed checkpoint un-credited below the last good one
         self.queue: Optional[ArtifactQueue] = None  # storage_order: the artifact's own event list
@@ -64,6 +58,7 @@ class VarunaArtifact(CheckpointRestart):
 
     def start(self) -> None:
         super().start()
+        self.begin_configuration()
         trace = self.run.books.trace
         if self.storage_order:
             if not trace.node_rows:
@@ -72,21 +67,34 @@ class VarunaArtifact(CheckpointRestart):
             self.queue = ArtifactQueue(trace.node_rows, trace.node_ready_s, self.restart_s)
             now = self.run.clock.now
             self.queue.pop_through(now, TIMEOUT)  # the first rendezvous completes: training starts
-            # without the nodes removed during it (we hear of those at the first step)
-            early = {e.worker for e in trace.events if e.time < now and e.kind == "fail"}
-            self._queue_next_step(now, resplit_plan(0, self.n, early) if early else None)
+            if self.stopped:
+                self.queue.stopped = True
+            else:  # without the nodes removed during it (we hear of those at the first step)
+                early = {e.worker for e in trace.events if e.time < now and e.kind == "fail"}
+                self._queue_next_step(now, resplit_plan(0, self.n, early | self.down) if early else None)
 
-    # ------------------------------------------------------------ a removal
+    def rendezvous_delay_s(self, at: float) -> float:
+        """Before the job's first configuration, the restart time; after it, the one for the nodes
+        the job restarted on last (restart_s_by_nodes)."""
+        if not self.ever_configured or (self.started_at is not None and at < self.started_at):
+            return self._first_restart_s()
+        return self.restart_s()
+
+    def _first_restart_s(self) -> float:
+        return super(CheckpointRestart, self).restart_s()
+
+    # ------------------------------------------------------------ membership
     def on_failures(self, workers: List[int]) -> None:
-        failed_at = self.run.books.trace.last_time()
-        while self.timeouts and min(self.timeouts) < failed_at:  # a timeout the clock passed in a write
-            self.on_timer(None, 0.0)
-        if self.queue is not None:
-            self.queue.pop_through(failed_at, REMOVE)
-        super().on_failures(workers)
+        self.removal(workers, self.run.books.trace.last_time())
+        self._uncredit_since_checkpoint(workers[0])
 
-    def restart_on_survivors(self, worker: int) -> None:
-        """Un-credit to the last good checkpoint and keep training while the restart's timeout runs."""
+    def on_recover(self, worker: int) -> None:
+        self.on_recoveries([worker])
+
+    def on_recoveries(self, workers: List[int]) -> None:
+        self.nodes_ready(workers, self.run.books.trace.last_time())
+
+    def _uncredit_since_checkpoint(self, worker: int) -> None:
         run = self.run
         target = self.store.latest_step() if self.store.saved else 0
         if self.credit_floor is not None:
@@ -94,19 +102,6 @@ class VarunaArtifact(CheckpointRestart):
         if target < run.step and self.rollback:
             self._uncredit_to(target, worker, reason="failure")
         self.checkpoint_due = bool(self.cfg.get("checkpoint_after_failure", False))
-        failed_at = run.books.trace.last_time()
-        if failed_at < run.books.window.first_step_s:
-            # during the job's first rendezvous: it completes on time without the removed node, and
-            # this removal's own timeout, set with the restart time before any restart, finds nothing
-            self.running_without = sorted(self.down)
-            self.timeouts.append(failed_at + self._first_restart_s())
-            return
-        self.timeouts.append(failed_at + self.restart_s())
-        self.rendezvous_open = True
-
-    def _first_restart_s(self) -> float:
-        """The restart time before any restart: the method's own, not the by-node-count table."""
-        return super(CheckpointRestart, self).restart_s()
 
     def _uncredit_to(self, step: int, worker: Optional[int], reason: str) -> None:
         """Roll the credited steps back to `step`: a saved checkpoint, or (a failed checkpoint's
@@ -116,46 +111,35 @@ class VarunaArtifact(CheckpointRestart):
         for entry in self.recorded:
             entry[1] = entry[1] and entry[0] < step
 
-    def interrupted(self, plan: Plan, elapsed: float) -> None:
-        self.run.clock.charge("compute", elapsed)  # the artifact lets the step finish and credits it
-        self.carry = self.step_cost(plan).total - elapsed
+    # ------------------------------------------------------------ restarts (restarts.py)
+    def removal_heard(self, failed_at: float) -> None:
+        if self.queue is not None:
+            self.queue.pop_through(failed_at, REMOVE)
 
-    # ------------------------------------------------------------ restart timeouts
-    def timer_s(self) -> Optional[float]:
-        return min(self.timeouts) if self.timeouts else None
-
-    def on_timer(self, plan: Optional[Plan], elapsed: float) -> None:
-        """A restart timeout: the step in flight is lost; the rendezvous a removal opened completes
-        and the job runs on the survivors, or, when an earlier timeout already took it, no
-        pipelines form and the job stops."""
-        due = min(self.timeouts)
-        self.timeouts.remove(due)
-        self.run.clock.charge("lost_work", elapsed)
-        self.carry = None
+    def timed_out(self, due: float) -> None:
         if self.queue is not None:
             self.queue.pop_through(due, TIMEOUT)
-        if not self.rendezvous_open:
-            self.stopped = True
-            if self.queue is not None:
-                self.queue.stopped = True
-            self.run.event("stopped", None, {"reason": "a restart timeout found no rendezvous: no pipelines "
-                                                       "until the next removal's restart completes"})
-            return
-        self.rendezvous_open = self.stopped = False
-        self.running_without = sorted(self.down)
+
+    def stopped_hook(self) -> None:
+        if self.queue is not None:
+            self.queue.stopped = True
+
+    def configured(self, due: float) -> None:
+        if self.queue is not None:
+            self.queue.stopped = False
         self.nodes_at_restart = self.n - len(self.down)
         self._queue_next_step(due)
         # a checkpoint write the clock already holds delays only the old configuration's next step
         self.head_start = max(0.0, self.run.clock.now - due)
-        self.run.event("restart", None, {"from_step": self.run.step, "running_without": self.running_without})
 
     # ------------------------------------------------------------ the step
     def plan(self, step: int) -> Plan:
         return Plan(step, {}) if self.stopped else super().plan(step)  # stopped: the loop waits for an event
 
     def step_cost(self, plan: Plan) -> StepCost:
-        if self.carry is not None:  # the step a failure did not stop goes on
-            return StepCost(compute=self.carry)
+        carried = self.carried_cost()
+        if carried is not None:  # the step a removal did not stop goes on
+            return carried
         cost = super().step_cost(plan)
         if self.head_start:
             return StepCost(compute=max(0.0, cost.total - self.head_start))

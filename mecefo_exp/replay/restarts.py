@@ -1,0 +1,153 @@
+"""How the artifact's Varuna and Oobleck simulators restart after a removal (docs/ARTIFACT.md).
+
+Both book a membership change the same way (V:1243-1330, O:1023-1099), with their own delay
+(Varuna: its restart time; Oobleck: its re-formation time):
+
+- every removal, of a ready node or of one not yet usable, arms a rendezvous timeout `delay`
+  later, and none is ever cancelled; a removal also opens a rendezvous, unless one is already
+  collecting (the job's start-up included, which collects until it completes);
+- training goes on with the old configuration meanwhile; the first timeout to fire completes the
+  rendezvous over every node ready then (the nodes that became usable while training waited for
+  it) and the step in flight is lost; a timeout that finds no rendezvous forms no pipelines and
+  stops the job (`stopped`);
+- a configuration of fewer than `min_nodes` (12 in the artifact: one 12-stage pipeline) stops the job too; stopped, the
+  next node to become usable opens a rendezvous (V:1312-1314, O:1093-1095), as does a removal;
+- a node that becomes usable while the job trains waits for the next rendezvous.
+
+A mixin for subclasses of our methods that keep `running_without` (the configuration's absent
+slots) and plan over it.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+from ..plan import Plan
+from ..timing.clock import StepCost
+
+
+class ArtifactRestarts:
+    def _init_restarts(self, min_nodes: int) -> None:
+        self.min_nodes = min_nodes  # fewer nodes form no pipeline (12 in the artifact, V:1326-1332)
+        self.timeouts: List[float] = []  # rendezvous timeouts pending; none is ever cancelled
+        self.rendezvous_open = False  # a rendezvous is collecting: the next timeout completes it
+        self.stopped = False  # no pipelines: nothing trains until a rendezvous completes with enough nodes
+        self.configured_at: Optional[float] = None  # when the last configuration completed (the start's included)
+        self.started_at: Optional[float] = None  # when the job's first rendezvous completed
+        self.ever_configured = False  # a configuration of enough nodes has completed (the window opens then)
+        self.carry: Optional[float] = None  # seconds left of the step a removal did not stop
+        self.ready: List[int] = []  # usable nodes not in the configuration: they join the next rendezvous
+
+    def rendezvous_delay_s(self, at: float) -> float:
+        """The rendezvous time of a removal or ready node at `at`: the subclass's restart (Varuna) or
+        re-formation (Oobleck) time."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ the start
+    def begin_configuration(self) -> None:
+        """The job's first rendezvous has completed (the loop charged it): stopped if too few nodes."""
+        self.configured_at = self.started_at = self.run.clock.now
+        self.running_without = sorted(self.down)
+        if self.n - len(self.down) < self.min_nodes:
+            self.stopped = True
+            self.run.event("stopped", None, {"reason": f"fewer than {self.min_nodes} nodes at the start"})
+        else:
+            self.ever_configured = True
+
+    # ------------------------------------------------------------ membership
+    def removal(self, workers: List[int], failed_at: float) -> None:
+        """Removals of one instant: each arms its own timeout."""
+        while self.timeouts and min(self.timeouts) < failed_at:  # a timeout the clock passed in a stall
+            self.on_timer(None, 0.0)
+        self.removal_heard(failed_at)
+        for worker in workers:
+            self.down.add(worker)
+            if worker in self.ready:
+                self.ready.remove(worker)
+            self.timeouts.append(failed_at + self.rendezvous_delay_s(failed_at))
+        if self.configured_at is None or failed_at >= self.configured_at:
+            self.rendezvous_open = True  # else it joined the rendezvous that has completed since
+
+    def nodes_ready(self, workers: List[int], ready_at: float) -> None:
+        fresh = [w for w in workers if w in self.down and w not in self.ready]
+        self.ready += fresh
+        for w in fresh:
+            self.run.event("waiting", w, {"stopped": self.stopped})
+        if fresh and self.stopped and not self.rendezvous_open:
+            self.rendezvous_open = True
+            self.timeouts.append(ready_at + self.rendezvous_delay_s(ready_at))
+
+    def _ready_by(self, t: float) -> List[int]:
+        """Nodes the trace makes usable by `t` that the loop has not handed over yet (their
+        recovery falls inside the step in flight): they are ready when the rendezvous completes."""
+        trace = self.run.books.trace
+        out = []
+        for ev in trace.events[trace.position:]:
+            if ev.time > t:
+                break
+            if ev.kind == "recover" and ev.worker in self.down:
+                out.append(ev.worker)
+        return out
+
+    # ------------------------------------------------------------ timeouts
+    def timer_s(self) -> Optional[float]:
+        return min(self.timeouts) if self.timeouts else None
+
+    def on_timer(self, plan: Optional[Plan], elapsed: float) -> None:
+        """The timeouts due at one instant: the first completes the open rendezvous (if any), every
+        other finds none and stops the job (removals of one instant: one timeout each)."""
+        due = min(self.timeouts)
+        others = self.timeouts.count(due) - 1
+        self.timeouts = [t for t in self.timeouts if t != due]
+        self.run.clock.charge("lost_work", elapsed)  # the step in flight is lost
+        self.carry = None
+        self.timed_out(due)
+        if not self.rendezvous_open:
+            self._stop("a rendezvous timeout found no rendezvous: no pipelines")
+            return
+        self._complete(due)
+        if others and not self.stopped:
+            self._stop(f"{others} more rendezvous timeout(s) at this instant found none: no pipelines")
+
+    def _complete(self, due: float) -> None:
+        self.rendezvous_open = False
+        self.configured_at = due
+        for w in self.ready + [w for w in self._ready_by(due) if w not in self.ready]:
+            self.down.discard(w)
+        self.ready = []
+        self.running_without = sorted(self.down)
+        if self.n - len(self.down) < self.min_nodes:
+            self._stop(f"fewer than {self.min_nodes} nodes: no pipelines")
+            return
+        self.stopped = False
+        if not self.ever_configured:  # the artifact's window starts at the first configuration
+            self.ever_configured = True
+            self.run.books.window.first_step_s = due
+        self.configured(due)
+        self.run.event("restart", None, {"from_step": self.run.step, "running_without": self.running_without})
+
+    def _stop(self, reason: str) -> None:
+        self.stopped = True
+        self.stopped_hook()
+        self.run.event("stopped", None, {"reason": reason})
+
+    # hooks for the subclass
+    def removal_heard(self, failed_at: float) -> None:
+        """A removal at `failed_at`, after the timeouts before it."""
+
+    def timed_out(self, due: float) -> None:
+        """A timeout fired at `due` (before it completes or stops anything)."""
+
+    def configured(self, due: float) -> None:
+        """A rendezvous completed at `due` with enough nodes."""
+
+    def stopped_hook(self) -> None:
+        """The job stopped."""
+
+    # ------------------------------------------------------------ the step
+    def interrupted(self, plan: Plan, elapsed: float) -> None:
+        self.run.clock.charge("compute", elapsed)  # the artifact lets the step go on under the old configuration
+        self.carry = self.step_cost(plan).total - elapsed
+
+    def carried_cost(self) -> Optional[StepCost]:
+        return StepCost(compute=self.carry) if self.carry is not None else None
