@@ -128,6 +128,8 @@ class Trace:
         self.node_rows: List[Tuple[float, str]] = []
         self.initial_down: Set[int] = set()  # a node trace: slots with no usable node when the job starts
         self.node_ready_s = 0.0  # a node trace: an added node is usable this long after its row
+        self.node_slot_of: Dict[str, int] = {}  # a node trace: each added node's worker slot
+        self.path: Optional[str] = None  # a node trace: its file
         self.position = 0  # index of the first event not yet handed out: the cursor a resume restores
         self._next_fail: Optional[List[int]] = None  # next_failure_time's index, built at its first call
 
@@ -416,6 +418,7 @@ def make_trace(failure_cfg, n_workers: int, step_s: float, max_steps: int, seed:
         trace = Trace(nodes.events, n_workers, nodes.stop_s, no_expectation, "a replayed node trace: no expectation")
         trace.stop_s, trace.start_s, trace.node_rows = nodes.stop_s, nodes.start_s, nodes.rows
         trace.initial_down, trace.node_ready_s = nodes.initial_down, float(_get(failure_cfg, "node_ready_s", 45.0))
+        trace.node_slot_of, trace.path = nodes.slot_of, failure_cfg.path
         return trace
 
     process = _get(failure_cfg, "process", "per_worker")

@@ -38,6 +38,7 @@ class NodeTrace:
     rows: List[Tuple[float, str]]  # (seconds, add | remove) of every row, the last included
     initial_down: Set[int] = field(default_factory=set)  # slots with no usable node when the job starts
     slots_used: int = 0  # the highest slot a node took, plus one: the fewest cluster.n_workers that hold it
+    slot_of: Dict[str, int] = field(default_factory=dict)  # every added node's slot, by name
 
 
 def parse_rows(path: str, unit_s: float = 1e-3) -> List[Tuple[int, float, str, str]]:
@@ -99,7 +100,7 @@ def read_node_trace(path: str, n_workers: int, ready_s: float, job_start_s: floa
     seen: Set[str] = set()
     ready_at: Dict[int, float] = {}  # slot -> when its node becomes usable
     up_at_start: Set[int] = set()
-    slot_of_all: List[int] = []
+    slot_of_all: Dict[str, int] = {}
     events: List[FailureEvent] = []
     for lineno, t, verb, name in applied:
         if held_back and t >= begins:
@@ -115,8 +116,7 @@ def read_node_trace(path: str, n_workers: int, ready_s: float, job_start_s: floa
                                  f"hold nodes; set cluster.n_workers={most + len(held_back)} (the most nodes this trace holds "
                                  "at once, and the slots of nodes removed during the start-up)")
             seen.add(name)
-            slot = slot_of[name] = heapq.heappop(free)
-            slot_of_all.append(slot)
+            slot = slot_of[name] = slot_of_all[name] = heapq.heappop(free)
             ready_at[slot] = t + ready_s
             if t + ready_s <= begins:
                 up_at_start.add(slot)
@@ -138,4 +138,4 @@ def read_node_trace(path: str, n_workers: int, ready_s: float, job_start_s: floa
             events.append(FailureEvent(t, slot, FAIL))
         (held_back.append if t < begins else lambda s: heapq.heappush(free, s))(slot)
     return NodeTrace(events, stop_s, start_s, [(t, verb) for _, t, verb, _ in parsed],
-                     set(range(n_workers)) - up_at_start, 1 + max(slot_of_all))
+                     set(range(n_workers)) - up_at_start, 1 + max(slot_of_all.values()), slot_of_all)

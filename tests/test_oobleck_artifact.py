@@ -224,7 +224,8 @@ def test_bamboo_pipelines_with_a_spare_by_hand(tmp_path, quirks):
     s, run_dir = run(tmp_path, trace, "cluster.n_workers=5", "+hardware.tables.default={5: 50, 4: 40, 3: 30}",
                      "method=bamboo", "method.pipeline_stages=2", "method.fallback_slowdown=1.5",
                      "method.rebalance_stall_s=2", "method.fatal_restart_s=1", "method.charge_initial_checkpoint=false",
-                     *(["method.variant=mecefo_exp.replay.pipelines:BambooArtifact"] if quirks else []))
+                     *(["method.variant=mecefo_exp.replay.pipelines:BambooArtifact",
+                        "+method.variant_options.heap_order=false"] if quirks else []))
     w = s["window"]
     if not quirks:
         # the spare's loss changes nothing: steps end 4, 6, ..., 20 (9); b falls 1 s into the next,

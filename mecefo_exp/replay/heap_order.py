@@ -7,7 +7,7 @@ is deterministic but not first-in first-out: Bamboo's pipelines take the nodes i
 
 import csv
 import heapq
-from typing import List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 
 class _Keyed:
@@ -20,16 +20,17 @@ class _Keyed:
         return (self.t, self.kind) < (other.t, other.kind)
 
 
-def node_tie_order(path: str, ready_s: float, first_delay_s: float) -> Tuple[List[int], List[int]]:
-    """The order in which the Oobleck artifact's event queue hands out the nodes added at t=0, as
-    worker slots (the t=0 rows in file order): (the order it registers them, the order they join
-    the first rendezvous). Its queue is a binary heap keyed by (time, kind) only (add 1, remove 2,
-    ready 4, global timeout 5); every row is pushed in file order and the heap built again
-    (B:1400-1420); popping an add pushes its ready `ready_s` later (B:1046-1049); the first ready
-    starts the rendezvous, whose timeout is pushed `first_delay_s` later, and the other readies
-    join it in the order they are popped (B:1159-1175). Equal keys leave Python's heapq in an order
-    that is deterministic but not first-in first-out; this is the order our Bamboo's
-    `start_order` / `node_order` replay (docs/ARTIFACT.md)."""
+def node_tie_order(path: str, ready_s: float, first_delay_s: float,
+                   slot_of: Optional[Dict[str, int]] = None) -> Tuple[List[int], List[int]]:
+    """The order in which the Oobleck artifact's event queue hands out a trace's first nodes, as
+    worker slots (`slot_of`: by name; default: the t=0 rows in file order): (the order it registers
+    them, the order they join the first rendezvous). Its queue is a binary heap keyed by (time,
+    kind) only (add 1, remove 2, ready 4, global timeout 5); every row is pushed in file order and
+    the heap built again (B:1400-1420); popping an add pushes its ready `ready_s` later
+    (B:1046-1049); the first ready starts the rendezvous, whose timeout is pushed `first_delay_s`
+    later, and the other readies join it in the order they are popped until it fires
+    (B:1159-1175). Equal keys leave Python's heapq in an order that is deterministic but not
+    first-in first-out; this is the order the artifact's Bamboo fills its first pipelines in."""
     heap: List[_Keyed] = []
     with open(path, newline="") as f:
         for row in csv.reader(f):
@@ -37,18 +38,23 @@ def node_tie_order(path: str, ready_s: float, first_delay_s: float) -> Tuple[Lis
                 kind = 1 if row[1].strip().lower() == "add" else 2
                 heapq.heappush(heap, _Keyed(float(row[0]) * 1e-3, kind, row[2].strip()))
     heapq.heapify(heap)
-    registered, joined = [], []
-    while heap and heap[0].t <= ready_s:
+    registered, joined, timeout = [], [], None
+    while heap:
         event = heapq.heappop(heap)
+        if event.kind == 5:
+            break
         if event.kind == 1:
             registered.append(event.name)
             heapq.heappush(heap, _Keyed(event.t + ready_s, 4, event.name))
-        elif event.kind == 4:
-            if not joined:
-                heapq.heappush(heap, _Keyed(event.t + first_delay_s, 5))
+        elif event.kind == 2 and event.name in joined:
+            joined.remove(event.name)
+        elif event.kind == 4 and event.name in registered:
+            if timeout is None:
+                timeout = _Keyed(event.t + first_delay_s, 5)
+                heapq.heappush(heap, timeout)
             joined.append(event.name)
-    slot = {name: i for i, name in enumerate(_file_order(path))}
-    return [slot[name] for name in registered], [slot[name] for name in joined]
+    slot = slot_of if slot_of is not None else {name: i for i, name in enumerate(_file_order(path))}
+    return [slot[name] for name in registered if name in slot], [slot[name] for name in joined if name in slot]
 
 
 def _file_order(path: str) -> List[str]:

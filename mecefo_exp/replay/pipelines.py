@@ -60,7 +60,96 @@ class OobleckArtifact(ArtifactRestarts, Oobleck):
 
 
 class BambooArtifact(Bamboo):
-    """Losing an idle spare slows the pipelines 1.5x until the next re-formation, as any removal
-    while running does in the artifact (B:1100-1104)."""
+    """Bamboo's pipelines as the artifact books them (B:1043-1267):
+
+    - the first pipelines take the nodes in the order the artifact's event heap hands them out,
+      computed from the trace (heap_order.py), and later re-formations in the order it registered
+      them;
+    - losing an idle spare, or a node not yet usable, slows the pipelines 1.5x until the next
+      re-formation, as any removal while running does (B:1100-1104);
+    - a fatal removal starts a global rendezvous of `fatal_restart_s` (30 s, B:212, B:921-927) while
+      the old configuration trains on, slowed no further and un-credited nothing; a removal
+      during it starts it over (B:1123-1134); when it completes, the step in flight is lost and
+      the pipelines are re-formed over every node there (B:1115-1120);
+    - a step that ends during that rendezvous with a node holding two stages starts a local
+      re-formation (B:1345) that, once the global one has completed, finds no nodes and stops
+      the job (no pipelines) until a node becomes usable.
+    """
 
     spare_loss_slows = True
+    #: heap_order: take the first pipelines' nodes in the artifact's heap order (false: the configured orders)
+    OPTIONS = {"heap_order": True}
+
+    def __init__(self, cfg, run):
+        super().__init__(cfg, run)
+        self.heap_order = bool({**self.OPTIONS, **(cfg.get("variant_options") or {})}["heap_order"])
+        self.global_due: Optional[float] = None  # a fatal removal's rendezvous completes then
+        self.local_due: Optional[float] = None  # a local re-formation begun during it: stops the job then
+        self.stopped = False
+
+    def start(self) -> None:
+        super().start()
+        trace = self.run.books.trace
+        if trace.path is None or not self.stages or not self.heap_order:
+            return
+        from .heap_order import node_tie_order
+
+        registered, joined = node_tie_order(trace.path, trace.node_ready_s, self._fatal_s(), trace.node_slot_of)
+        rest = [w for w in range(self.n) if w not in registered]
+        self.node_order = registered + rest
+        self._form_pipelines(joined + [w for w in self.node_order if w not in joined])
+
+    def _fatal_s(self) -> float:
+        own = self.cfg.get("fatal_restart_s")
+        return self.run.costs.stall_s(self.run.cluster_cfg.restart_s if own is None else own)
+
+    # ------------------------------------------------------------ the fatal path
+    def fall_back(self, worker: int, detail) -> None:
+        self.counts["fatal"] += 1
+        now = self.run.books.trace.last_time()
+        self.run.event("fatal", worker, {"down": sorted(self.down), "global_rendezvous_until": now + self._fatal_s(),
+                                         **detail})
+        self.global_due = now + self._fatal_s()
+
+    def _pipeline_failure(self, worker: int) -> None:
+        if self.global_due is not None:  # during the global rendezvous: it starts over, nothing slows
+            self.holds.pop(worker, None)
+            self.global_due = self.run.books.trace.last_time() + self._fatal_s()
+            return
+        super()._pipeline_failure(worker)
+
+    def timer_s(self) -> Optional[float]:
+        dues = [t for t in (self.global_due, self.local_due) if t is not None]
+        return min(dues) if dues else None
+
+    def on_timer(self, plan: Optional[Plan], elapsed: float) -> None:
+        self.run.clock.charge("lost_work", elapsed)  # the step in flight is lost
+        self.credit = None
+        if self.global_due is not None and (self.local_due is None or self.global_due <= self.local_due):
+            self.global_due = None
+            self._form_pipelines(self.node_order)
+            self.counts["rebalances"] += 1
+            self.run.event("rebalance", None, {"reason": "global rendezvous", "pipelines": self.pipes,
+                                               "spares": self._spares()})
+            return
+        self.local_due = None
+        self.stopped = True
+        self.holds, self.pipes = {}, 0
+        self.run.event("stopped", None, {"reason": "a local re-formation found no nodes: no pipelines"})
+
+    def on_recover(self, worker: int) -> None:
+        if self.stopped and self.rejoins(worker):
+            self.node_order = [w for w in self.node_order if w != worker] + [worker]
+            self.stopped = False
+            self.global_due = self.run.books.trace.last_time() + self._fatal_s()
+            return
+        super().on_recover(worker)
+
+    def after_step(self, step: int) -> None:
+        if self.global_due is None:
+            return super().after_step(step)
+        if self.credit and self.credit[0] == step:
+            self.credit = None
+            self.counts["survived_interruptions"] += 1
+        if self.local_due is None and self._should_reform():
+            self.local_due = self.run.clock.now + self.run.costs.stall_s(self.cfg.rebalance_stall_s)
