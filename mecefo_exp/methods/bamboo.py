@@ -217,8 +217,11 @@ class Bamboo(InPlaceMethod):
 
     def on_recoveries(self, workers: List[int]) -> None:
         """Workers back at one instant (a replaced machine, a repair tick) rejoin in one rebalance."""
-        if self.stages:  # pipelines with spares
-            return super().on_recoveries(workers)
+        if self.stages:  # pipelines with spares: all of them wait, then one decision
+            back = [w for w in workers if self._wait_as_spare(w)]
+            if back and self.credit is None and self._should_reform():
+                self._reform()
+            return
         back = [w for w in workers if self.rejoins(w)]
         if not back:
             return
@@ -228,17 +231,17 @@ class Bamboo(InPlaceMethod):
             self._rebalance("rejoin", back[0])
 
     def on_recover(self, worker: int) -> None:
-        if not self.stages:
-            return self.on_recoveries([worker])
+        self.on_recoveries([worker])
+
+    def _wait_as_spare(self, worker: int) -> bool:
+        """A new node waits, idle, until a re-formation takes it. The loop hands a recovery over at
+        the end of the step it fell in, so the caller decides then, as the Oobleck authors' Bamboo
+        simulator does at that step's completion; never inside a step in flight."""
         if not self.rejoins(worker):
-            return
-        # a new node waits, idle, until a re-formation takes it
+            return False
         self.node_order = [w for w in self.node_order if w != worker] + [worker]
         self.run.event("waiting", worker, {"spares": self._spares()})
-        # the loop hands a recovery over at the end of the step it fell in: decide now, as the
-        # Oobleck authors' Bamboo simulator does at that step's completion; never inside a step in flight
-        if self.credit is None and self._should_reform():
-            self._reform()
+        return True
 
     def after_fall_back(self) -> None:
         """Adjacent failures: spares replace every failed worker, the ring is whole again."""

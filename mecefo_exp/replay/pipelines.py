@@ -83,7 +83,8 @@ class BambooArtifact(Bamboo):
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
         self.heap_order = bool({**self.OPTIONS, **(cfg.get("variant_options") or {})}["heap_order"])
-        self.global_due: Optional[float] = None  # a fatal removal's rendezvous completes then
+        self.global_due: Optional[float] = None  # a fatal removal's (or a stopped job's) rendezvous completes then
+        self.trained = False  # a configuration has trained: the window is open
         self.local_due: Optional[float] = None  # a local re-formation begun during it: stops the job then
         self.stopped = False
 
@@ -98,6 +99,9 @@ class BambooArtifact(Bamboo):
         rest = [w for w in range(self.n) if w not in registered]
         self.node_order = registered + rest
         self._form_pipelines(joined + [w for w in self.node_order if w not in joined])
+        if not self.pipes:  # fewer nodes than one pipeline: stopped until a node becomes usable (B:1155-1157)
+            self.stopped = True
+            self.run.event("stopped", None, {"reason": "fewer nodes than one pipeline at the start"})
 
     def _fatal_s(self) -> float:
         own = self.cfg.get("fatal_restart_s")
@@ -126,8 +130,14 @@ class BambooArtifact(Bamboo):
         self.run.clock.charge("lost_work", elapsed)  # the step in flight is lost
         self.credit = None
         if self.global_due is not None and (self.local_due is None or self.global_due <= self.local_due):
-            self.global_due = None
+            due, self.global_due = self.global_due, None
             self._form_pipelines(self.node_order)
+            if not self.pipes:
+                self.stopped = True
+                self.run.event("stopped", None, {"reason": "a global rendezvous formed no pipeline"})
+                return
+            if not self.trained:  # the artifact's window opens at its first configuration (B:1148-1155)
+                self.run.books.window.first_step_s = due
             self.counts["rebalances"] += 1
             self.run.event("rebalance", None, {"reason": "global rendezvous", "pipelines": self.pipes,
                                                "spares": self._spares()})
@@ -137,15 +147,16 @@ class BambooArtifact(Bamboo):
         self.holds, self.pipes = {}, 0
         self.run.event("stopped", None, {"reason": "a local re-formation found no nodes: no pipelines"})
 
-    def on_recover(self, worker: int) -> None:
-        if self.stopped and self.rejoins(worker):
-            self.node_order = [w for w in self.node_order if w != worker] + [worker]
+    def on_recoveries(self, workers: List[int]) -> None:
+        if not self.stopped:
+            return super().on_recoveries(workers)
+        back = [w for w in workers if self._wait_as_spare(w)]
+        if back:  # stopped: a node becoming usable starts a rendezvous
             self.stopped = False
             self.global_due = self.run.books.trace.last_time() + self._fatal_s()
-            return
-        super().on_recover(worker)
 
     def after_step(self, step: int) -> None:
+        self.trained = True
         if self.global_due is None:
             return super().after_step(step)
         if self.credit and self.credit[0] == step:
