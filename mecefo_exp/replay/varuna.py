@@ -13,6 +13,11 @@ artifact does (restarts.py), with its checkpoint booking as overrides:
   `interval` recorded steps and sets the every-`interval` cadence back by `interval`;
 - `rollback=false` (the spot-instance evaluation's `no_small_model_fallback`, V:267-268): a
   removal and a failed checkpoint un-credit nothing and every checkpoint counts as good.
+
+The artifact's own metric is also kept, as it computes it (`artifact_samples_per_s` in
+summary.json; `SeriesLedger`): its two rate series, which a failed checkpoint with fewer than 10
+recorded steps misaligns, so that its un-crediting and its average then read other steps'
+entries. Our window metric is the model's: credited steps over the window.
 """
 
 from collections import deque
@@ -24,6 +29,56 @@ from ..plan import Plan
 from ..timing.clock import StepCost
 from .queue import REMOVE, STEP, TIMEOUT, ArtifactQueue, ms
 from .restarts import ArtifactRestarts
+
+
+class SeriesLedger:
+    """The artifact's Varuna performance series (V:1414-1452, V:1222-1241, V:1474-1484, V:1545-1560),
+    in whole milliseconds: each completed step appends (previous completion, rate) and (its
+    completion, rate), rate = samples per step over the time since the previous completion
+    (checkpoint writes and restarts included); a removal zeroes the rates after the last good
+    checkpoint's entry (all of them before the first), a failed checkpoint the last 20 (making the
+    series longer when it holds fewer)."""
+
+    def __init__(self, samples_per_step: int):
+        self.samples_per_step = samples_per_step
+        self.xs: List[int] = []
+        self.ys: List[float] = []
+        self.start_ms: Optional[int] = None
+        self.previous_ms = 0
+        self.checkpoint_ms: Optional[int] = None  # the last good checkpoint's completion
+
+    def start(self, at_ms: int) -> None:
+        if self.start_ms is None:
+            self.start_ms = self.previous_ms = at_ms
+
+    def step(self, end_ms: int) -> None:
+        rate = self.samples_per_step / ((end_ms - self.previous_ms) / 1000.0)
+        self.xs += [self.previous_ms, end_ms]
+        self.ys += [rate, rate]
+        self.previous_ms = end_ms
+
+    def checkpoint(self, done_ms: int, failed: bool) -> None:
+        self.previous_ms = done_ms
+        if failed:
+            self.ys[-20:] = [0.0] * 20
+        else:
+            self.checkpoint_ms = done_ms
+
+    def removal(self) -> None:
+        if self.checkpoint_ms is None:
+            self.ys[:] = [0.0] * len(self.ys)
+            return
+        last = -1
+        for last, (t, _) in enumerate(zip(self.xs, self.ys)):
+            if t == self.checkpoint_ms:
+                break
+        self.ys[last + 1:] = [0.0] * len(self.ys[last + 1:])
+
+    def samples_per_s(self) -> Optional[float]:
+        if self.start_ms is None or not self.xs or self.xs[-1] <= self.start_ms:
+            return None
+        total = sum((x2 - x1) * y for (x1, _), (x2, y) in zip(*[iter(zip(self.xs, self.ys))] * 2))
+        return total / (self.xs[-1] - self.start_ms)
 
 
 class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
@@ -51,14 +106,19 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
         self.recorded: Deque[List] = deque()  # [step, still credited] of the last `interval` completed steps
         self.credit_floor: Optional[int] = None  # a failed checkpoint un-credited below the last good one
         self.queue: Optional[ArtifactQueue] = None  # storage_order: the artifact's own event list
+        self.ledger = SeriesLedger(1)  # its samples per step once the clock exists (setup)
 
     def setup(self) -> None:
         super().setup()
         self.recorded = deque(maxlen=self.interval)
+        table = self.run.costs.table
+        self.ledger = SeriesLedger(table.samples_per_step if table is not None else 1)
 
     def start(self) -> None:
         super().start()
         self.begin_configuration()
+        if not self.stopped:
+            self.ledger.start(ms(self.run.clock.now))
         trace = self.run.books.trace
         if self.storage_order:
             if not trace.node_rows:
@@ -101,6 +161,8 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
             target = min(target, self.credit_floor)
         if target < run.step and self.rollback:
             self._uncredit_to(target, worker, reason="failure")
+        if self.rollback:
+            self.ledger.removal()
         self.checkpoint_due = bool(self.cfg.get("checkpoint_after_failure", False))
 
     def _uncredit_to(self, step: int, worker: Optional[int], reason: str) -> None:
@@ -125,6 +187,7 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
             self.queue.stopped = True
 
     def configured(self, due: float) -> None:
+        self.ledger.start(ms(due))
         if self.queue is not None:
             self.queue.stopped = False
         self.nodes_at_restart = self.n - len(self.down)
@@ -155,10 +218,11 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
         first = self.run.step
         self.recorded.extend([step, True] for step in range(max(first, first + count - self.interval), first + count))
         self.completed += count
-        if self.queue is not None:  # the clock is at the end of the last of them
-            step_s = self.step_cost(plan).total
-            for i in range(count):
-                end = self.run.clock.now - (count - 1 - i) * step_s
+        step_s = self.step_cost(plan).total
+        for i in range(count):  # the clock is at the end of the last of them
+            end = self.run.clock.now - (count - 1 - i) * step_s
+            self.ledger.step(ms(end))
+            if self.queue is not None:
                 self.queue.pop_through(end, STEP)
                 self._queue_next_step(end)
 
@@ -166,6 +230,7 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
         self.carry, self.head_start = None, 0.0
         self.completed += 1
         self.recorded.append([step, True])
+        self.ledger.step(ms(self.run.clock.now))
         if self.queue is not None:
             self.queue.pop_through(self.run.clock.now, STEP)
         if self.completed % self.interval == 0 or self.checkpoint_due:
@@ -196,6 +261,7 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
             if nxt is None and trace.node_rows and trace.node_rows[-1][1] == "remove":
                 nxt = trace.stop_s  # the hard stop's removal is never applied, but it is queued
             removal = nxt is not None and nxt <= began + 2 * write_s
+        self.ledger.checkpoint(ms(began) + ms(write_s), failed=removal and self.rollback)
         if not removal or not self.rollback:
             self.credit_floor = None
             return
@@ -205,3 +271,6 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
         credited = sum(1 for _, still in self.recorded if still)
         self._uncredit_to(self.run.step - credited, None, reason="checkpoint_failed")
         self.credit_floor = self.run.step
+
+    def summary(self):
+        return {**super().summary(), "artifact_samples_per_s": self.ledger.samples_per_s()}
