@@ -1,7 +1,7 @@
 """A failure-free throughput table: samples per second for each number of usable nodes.
 
 The Oobleck authors' simulators time a step from such a table, one per system and model
-(docs/ARTIFACT.md). A step of `samples_per_step` samples on n nodes takes
+(docs/METHODS.md). A step of `samples_per_step` samples on n nodes takes
 samples_per_step / table[n] seconds; n outside the table's range uses the nearest entry; an
 entry of 0 means the system cannot run there (out of memory): a step there takes
 `STALLED_STEP_S`, so nothing completes until a membership change re-forms the job, as in the

@@ -331,7 +331,7 @@ def test_the_summary_write_itself_failing_still_leaves_failed(tmp_path, monkeypa
 
 # ---------------------------------------------------------------- 7. every input error: one line, exit 2, before compute
 @pytest.mark.parametrize("override, says", [
-    ("method.backend=foo", "Could not override 'method.backend': no such setting; allowed: name, skip_attention"),
+    ("method.backend=foo", "Could not override 'method.backend': no such setting; allowed: name, variant, variant_options, skip_attention"),
     ("trainer.max_stesp=3", "no such setting (did you mean max_steps?)"),
     ("method=foo", "Could not find 'method/foo'; allowed: baft, bamboo, checkpoint, mecefo, oobleck, reft"),
     ("trainer.max_steps=abc", "trainer.max_steps=abc: Value 'abc' of type 'str' could not be converted to Integer"),

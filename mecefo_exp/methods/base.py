@@ -52,6 +52,7 @@ class RunContext(Protocol):
     records: Any  # RunRecords: extra jsonl streams, cut back on resume like the others
     method: "Method"
     books: Any  # Books: what torchft's heal hands a restarted worker
+    trace: Any  # the failure trace (faults.Trace): a method reads it (last_time, events, node rows), never pops it
     is_main: bool  # this process writes the run folder
     leader: int  # the worker whose process writes it (torchft moves it when that one dies)
 
@@ -68,6 +69,8 @@ class RunContext(Protocol):
     def set_leader(self, worker: int) -> None: ...
 
     def barrier(self) -> None: ...
+
+    def training_starts_at(self, at_s: float) -> None: ...
 
     def expected_down_fraction(self) -> float: ...
 

@@ -33,10 +33,10 @@ class OobleckArtifact(ArtifactRestarts, Oobleck):
         return self.reconfigure_stall_s()
 
     def on_failures(self, workers: List[int]) -> None:
-        self.removal(workers, self.run.books.trace.last_time())
+        self.removal(workers, self.run.trace.last_time())
 
     def on_recoveries(self, workers: List[int]) -> None:
-        self.nodes_ready(workers, self.run.books.trace.last_time())
+        self.nodes_ready(workers, self.run.trace.last_time())
 
     def configured(self, due: float) -> None:
         self.counts["reconfigurations"] += 1
@@ -90,7 +90,7 @@ class BambooArtifact(Bamboo):
 
     def start(self) -> None:
         super().start()
-        trace = self.run.books.trace
+        trace = self.run.trace
         if trace.path is None or not self.stages or not self.heap_order:
             return
         from .heap_order import node_tie_order
@@ -110,7 +110,7 @@ class BambooArtifact(Bamboo):
     # ------------------------------------------------------------ the fatal path
     def fall_back(self, worker: int, detail) -> None:
         self.counts["fatal"] += 1
-        now = self.run.books.trace.last_time()
+        now = self.run.trace.last_time()
         self.run.event("fatal", worker, {"down": sorted(self.down), "global_rendezvous_until": now + self._fatal_s(),
                                          **detail})
         self.global_due = now + self._fatal_s()
@@ -118,7 +118,7 @@ class BambooArtifact(Bamboo):
     def _pipeline_failure(self, worker: int) -> None:
         if self.global_due is not None:  # during the global rendezvous: it starts over, nothing slows
             self.holds.pop(worker, None)
-            self.global_due = self.run.books.trace.last_time() + self._fatal_s()
+            self.global_due = self.run.trace.last_time() + self._fatal_s()
             return
         super()._pipeline_failure(worker)
 
@@ -137,7 +137,7 @@ class BambooArtifact(Bamboo):
                 self.run.event("stopped", None, {"reason": "a global rendezvous formed no pipeline"})
                 return
             if not self.trained:  # the artifact's window opens at its first configuration (B:1148-1155)
-                self.run.books.window.first_step_s = due
+                self.run.training_starts_at(due)
             self.counts["rebalances"] += 1
             self.run.event("rebalance", None, {"reason": "global rendezvous", "pipelines": self.pipes,
                                                "spares": self._spares()})
@@ -153,7 +153,7 @@ class BambooArtifact(Bamboo):
         back = [w for w in workers if self._wait_as_spare(w)]
         if back:  # stopped: a node becoming usable starts a rendezvous
             self.stopped = False
-            self.global_due = self.run.books.trace.last_time() + self._fatal_s()
+            self.global_due = self.run.trace.last_time() + self._fatal_s()
 
     def after_step(self, step: int) -> None:
         self.trained = True

@@ -80,7 +80,7 @@ class ArtifactRestarts:
     def _ready_by(self, t: float) -> List[int]:
         """Nodes the trace makes usable by `t` that the loop has not handed over yet (their
         recovery falls inside the step in flight): they are ready when the rendezvous completes."""
-        trace = self.run.books.trace
+        trace = self.run.trace
         out = []
         for ev in trace.events[trace.position:]:
             if ev.time > t:
@@ -122,7 +122,7 @@ class ArtifactRestarts:
         self.stopped = False
         if not self.ever_configured:  # the artifact's window starts at the first configuration
             self.ever_configured = True
-            self.run.books.window.first_step_s = due
+            self.run.training_starts_at(due)
         self.configured(due)
         self.run.event("restart", None, {"from_step": self.run.step, "running_without": self.running_without})
 

@@ -119,7 +119,7 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
         self.begin_configuration()
         if not self.stopped:
             self.ledger.start(ms(self.run.clock.now))
-        trace = self.run.books.trace
+        trace = self.run.trace
         if self.storage_order:
             if not trace.node_rows:
                 raise ValueError("method.variant_options.storage_order=true replays the artifact's event list: it "
@@ -145,14 +145,14 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
 
     # ------------------------------------------------------------ membership
     def on_failures(self, workers: List[int]) -> None:
-        self.removal(workers, self.run.books.trace.last_time())
+        self.removal(workers, self.run.trace.last_time())
         self._uncredit_since_checkpoint(workers[0])
 
     def on_recover(self, worker: int) -> None:
         self.on_recoveries([worker])
 
     def on_recoveries(self, workers: List[int]) -> None:
-        self.nodes_ready(workers, self.run.books.trace.last_time())
+        self.nodes_ready(workers, self.run.trace.last_time())
 
     def _uncredit_since_checkpoint(self, worker: int) -> None:
         run = self.run
@@ -256,7 +256,7 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
         if self.queue is not None:
             removal = self.queue.checkpoint_fails(began, write_s)
         else:  # the same test in time order: a removal before the completion, the hard stop's included
-            trace = self.run.books.trace
+            trace = self.run.trace
             nxt = trace.next_failure_time()
             if nxt is None and trace.node_rows and trace.node_rows[-1][1] == "remove":
                 nxt = trace.stop_s  # the hard stop's removal is never applied, but it is queued
