@@ -1,7 +1,7 @@
 """Oobleck and Bamboo as the Oobleck artifact's simulators book a removal (docs/ARTIFACT.md), as
 subclasses of our methods."""
 
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from ..methods.bamboo import Bamboo
 from ..methods.base import resplit_plan
@@ -60,20 +60,21 @@ class OobleckArtifact(ArtifactRestarts, Oobleck):
 
 
 class BambooArtifact(Bamboo):
-    """Bamboo's pipelines as the artifact books them (B:1043-1267):
+    """Bamboo's pipelines as the artifact books them (B:1043-1351):
 
     - the first pipelines take the nodes in the order the artifact's event heap hands them out,
       computed from the trace (heap_order.py), and later re-formations in the order it registered
       them;
     - losing an idle spare, or a node not yet usable, slows the pipelines 1.5x until the next
       re-formation, as any removal while running does (B:1100-1104);
-    - a fatal removal starts a global rendezvous of `fatal_restart_s` (30 s, B:212, B:921-927) while
-      the old configuration trains on, slowed no further and un-credited nothing; a removal
-      during it starts it over (B:1123-1134); when it completes, the step in flight is lost and
-      the pipelines are re-formed over every node there (B:1115-1120);
-    - a step that ends during that rendezvous with a node holding two stages starts a local
-      re-formation (B:1345) that, once the global one has completed, finds no nodes and stops
-      the job (no pipelines) until a node becomes usable.
+    - every re-formation is a rendezvous with a timeout: a local one (`rebalance_stall_s`) after a
+      step when a node holds two stages (B:1345), nothing training meanwhile; a global one
+      (`fatal_restart_s`, 30 s, B:212, B:921-927) after a fatal removal, the old pipelines
+      training on, slowed no further, un-credited nothing (B:1253);
+    - as for Varuna and Oobleck (restarts.py), the first timeout to fire completes the rendezvous
+      over every node there (B:1115-1120) and a later one finds no nodes and stops the job; a
+      timeout that finds a member removed starts its rendezvous over (B:1123-1134); stopped, a
+      node becoming usable opens a global rendezvous.
     """
 
     spare_loss_slows = True
@@ -83,10 +84,11 @@ class BambooArtifact(Bamboo):
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
         self.heap_order = bool({**self.OPTIONS, **(cfg.get("variant_options") or {})}["heap_order"])
-        self.global_due: Optional[float] = None  # a fatal removal's (or a stopped job's) rendezvous completes then
-        self.trained = False  # a configuration has trained: the window is open
-        self.local_due: Optional[float] = None  # a local re-formation begun during it: stops the job then
+        self.timeouts: List[Tuple[float, str]] = []  # (due, "global" | "local") rendezvous timeouts pending
+        self.rendezvous_open = False  # members are being collected: the next timeout completes it
+        self.member_left = False  # a node was removed while it collected
         self.stopped = False
+        self.trained = False  # a configuration has trained: the window is open
 
     def start(self) -> None:
         super().start()
@@ -95,7 +97,7 @@ class BambooArtifact(Bamboo):
             return
         from .heap_order import node_tie_order
 
-        registered, joined = node_tie_order(trace.path, trace.node_ready_s, self._fatal_s(), trace.node_slot_of)
+        registered, joined = node_tie_order(trace.path, trace.node_ready_s, self._delay("global"), trace.node_slot_of)
         rest = [w for w in range(self.n) if w not in registered]
         self.node_order = registered + rest
         self._form_pipelines(joined + [w for w in self.node_order if w not in joined])
@@ -103,64 +105,88 @@ class BambooArtifact(Bamboo):
             self.stopped = True
             self.run.event("stopped", None, {"reason": "fewer nodes than one pipeline at the start"})
 
-    def _fatal_s(self) -> float:
-        own = self.cfg.get("fatal_restart_s")
+    def _delay(self, kind: str) -> float:
+        own = self.cfg.get("fatal_restart_s") if kind == "global" else self.cfg.rebalance_stall_s
         return self.run.costs.stall_s(self.run.cluster_cfg.restart_s if own is None else own)
 
-    # ------------------------------------------------------------ the fatal path
+    def _open(self, kind: str, at: float) -> None:
+        self.timeouts.append((at + self._delay(kind), kind))
+        self.rendezvous_open = True
+
+    # ------------------------------------------------------------ membership
     def fall_back(self, worker: int, detail) -> None:
         self.counts["fatal"] += 1
-        now = self.run.trace.last_time()
-        self.run.event("fatal", worker, {"down": sorted(self.down), "global_rendezvous_until": now + self._fatal_s(),
-                                         **detail})
-        self.global_due = now + self._fatal_s()
+        self.run.event("fatal", worker, {"down": sorted(self.down), **detail})
+        self._open("global", self.run.trace.last_time())
 
     def _pipeline_failure(self, worker: int) -> None:
-        if self.global_due is not None:  # during the global rendezvous: it starts over, nothing slows
-            self.holds.pop(worker, None)
-            self.global_due = self.run.trace.last_time() + self._fatal_s()
-            return
+        if not self.rendezvous_open:
+            return super()._pipeline_failure(worker)
+        slowed_since = self.fallback_step  # during a rendezvous nothing slows (B:1100)
         super()._pipeline_failure(worker)
+        self.fallback_step = slowed_since
+        self.member_left = True
 
-    def timer_s(self) -> Optional[float]:
-        dues = [t for t in (self.global_due, self.local_due) if t is not None]
-        return min(dues) if dues else None
-
-    def on_timer(self, plan: Optional[Plan], elapsed: float) -> None:
-        self.run.clock.charge("lost_work", elapsed)  # the step in flight is lost
-        self.credit = None
-        if self.global_due is not None and (self.local_due is None or self.global_due <= self.local_due):
-            due, self.global_due = self.global_due, None
-            self._form_pipelines(self.node_order)
-            if not self.pipes:
-                self.stopped = True
-                self.run.event("stopped", None, {"reason": "a global rendezvous formed no pipeline"})
-                return
-            if not self.trained:  # the artifact's window opens at its first configuration (B:1148-1155)
-                self.run.training_starts_at(due)
-            self.counts["rebalances"] += 1
-            self.run.event("rebalance", None, {"reason": "global rendezvous", "pipelines": self.pipes,
-                                               "spares": self._spares()})
-            return
-        self.local_due = None
-        self.stopped = True
-        self.holds, self.pipes = {}, 0
-        self.run.event("stopped", None, {"reason": "a local re-formation found no nodes: no pipelines"})
+    def _reform(self) -> None:
+        if not any(kind == "local" for _, kind in self.timeouts):  # a node usable now joins the one pending
+            self._open("local", self.run.clock.now)
 
     def on_recoveries(self, workers: List[int]) -> None:
         if not self.stopped:
             return super().on_recoveries(workers)
         back = [w for w in workers if self._wait_as_spare(w)]
-        if back:  # stopped: a node becoming usable starts a rendezvous
-            self.stopped = False
-            self.global_due = self.run.trace.last_time() + self._fatal_s()
+        if back and not self.rendezvous_open:  # stopped: a node becoming usable opens a rendezvous
+            self._open("global", self.run.trace.last_time())
+
+    # ------------------------------------------------------------ timeouts
+    def timer_s(self) -> Optional[float]:
+        return min(self.timeouts)[0] if self.timeouts else None
+
+    def on_timer(self, plan: Optional[Plan], elapsed: float) -> None:
+        """Every timeout due at this instant, in (time, kind) order."""
+        self.run.clock.charge("lost_work", elapsed)  # the step in flight is lost
+        self.credit = None
+        due = min(self.timeouts)[0]
+        while self.timeouts and min(self.timeouts)[0] == due:
+            self._fire(*min(self.timeouts))
+
+    def _fire(self, due: float, kind: str) -> None:
+        self.timeouts.remove((due, kind))
+        if not self.rendezvous_open:
+            return self._stop(f"a {kind} rendezvous timeout found no nodes: no pipelines")
+        if self.member_left:  # a member was removed: this rendezvous starts over
+            self.member_left = False
+            self.timeouts.append((due + self._delay(kind), kind))
+            self.run.event("rendezvous_restarted", None, {"kind": kind, "until": due + self._delay(kind)})
+            return
+        self.rendezvous_open = False
+        self._form_pipelines(self.node_order)
+        self.counts["rebalances"] += 1
+        self.run.event("rebalance", None, {"reason": f"{kind} rendezvous", "pipelines": self.pipes,
+                                           "spares": self._spares()})
+        if not self.pipes:
+            return self._stop("a rendezvous formed no pipeline")
+        self.stopped = False
+        if not self.trained:  # the artifact's window opens at its first configuration (B:1148-1155)
+            self.run.training_starts_at(due)
+
+    def _stop(self, reason: str) -> None:
+        self.stopped = True
+        self.holds, self.pipes = {}, 0
+        self.run.event("stopped", None, {"reason": reason})
+
+    # ------------------------------------------------------------ the step
+    def plan(self, step: int) -> Plan:
+        if self.stopped or any(kind == "local" for _, kind in self.timeouts):
+            return Plan(step, {})  # stopped, or re-forming: the loop waits for the timeout
+        return super().plan(step)
 
     def after_step(self, step: int) -> None:
         self.trained = True
-        if self.global_due is None:
+        if not self.rendezvous_open:
             return super().after_step(step)
         if self.credit and self.credit[0] == step:
             self.credit = None
             self.counts["survived_interruptions"] += 1
-        if self.local_due is None and self._should_reform():
-            self.local_due = self.run.clock.now + self.run.costs.stall_s(self.cfg.rebalance_stall_s)
+        if not any(kind == "local" for _, kind in self.timeouts) and self._should_reform():
+            self._reform()  # B:1345 during a global rendezvous: the later timeout will stop the job
