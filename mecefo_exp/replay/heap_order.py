@@ -21,16 +21,20 @@ class _Keyed:
 
 
 def node_tie_order(path: str, ready_s: float, first_delay_s: float,
-                   slot_of: Optional[Dict[str, int]] = None) -> Tuple[List[int], List[int]]:
-    """The order in which the Oobleck artifact's event queue hands out a trace's first nodes, as
-    worker slots (`slot_of`: by name; default: the t=0 rows in file order): (the order it registers
-    them, the order they join the first rendezvous). Its queue is a binary heap keyed by (time,
-    kind) only (add 1, remove 2, ready 4, global timeout 5); every row is pushed in file order and
-    the heap built again (B:1400-1420); popping an add pushes its ready `ready_s` later
-    (B:1046-1049); the first ready starts the rendezvous, whose timeout is pushed `first_delay_s`
-    later, and the other readies join it in the order they are popped until it fires
-    (B:1159-1175). Equal keys leave Python's heapq in an order that is deterministic but not
-    first-in first-out; this is the order the artifact's Bamboo fills its first pipelines in."""
+                   slot_of: Optional[Dict[str, int]] = None, min_nodes: int = 1) -> Tuple[List[int], List[int]]:
+    """The order in which the Oobleck artifact's Bamboo takes a trace's first nodes, as worker slots
+    (`slot_of`: by name; default: the t=0 rows in file order): (the order it registers them, its node
+    map, and the order of the first rendezvous that forms at least `min_nodes`, a pipeline).
+
+    Its queue is a binary heap keyed by (time, kind) only (add 1, remove 2, ready 4, global timeout
+    5); every row is pushed in file order and the heap built again (B:1400-1420); popping an add
+    registers the node and pushes its ready `ready_s` later (B:1043-1049). Stopped, a ready node
+    starts a rendezvous of the ready nodes in node-map order, whose timeout is pushed
+    `first_delay_s` later; the nodes that become ready meanwhile join it in the order they are
+    popped (B:1106-1120, B:1159-1175); a timeout that finds a member removed starts it over
+    (B:1122-1134), one with fewer than `min_nodes` stops again. Until the first pipelines form the
+    heap holds nothing else, so this replays it exactly. Equal keys leave Python's heapq in an
+    order that is deterministic but not first-in first-out."""
     heap: List[_Keyed] = []
     with open(path, newline="") as f:
         for row in csv.reader(f):
@@ -38,21 +42,34 @@ def node_tie_order(path: str, ready_s: float, first_delay_s: float,
                 kind = 1 if row[1].strip().lower() == "add" else 2
                 heapq.heappush(heap, _Keyed(float(row[0]) * 1e-3, kind, row[2].strip()))
     heapq.heapify(heap)
-    registered, joined, timeout = [], [], None
+    registered: List[str] = []  # the node map, in insertion order; removals leave it
+    ready: set = set()
+    members: Optional[List[str]] = None  # the rendezvous collecting, None when stopped
+    joined: List[str] = []
     while heap:
         event = heapq.heappop(heap)
-        if event.kind == 5:
-            break
         if event.kind == 1:
             registered.append(event.name)
             heapq.heappush(heap, _Keyed(event.t + ready_s, 4, event.name))
-        elif event.kind == 2 and event.name in joined:
-            joined.remove(event.name)
+        elif event.kind == 2 and event.name in registered:
+            registered.remove(event.name)
+            ready.discard(event.name)
         elif event.kind == 4 and event.name in registered:
-            if timeout is None:
-                timeout = _Keyed(event.t + first_delay_s, 5)
-                heapq.heappush(heap, timeout)
-            joined.append(event.name)
+            ready.add(event.name)
+            if members is None:
+                members = [n for n in registered if n in ready]
+                heapq.heappush(heap, _Keyed(event.t + first_delay_s, 5))
+            elif event.name not in members:
+                members.append(event.name)
+        elif event.kind == 5 and members is not None:
+            if any(n not in registered for n in members):
+                members = [n for n in registered if n in ready]
+                heapq.heappush(heap, _Keyed(event.t + first_delay_s, 5))
+                continue
+            joined = members
+            if len(members) >= min_nodes:
+                break
+            members = None
     slot = slot_of if slot_of is not None else {name: i for i, name in enumerate(_file_order(path))}
     return [slot[name] for name in registered if name in slot], [slot[name] for name in joined if name in slot]
 

@@ -89,6 +89,7 @@ class BambooArtifact(Bamboo):
         self.member_left = False  # a node was removed while it collected
         self.stopped = False
         self.trained = False  # a configuration has trained: the window is open
+        self.first_order: Optional[List[int]] = None  # the slots in the order the first pipelines take them
 
     def start(self) -> None:
         super().start()
@@ -97,10 +98,12 @@ class BambooArtifact(Bamboo):
             return
         from .heap_order import node_tie_order
 
-        registered, joined = node_tie_order(trace.path, trace.node_ready_s, self._delay("global"), trace.node_slot_of)
+        registered, joined = node_tie_order(trace.path, trace.node_ready_s, self._delay("global"), trace.node_slot_of,
+                                            min_nodes=self.stages)
         rest = [w for w in range(self.n) if w not in registered]
         self.node_order = registered + rest
-        self._form_pipelines(joined + [w for w in self.node_order if w not in joined])
+        self.first_order = joined + [w for w in self.node_order if w not in joined]
+        self._form_pipelines(self.first_order)
         if not self.pipes:  # fewer nodes than one pipeline: stopped until a node becomes usable (B:1155-1157)
             self.stopped = True
             self.run.event("stopped", None, {"reason": "fewer nodes than one pipeline at the start"})
@@ -160,7 +163,8 @@ class BambooArtifact(Bamboo):
             self.run.event("rendezvous_restarted", None, {"kind": kind, "until": due + self._delay(kind)})
             return
         self.rendezvous_open = False
-        self._form_pipelines(self.node_order)
+        # until the first pipelines form, the artifact's own order of that rendezvous (heap_order.py)
+        self._form_pipelines(self.node_order if self.trained or self.first_order is None else self.first_order)
         self.counts["rebalances"] += 1
         self.run.event("rebalance", None, {"reason": f"{kind} rendezvous", "pipelines": self.pipes,
                                            "spares": self._spares()})
