@@ -39,6 +39,14 @@ register_configs()
 log = logging.getLogger("run")
 
 
+def validate_run(cfg) -> None:
+    """The config's checks and the method variant's (which the config layer cannot import)."""
+    from .methods import check_variant
+
+    validate(cfg)
+    check_variant(cfg.method, cfg.trainer.numerics)
+
+
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
 def main(cfg: DictConfig):
     if HydraConfig.get().mode == RunMode.MULTIRUN:
@@ -106,7 +114,7 @@ def _job(cfg: DictConfig, run_dir: Path):
         for key in typed_keys & set(RESUME_MAY_CHANGE):
             OmegaConf.update(cfg, key, OmegaConf.select(typed, key))
     try:
-        validate(cfg)
+        validate_run(cfg)
     except ConfigError as e:
         _config_error(run_dir, e)
     install_console(hc)  # sweep jobs' lines start with [job N]
@@ -248,7 +256,7 @@ def check_overrides(args: List[str]) -> Optional[str]:
     if cfg.resume:  # a resume runs the folder's own config (check_resume), validated when it starts
         return None
     try:
-        validate(cfg)  # a key added with + that no schema has, a bad value: before Hydra writes a folder
+        validate_run(cfg)  # a key added with + that no schema has, a bad value: before Hydra writes a folder
     except (ConfigError, TraceError) as e:
         return str(e)
     return None

@@ -69,27 +69,15 @@ import heapq
 import itertools
 import math
 import random
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
-FAIL, RECOVER = "fail", "recover"
+from .trace_events import FAIL, RECOVER, FailureEvent, TraceError  # noqa: F401 (the trace's vocabulary, re-exported)
 
 
 #: a drawn trace holds at most this many events (~0.5 GB): beyond, a setting (mtbf=1e-7,
 #: horizon_factor=inf) would exhaust the machine's memory before the run starts
 MAX_TRACE_EVENTS = 5_000_000
-
-
-@dataclass(frozen=True, order=True)
-class FailureEvent:
-    time: float  # simulated seconds
-    worker: int
-    kind: str  # fail | recover
-
-
-class TraceError(ValueError):
-    """A trace CSV that cannot be replayed; the message names the line."""
 
 
 def _in_order(events: List[FailureEvent]) -> List[FailureEvent]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Set, Tuple
 
-from .faults import FAIL, RECOVER, FailureEvent, TraceError
+from .trace_events import FAIL, RECOVER, FailureEvent, TraceError
 
 
 @dataclass

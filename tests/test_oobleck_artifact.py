@@ -390,9 +390,11 @@ def test_reft_on_the_survivors_by_hand(tmp_path, two_removals):
     (["method=reft", "method.restart_on=elsewhere"], "allowed: spares, survivors"),
 ])
 def test_varuna_and_reft_restart_settings_are_one_line(overrides, message):
+    from mecefo_exp.cli import validate_run
+
     cfg = compose_cfg(["cluster.n_workers=4", *overrides])
     with pytest.raises(ConfigError, match=message) as e:
-        validate(cfg)
+        validate_run(cfg)
     assert "\n" not in str(e.value)
 
 

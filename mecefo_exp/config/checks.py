@@ -347,32 +347,12 @@ def _validate_table_fits(cfg: Any) -> None:
            f"{cfg.cluster.n_workers} nodes")
 
 
-def _validate_variant(m: Any, numerics: bool) -> None:
-    """method.variant: an importable subclass of the method's class; its own check and options."""
-    from ..methods import method_class, variant_class
-
-    try:
-        cls = variant_class(m.variant)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise ConfigError(f"method.variant={m.variant!r}: cannot be imported as module:Class ({e})") from None
-    base = method_class(m.name)
-    _check(issubclass(cls, base), f"method.variant={m.variant!r} is not a subclass of {base.__name__} (method={m.name})")
-    known = getattr(cls, "OPTIONS", {})
-    unknown = sorted(set(m.variant_options) - set(known))
-    _check(not unknown, f"method.variant_options: unknown {unknown}; {cls.__name__} reads: {', '.join(known) or 'none'}")
-    check = getattr(cls, "check_config", None)
-    problem = check(m, numerics) if check is not None else None
-    _check(problem is None, f"method.variant={m.variant}: {problem}")
-
-
 def _validate_method(m: Any, n_workers: int, numerics: bool) -> None:
     allowed = ", ".join(METHOD_SCHEMAS)
     _check(m.name in METHOD_SCHEMAS, f"method.name={m.name!r}: allowed: {allowed}")
     for key in ("interval", "checkpoint_interval"):
         if key in m:
             _check_interval(f"method.{key}", m[key])
-    if m.variant is not None:
-        _validate_variant(m, numerics)
     if m.name == "reft":
         _check(m.restart_on in ("spares", "survivors"), f"method.restart_on={m.restart_on!r}: allowed: spares, survivors")
         _check(m.snapshot_every >= 1, f"method.snapshot_every={m.snapshot_every}: must be >= 1")

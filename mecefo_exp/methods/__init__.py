@@ -28,8 +28,32 @@ def variant_class(path: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
+def check_variant(method_cfg, numerics: bool) -> None:
+    """method.variant: an importable subclass of the method's class, with the options it reads and
+    its own check; ConfigError in one line otherwise. Called with the other checks, before any compute."""
+    from ..config import ConfigError
+
+    path = method_cfg.get("variant")
+    if not path:
+        return
+    try:
+        cls = variant_class(path)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ConfigError(f"method.variant={path!r}: cannot be imported as module:Class ({e})") from None
+    base = method_class(method_cfg.name)
+    if not issubclass(cls, base):
+        raise ConfigError(f"method.variant={path!r} is not a subclass of {base.__name__} (method={method_cfg.name})")
+    known = getattr(cls, "OPTIONS", {})
+    unknown = sorted(set(method_cfg.get("variant_options") or {}) - set(known))
+    if unknown:
+        raise ConfigError(f"method.variant_options: unknown {unknown}; {cls.__name__} reads: {', '.join(known) or 'none'}")
+    check = getattr(cls, "check_config", None)
+    problem = check(method_cfg, numerics) if check is not None else None
+    if problem is not None:
+        raise ConfigError(f"method.variant={path}: {problem}")
+
+
 def build_method(cfg, run):
-    cls = method_class(cfg.name)
-    if cfg.get("variant"):
-        cls = variant_class(cfg.variant)
+    check_variant(cfg, run.numerics)
+    cls = variant_class(cfg.variant) if cfg.get("variant") else method_class(cfg.name)
     return cls(cfg, run)

@@ -78,13 +78,14 @@ def cell_config(trace_path: Path, model: str, system: str, setting: str):
 def run_cell(cell: Cell, fixture: Path = FIXTURE) -> Tuple[Cell, Optional[float], str]:
     """(cell, our samples/s or None when the table says the system cannot run, a note)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from ..config import ConfigError, validate
+    from ..cli import validate_run
+    from ..config import ConfigError
     from ..trainer import Experiment
 
     trace, model, system, setting = cell
     cfg = cell_config(fixture / "traces" / f"{trace}.csv", model, system, setting)
     try:
-        validate(cfg)
+        validate_run(cfg)
     except ConfigError as e:  # the table is 0 at the start: out of memory, as the artifact reports
         return cell, None, str(e)
     with tempfile.TemporaryDirectory() as d:
