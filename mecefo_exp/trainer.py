@@ -207,7 +207,7 @@ class Experiment(Context):
                     continue
             end = clock.now + cost.total
             t_fail, t_own = trace.next_failure_time(), method.timer_s()
-            if t_own is not None and t_own < end and (t_fail is None or t_own <= t_fail):
+            if t_own is not None and t_own < end and (t_fail is None or t_own < t_fail):  # an instant's trace events first
                 method.on_timer(plan, max(0.0, t_own - clock.now))
                 continue
             if t_fail is not None and t_fail < end:

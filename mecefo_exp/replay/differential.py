@@ -14,6 +14,7 @@ without its rollback for BERT-large: `method.variant_options.rollback=false`).
 from __future__ import annotations
 
 import argparse
+import copy
 import csv
 import os
 import sys
@@ -68,7 +69,7 @@ def cell_config(trace_path: Path, model: str, system: str, setting: str):
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
             _COMPOSED[key] = compose("config", overrides=overrides(model, system, setting))
-    cfg = _COMPOSED[key].copy()
+    cfg = copy.deepcopy(_COMPOSED[key])  # a run may write into its config: each cell gets its own
     slots = read_node_trace(str(trace_path), 10_000, 45.0, job_start_s=LONGEST_START_S).slots_used
     cfg.failure.path = str(trace_path)
     cfg.cluster.n_workers = max(slots, 1)
