@@ -134,7 +134,18 @@ class BambooArtifact(Bamboo):
         if not any(kind == "local" for _, kind in self.timeouts):  # a node usable now joins the one pending
             self._open("local", self.run.clock.now)
 
+    def _catch_up(self) -> None:
+        """Fire the timeouts the clock passed in a stall before this instant's events."""
+        at = self.run.trace.last_time()
+        while self.timeouts and min(self.timeouts)[0] < at:
+            self.on_timer(None, 0.0)
+
+    def on_failures(self, workers: List[int]) -> None:
+        self._catch_up()
+        super().on_failures(workers)
+
     def on_recoveries(self, workers: List[int]) -> None:
+        self._catch_up()
         if not self.stopped:
             return super().on_recoveries(workers)
         back = [w for w in workers if self._wait_as_spare(w)]

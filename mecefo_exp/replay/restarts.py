@@ -69,6 +69,8 @@ class ArtifactRestarts:
             self.rendezvous_open = True  # else it joined the rendezvous that has completed since
 
     def nodes_ready(self, workers: List[int], ready_at: float) -> None:
+        while self.timeouts and min(self.timeouts) < ready_at:  # a timeout the clock passed in a stall
+            self.on_timer(None, 0.0)
         fresh = [w for w in workers if w in self.down and w not in self.ready]
         self.ready += fresh
         for w in fresh:
