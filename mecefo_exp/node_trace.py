@@ -136,6 +136,9 @@ def read_node_trace(path: str, n_workers: int, ready_s: float, job_start_s: floa
                 events.append(FailureEvent(t, slot, FAIL))
         else:
             events.append(FailureEvent(t, slot, FAIL))
-        (held_back.append if t < begins else lambda s: heapq.heappush(free, s))(slot)
+        if t < begins:
+            held_back.append(slot)
+        else:
+            heapq.heappush(free, slot)
     return NodeTrace(events, stop_s, start_s, [(t, verb) for _, t, verb, _ in parsed],
                      set(range(n_workers)) - up_at_start, 1 + max(slot_of_all.values()), slot_of_all)

@@ -104,9 +104,6 @@ def run_cell(cell: Cell, fixture: Path = FIXTURE) -> Tuple[Cell, Optional[float]
     return cell, value or 0.0, summary["status"]
 
 
-SAMPLES_PER_STEP = {"bert_large": 8192, "gpt3_2_7b": 512, "gpt3_6_7b": 1024}  # V:266, V:326, V:342
-
-
 def expected(cell: Cell, theirs: dict) -> float:
     """The samples/s the artifact prints (its average over its own rate series)."""
     return float(theirs["samples_per_s"])

@@ -57,8 +57,7 @@ class ArtifactRestarts:
     # ------------------------------------------------------------ membership
     def removal(self, workers: List[int], failed_at: float) -> None:
         """Removals of one instant: each arms its own timeout."""
-        while self.timeouts and min(self.timeouts) < failed_at:  # a timeout the clock passed in a stall
-            self.on_timer(None, 0.0)
+        self._catch_up(failed_at)
         self.removal_heard(failed_at)
         for worker in workers:
             self.down.add(worker)
@@ -69,8 +68,7 @@ class ArtifactRestarts:
             self.rendezvous_open = True  # else it joined the rendezvous that has completed since
 
     def nodes_ready(self, workers: List[int], ready_at: float) -> None:
-        while self.timeouts and min(self.timeouts) < ready_at:  # a timeout the clock passed in a stall
-            self.on_timer(None, 0.0)
+        self._catch_up(ready_at)
         fresh = [w for w in workers if w in self.down and w not in self.ready]
         self.ready += fresh
         for w in fresh:
@@ -78,6 +76,11 @@ class ArtifactRestarts:
         if fresh and self.stopped and not self.rendezvous_open:
             self.rendezvous_open = True
             self.timeouts.append(ready_at + self.rendezvous_delay_s(ready_at))
+
+    def _catch_up(self, at: float) -> None:
+        """Fire the timeouts the clock passed in a stall before an event at `at` is heard."""
+        while self.timeouts and min(self.timeouts) < at:
+            self.on_timer(None, 0.0)
 
     def _ready_by(self, t: float) -> List[int]:
         """Nodes the trace makes usable by `t` that the loop has not handed over yet (their
