@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Callable, ContextManager, Dict, List, NamedTuple, Optional, Sequence
+from typing import Callable, ContextManager, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -19,7 +19,7 @@ class Sample(NamedTuple):
     owner: int
 
 
-class WorkItem(NamedTuple):  # a tuple: plans of 16,384 workers are built at every event
+class WorkItem(NamedTuple):  # a tuple: cheap to make in numbers
     sample: Sample
     mode: str = "normal"
 
@@ -50,25 +50,93 @@ class Plan:
     def computing_workers(self) -> List[int]:
         return sorted(w for w, items in self.work.items() if items)
 
+    @property
+    def n_computing(self) -> int:
+        return sum(1 for items in self.work.values() if items)
 
-class FailureFreePlan(Plan):
-    """Every one of `n` workers computes its own micro-batch in the normal mode. The same plan as
-    `Plan(step, {w: [WorkItem(Sample(step, w))] for w in range(n)})`, but its work is built only
-    when asked for: a numerics-free run of 16,384 workers plans at every event and never reads it."""
+    def special_modes(self) -> Dict[int, Tuple[str, ...]]:
+        """The computing workers whose work is not one normal micro-batch: worker -> its modes."""
+        return {w: modes for w, modes in ((w, tuple(i.mode for i in items)) for w, items in self.work.items() if items)
+                if modes != ("normal",)}
 
-    def __init__(self, step: int, n: int):
-        self.step, self.n, self.degraded, self.notes = step, n, False, {}
+    def first_normal_worker(self) -> Optional[int]:
+        """The lowest worker that computes exactly one normal micro-batch, if any."""
+        return min((w for w, items in self.work.items() if len(items) == 1 and items[0].mode == "normal"), default=None)
+
+
+Changes = Dict[int, List[WorkItem]]
+
+
+class SparsePlan(Plan):
+    """Every one of `n` workers computes its own micro-batch in the normal mode, except the workers
+    in `changes` (worker -> its micro-batches; an empty list: it computes nothing).
+
+    Built for cost proportional to events: `n_computing` is given by the method (it keeps the
+    count), `changes` may be a function called only when something reads the changed workers
+    (the numerics, a clock that looks at them), and the per-worker `work` is built only for the
+    numerics. A numerics-free run of 65,536 workers plans at every event and reads none of them.
+    A plan may read its method's state when asked, so it is used before the method's next event.
+    """
+
+    def __init__(self, step: int, n: int, changes: Union[Changes, Callable[[], Changes], None] = None,
+                 degraded: bool = False, notes: Optional[Dict[str, object]] = None,
+                 n_computing: Optional[int] = None):
+        self.step, self.n, self.degraded = step, n, degraded
+        self.notes = notes if notes is not None else {}
+        self._changes = changes if changes is not None else {}
+        self._n_computing = n_computing
         self._work: Optional[Dict[int, List[WorkItem]]] = None
+
+    @property
+    def changes(self) -> Changes:
+        if callable(self._changes):
+            self._changes = self._changes()
+        return self._changes
 
     @property
     def work(self) -> Dict[int, List[WorkItem]]:
         if self._work is None:
-            self._work = {w: [WorkItem(Sample(self.step, w))] for w in range(self.n)}
+            step, changes = self.step, self.changes
+            work = {}
+            for w in range(self.n):
+                items = changes.get(w)
+                if items is None:
+                    work[w] = [WorkItem(Sample(step, w))]
+                elif items:
+                    work[w] = items
+            self._work = work
         return self._work
 
     @property
     def computing_workers(self) -> Sequence[int]:
-        return range(self.n)  # not a list: the loop asks at every event
+        if not self.changes:
+            return range(self.n)
+        return [w for w in range(self.n) if self.changes.get(w) != []]
+
+    @property
+    def n_computing(self) -> int:
+        if self._n_computing is None:
+            self._n_computing = self.n - sum(1 for items in self.changes.values() if not items)
+        return self._n_computing
+
+    def special_modes(self) -> Dict[int, Tuple[str, ...]]:
+        return {w: modes for w, modes in ((w, tuple(i.mode for i in items)) for w, items in sorted(self.changes.items())
+                                          if items) if modes != ("normal",)}
+
+    def first_normal_worker(self) -> Optional[int]:
+        changes = self.changes
+        for w in range(self.n):  # stops within len(changes) + 1 workers
+            items = changes.get(w)
+            if items is None or (len(items) == 1 and items[0].mode == "normal"):
+                return w
+        return None
+
+
+class FailureFreePlan(SparsePlan):
+    """Every one of `n` workers computes its own micro-batch in the normal mode."""
+
+    def __init__(self, step: int, n: int):
+        super().__init__(step, n)
 
 
 def _all_parameters(name: str) -> bool:

@@ -187,7 +187,7 @@ class Experiment(Context):
             self.apply_due_events()
             self.tier.sync()  # torchft: the quorum shows who is alive; the method hears it
             plan = method.plan(self.step)
-            if not plan.computing_workers:  # nobody can compute: wait for the next event, the trace's or the method's
+            if not plan.n_computing:  # nobody can compute: wait for the next event, the trace's or the method's
                 nxt, own = trace.next_event_time(), method.timer_s()
                 if own is not None and (nxt is None or own < nxt):
                     clock.charge("stall", max(0.0, own - clock.now))

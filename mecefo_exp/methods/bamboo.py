@@ -103,8 +103,8 @@ from typing import Dict, List, Optional, Tuple
 
 from ..timing.clock import StepCost, steps_ending_by
 from ..timing import layout as pipeline
-from ..plan import NORMAL, FailureFreePlan, Mode, Plan, Sample, WorkItem
-from .base import InPlaceMethod, resplit_plan
+from ..plan import NORMAL, FailureFreePlan, Mode, Plan, Sample, SparsePlan, WorkItem
+from .base import InPlaceMethod, plan_step, resplit_plan
 
 # Profiled but never planned: the clock charges the redundant forward from its kernel.
 FORWARD = Mode("forward", backward=False)
@@ -297,11 +297,14 @@ class Bamboo(InPlaceMethod):
     def _layout_plan(self, step: int) -> Plan:
         if not self.cover and not self.retired:
             return FailureFreePlan(step, self.n)
-        work = resplit_plan(step, self.n, self.retired).work if self.retired else {
-            w: [WorkItem(Sample(step, w))] for w in range(self.n) if w not in self.down}
-        for failed, shadow in self.cover.items():
-            work[shadow].append(WorkItem(Sample(step, failed)))
-        return Plan(step, work, degraded=True, notes={"cover": dict(self.cover), "retired": len(self.retired)})
+        cover, retired, down = dict(self.cover), set(self.retired), set(self.down)
+
+        def changes() -> Dict[int, List[WorkItem]]:  # made only when read: the clock needs the notes
+            out = resplit_plan(step, self.n, retired).changes if retired else {w: [] for w in down}
+            for failed, shadow in cover.items():
+                out[shadow] = out.get(shadow, [WorkItem(Sample(step, shadow))]) + [WorkItem(Sample(step, failed))]
+            return out
+        return SparsePlan(step, self.n, changes, degraded=True, notes={"cover": cover, "retired": len(retired)})
 
     def _layout_step_cost(self, plan: Plan) -> StepCost:
         costs = self.run.costs
@@ -438,7 +441,7 @@ class Bamboo(InPlaceMethod):
             return self._layout_step_cost(plan)
         if self.run.costs.table is not None:
             return self._table_step_cost(plan)
-        base = self.run.costs.step(plan.worker_modes(), n_allreduce=len(plan.computing_workers))
+        base = plan_step(self.run.costs, plan)
         cost = StepCost(compute=base.compute, comm=base.comm, ft_overhead=self.redundant_forward_s(plan),
                         degraded_extra=base.degraded_extra)
         if self.credit and self.credit[0] == plan.step:

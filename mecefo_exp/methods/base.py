@@ -18,12 +18,13 @@ computes nothing but still keeps the same books).
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Protocol
+from typing import Any, Callable, Dict, Iterable, List, Optional, Protocol
 
 from ..timing.clock import CostModel, SimClock, StepCost
-from ..plan import NORMAL, FailureFreePlan, Mode, Plan, Sample, WorkItem
+from ..plan import NORMAL, FailureFreePlan, Mode, Plan, Sample, SparsePlan, WorkItem
 from .checkpointing import CheckpointStore
 
 
@@ -146,9 +147,9 @@ class Method:
         return FailureFreePlan(step, self.n)
 
     def step_cost(self, plan: Plan) -> StepCost:
-        if isinstance(plan, FailureFreePlan):  # the same cost as below, without walking every worker
+        if isinstance(plan, FailureFreePlan):
             return self.run.costs.failure_free_step(self.n)
-        return self.run.costs.step(plan.worker_modes(), n_allreduce=len(plan.computing_workers))
+        return plan_step(self.run.costs, plan)
 
     def interrupted(self, plan: Plan, elapsed: float) -> None:
         """A worker of `plan` failed `elapsed` seconds into the step: by default that work is lost."""
@@ -377,12 +378,24 @@ def resplit_plan(step: int, n: int, down: set) -> Plan:
     """Elastic data parallelism that keeps the global batch: every alive worker computes its own
     micro-batch and the down workers' micro-batches, in owner order, are dealt round-robin over
     the alive workers. Samples are named by their owner and run in canonical order whoever
-    computes them, so the loss curve is the failure-free one, bit for bit."""
-    alive = [w for w in range(n) if w not in down]
-    work = {w: [WorkItem(Sample(step, w))] for w in alive}
-    for i, orphan in enumerate(sorted(down)):
-        work[alive[i % len(alive)]].append(WorkItem(Sample(step, orphan)))
-    return Plan(step, work, degraded=True, notes={"down": sorted(down)})
+    computes them, so the loss curve is the failure-free one, bit for bit. The deal is made only
+    when read (the numerics); the clock needs only the number of workers left."""
+
+    def deal() -> Dict[int, List[WorkItem]]:
+        orphans = sorted(down)
+        changes: Dict[int, List[WorkItem]] = {w: [] for w in orphans}
+        receivers = list(itertools.islice((w for w in range(n) if w not in down), len(orphans)))
+        for i, orphan in enumerate(orphans if receivers else ()):  # len(receivers) = min(len(down), alive)
+            w = receivers[i % len(receivers)]
+            changes.setdefault(w, [WorkItem(Sample(step, w))]).append(WorkItem(Sample(step, orphan)))
+        return changes
+
+    return SparsePlan(step, n, deal, degraded=True, n_computing=n - len(down))
+
+
+def plan_step(costs, plan: Plan) -> StepCost:
+    """The clock's step for a plan, from the workers that differ from one normal micro-batch."""
+    return costs.step(plan.special_modes(), plan.first_normal_worker(), plan.n_computing)
 
 
 def resplit_cost(costs, n: int, plan: Plan) -> StepCost:
@@ -390,7 +403,7 @@ def resplit_cost(costs, n: int, plan: Plan) -> StepCost:
     n / alive micro-batches' worth (beyond one: degraded_extra); under a throughput table, the
     table's step at the number of computing workers; in a hybrid layout, the pipeline part of the
     step n / alive times longer (timing/layout.py)."""
-    alive = len(plan.computing_workers)
+    alive = plan.n_computing
     if costs.table is not None:
         return costs.table_step(alive)
     share = n / alive
@@ -399,9 +412,9 @@ def resplit_cost(costs, n: int, plan: Plan) -> StepCost:
     return costs.synchronous_step(share * costs.profile["mb:normal"], share, alive)
 
 
-def neighbors_on_ring(worker: int, n: int, shape=None) -> List[int]:
+def neighbors_on_ring(worker: int, n: int, shape=None) -> Iterable[int]:
     """The other workers in ring order after `worker`: worker+1, worker+2, ... (mod n). In a hybrid
     layout (`shape`), the GPUs that hold the same weights: the same slot in the next replicas."""
     if shape is not None:
         return shape.same_slot_in_next_replicas(worker)
-    return [(worker + k) % n for k in range(1, n)]
+    return ((worker + k) % n for k in range(1, n))  # lazy: a neighbour is usually found within a few

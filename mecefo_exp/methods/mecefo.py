@@ -34,13 +34,13 @@ grad_error.jsonl in the run folder; the measurement is not charged on the clock.
 from __future__ import annotations
 
 import logging
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Set
 
 import torch
 
 from ..approx import LowRankProjections, approximations, is_attention_parameter, svd_flops
 from ..timing.clock import StepCost
-from ..plan import NORMAL, Mode, Plan, Sample, WorkItem
+from ..plan import NORMAL, Mode, Plan, Sample, SparsePlan, WorkItem
 from .base import InPlaceMethod, neighbors_on_ring
 
 MODE = "mecefo"
@@ -71,6 +71,8 @@ class Mecefo(InPlaceMethod):
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
         self.cover: Dict[int, int] = {}  # failed worker -> its neighbour
+        self.ward_of: Dict[int, int] = {}  # neighbour -> the failed worker it covers (cover, inverted)
+        self.uncovered: Set[int] = set()  # down workers without a neighbour yet (kept: no walk over `down`)
         self.projections: Optional[LowRankProjections] = None
         self.degraded_steps = 0
         self.counts.update(neighbor_assignments=0, svd_refreshes=0, grad_error_checks=0)
@@ -135,36 +137,50 @@ class Mecefo(InPlaceMethod):
         return p_down ** max(1, units // 2)
 
     # ------------------------------------------------------------ membership
+    def begin_without(self, workers: List[int]) -> None:
+        super().begin_without(workers)
+        self.uncovered.update(workers)  # covered at the first membership event, as any uncovered worker
+
     def on_failure(self, worker: int) -> None:
         super().on_failure(worker)
-        for failed, nb in list(self.cover.items()):
-            if nb == worker:  # the neighbour itself failed: its ward needs a new one
-                del self.cover[failed]
+        self.uncovered.add(worker)
+        ward = self.ward_of.pop(worker, None)
+        if ward is not None:  # the neighbour itself failed: its ward needs a new one
+            del self.cover[ward]
+            self.uncovered.add(ward)
         self._assign()
 
     def on_recover(self, worker: int) -> None:
         if not self.rejoins(worker):
             return
+        self.uncovered.discard(worker)
         if worker in self.cover:
-            self.run.event("neighbor_release", worker, {"neighbor": self.cover.pop(worker)})
+            nb = self.cover.pop(worker)
+            del self.ward_of[nb]
+            self.run.event("neighbor_release", worker, {"neighbor": nb})
         self._assign()
 
     def _assign(self) -> None:
-        for failed in sorted(self.down):
-            if failed in self.cover:
-                continue
-            busy = set(self.cover.values())
+        """A neighbour for each down worker without one, lowest first: the next alive worker on the
+        ring that covers nobody yet. Only the uncovered are visited, so an event costs the same
+        whatever the number of workers."""
+        for failed in sorted(self.uncovered & self.down):
             ring = neighbors_on_ring(failed, self.n, self.run.costs.shape)
-            nb = next((k for k in ring if k not in self.down and k not in busy), None)
+            nb = next((k for k in ring if k not in self.down and k not in self.ward_of), None)
             if nb is None:  # the paper defers to system-level recovery
                 self.fall_back(failed, {"reason": "no eligible neighbour", "cover": dict(self.cover)})
                 return
             self.cover[failed] = nb
+            self.ward_of[nb] = failed
+            self.uncovered.discard(failed)
             self.counts["neighbor_assignments"] += 1
             self.run.event("neighbor", failed, {"neighbor": nb})
+        self.uncovered.clear()  # what is left had recovered
 
     def after_fall_back(self) -> None:
         self.cover.clear()
+        self.ward_of.clear()
+        self.uncovered.clear()
 
     # ------------------------------------------------------------ the step
     def plan(self, step: int) -> Plan:
@@ -176,10 +192,14 @@ class Mecefo(InPlaceMethod):
             self.projections.refresh(step, compute=self.run.numerics)
             self.counts["svd_refreshes"] += 1
             self._svd_step = step
-        work = {w: [WorkItem(Sample(step, w))] for w in range(self.n) if w not in self.down}
-        for failed, nb in self.cover.items():
-            work[nb] = [WorkItem(Sample(step, nb), MODE), WorkItem(Sample(step, failed), MODE)]
-        return Plan(step, work, degraded=True, notes={"cover": dict(self.cover)})
+
+        def changes() -> Dict[int, List[WorkItem]]:  # read by the numerics only: the clock needs the cover
+            out = {w: [] for w in self.down}
+            for failed, nb in self.cover.items():
+                out[nb] = [WorkItem(Sample(step, nb), MODE), WorkItem(Sample(step, failed), MODE)]
+            return out
+        return SparsePlan(step, self.n, changes, degraded=True, notes={"cover": self.cover},
+                          n_computing=self.n - len(self.down))
 
     def step_cost(self, plan: Plan) -> StepCost:
         if not plan.degraded:
@@ -199,9 +219,9 @@ class Mecefo(InPlaceMethod):
         # the slowest worker: a neighbour (its pair kernel: two approximate micro-batches) or, if
         # any worker is not a neighbour, one normal micro-batch (counted, not walked: 16,384 workers)
         slowest = (profile[f"neighbor_pair{self.tag}"], 2)
-        if len(plan.work) > len(plan.notes["cover"]):
+        if plan.n_computing > len(plan.notes["cover"]):
             slowest = max(slowest, (costs.worker_s(("normal",)), 1))
-        return costs.synchronous_step(slowest[0], slowest[1], len(plan.work), ft_overhead=svd)
+        return costs.synchronous_step(slowest[0], slowest[1], plan.n_computing, ft_overhead=svd)
 
     def steady_steps(self, plan: Plan, step_s: float) -> Optional[int]:
         """Quiet until the next checkpoint and, while degraded, the next SVD refresh (a refresh
@@ -265,6 +285,8 @@ class Mecefo(InPlaceMethod):
         if projections is not None and self.projections is not None:
             self.projections.load_state_dict(projections)
         super().load_state_dict(state)
+        self.ward_of = {nb: failed for failed, nb in self.cover.items()}  # derived: a checkpoint may predate it
+        self.uncovered = set(self.down) - set(self.cover)
 
     def summary(self) -> Dict[str, object]:
         out = super().summary()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Sequence
 
 from ..config import plain
 from ..throughput import ThroughputTable, table_for
@@ -151,22 +151,26 @@ class CostModel:
             return self.layout
         return self.synchronous_step(self.profile["mb:normal"], 1, n_workers)
 
-    def step(self, worker_modes: Dict[int, Iterable[str]], n_allreduce: int, ft_overhead: float = 0.0) -> StepCost:
-        """A step where each computing worker runs the given modes, one micro-batch each (under a
-        throughput table: the table's step at the number of computing workers)."""
+    def step(self, special: Dict[int, Sequence[str]], first_normal: Optional[int], n_computing: int,
+             ft_overhead: float = 0.0) -> StepCost:
+        """A step of `n_computing` workers: those in `special` run the given modes, one micro-batch
+        each; every other computing worker runs one normal micro-batch (`first_normal` is the lowest
+        of them, None if there is none). Under a throughput table: the table's step at
+        `n_computing` workers. The cost reads only the workers that differ (65,536-worker plans)."""
         if self.table is not None:
-            return self.table_step(len(worker_modes), ft_overhead=ft_overhead)
-        worker_modes = {w: list(m) for w, m in worker_modes.items()}
+            return self.table_step(n_computing, ft_overhead=ft_overhead)
         if self.layout is not None:  # each GPU at its place in the layout; one doing more slows its stage
             normal = self.worker_s(("normal",))
             factors: Dict[int, float] = {}
-            for w, m in worker_modes.items():
-                if m != ["normal"]:
-                    stage = self.shape.stage(w)
-                    factors[stage] = max(factors.get(stage, 1.0), self.worker_s(m) / normal)
+            for w, m in special.items():
+                stage = self.shape.stage(w)
+                factors[stage] = max(factors.get(stage, 1.0), self.worker_s(m) / normal)
             return self.layout_step(factors, ft_overhead=ft_overhead)
-        slowest = max(worker_modes.values(), key=self.worker_s, default=[])
-        return self.synchronous_step(self.worker_s(slowest), len(slowest), n_allreduce, ft_overhead)
+        candidates = sorted(special.items())  # in worker order: the lowest of equally slow workers counts
+        if first_normal is not None:
+            candidates.insert(sum(1 for w, _ in candidates if w < first_normal), (first_normal, ("normal",)))
+        slowest = max((tuple(m) for _, m in candidates), key=self.worker_s, default=())
+        return self.synchronous_step(self.worker_s(slowest), len(slowest), n_computing, ft_overhead)
 
     # ------------------------------------------------------------------ paper time
     @property
