@@ -149,8 +149,8 @@ def test_bamboo_rebalance_restores_redundancy(run_exp, fixed_profile, free, tmp_
     assert hit["fatal"] == 0 and hit["rollbacks"] == 0 and hit["rebalances"] == 2
     rebalances = [e["detail"] for e in events if e["kind"] == "rebalance"]
     assert [r["reason"] for r in rebalances] == ["timer", "timer"]
-    assert rebalances[0]["ring"] == [0, 2, 3] and rebalances[0]["extra"] == {"2": [1]}
-    assert rebalances[1]["ring"] == [0, 3] and rebalances[1]["extra"] == {"3": [1], "0": [2]}
+    assert rebalances[0]["left_out"] == [1] and rebalances[0]["extra"] == {"2": [1]}  # the ring 0, 2, 3
+    assert rebalances[1]["left_out"] == [1, 2] and rebalances[1]["extra"] == {"3": [1], "0": [2]}  # 0, 3
     neighbors = [(e["worker"], e["detail"]["neighbor"], e["detail"]["owners"])
                  for e in events if e["kind"] == "neighbor"]
     assert neighbors == [(1, 2, [1]), (2, 3, [2, 1])]

@@ -411,7 +411,7 @@ class Config:
 
 #: the most workers a run may have: a plan names every worker, so an event of a numerics-free run
 #: costs time linear in the workers (at 16,384: ~50 ms an event here, BENCHMARKS.md)
-MAX_WORKERS = 16_384
+MAX_WORKERS = 1_048_576
 
 METHOD_SCHEMAS = {
     "checkpoint": CheckpointMethodConfig,

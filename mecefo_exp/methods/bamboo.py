@@ -145,11 +145,15 @@ class Bamboo(InPlaceMethod):
 
     def _reset_ring(self) -> None:
         self.retired = set()
-        self.ring: List[int] = list(range(self.n))  # members since the last rebalance, in ring order
-        self.load: Dict[int, List[int]] = {w: [w] for w in range(self.n)}  # worker -> owners it computes
+        # The ring is every worker but those left out at the last rebalance, in worker order. Kept
+        # sparse so that an event costs the same whatever the number of workers: `load` names only
+        # the members whose owners differ from their own micro-batch, `heavy` counts those with more.
+        self.left_out: set = set()
+        self.load: Dict[int, List[int]] = {}  # ring member -> owners it computes, where not [itself]
+        self.heavy = 0
         self.cover: Dict[int, int] = {}  # failed ring member -> its shadow
         self.cover_since = None
-        self.table_nodes = len(self.ring)  # compute=table: nodes at the last (re)configuration
+        self.table_nodes = self.n  # compute=table: nodes at the last (re)configuration
         self.degraded_since_cover = 0
 
     def job_start_s(self) -> float:
@@ -175,8 +179,22 @@ class Bamboo(InPlaceMethod):
 
     # ------------------------------------------------------------ membership
     def _ring_neighbors(self, worker: int) -> Tuple[int, int]:
-        i, m = self.ring.index(worker), len(self.ring)
-        return self.ring[(i - 1) % m], self.ring[(i + 1) % m]
+        """The ring members before and after `worker` (itself when it is alone on the ring)."""
+        return self._next_member(worker, -1), self._next_member(worker, 1)
+
+    def _next_member(self, worker: int, direction: int) -> int:
+        other = (worker + direction) % self.n
+        while other in self.left_out and other != worker:
+            other = (other + direction) % self.n
+        return other
+
+    def _owners(self, worker: int) -> List[int]:
+        """The owners whose micro-batches a ring member computes."""
+        return self.load.get(worker, [worker])
+
+    def _set_owners(self, worker: int, owners: List[int]) -> None:
+        self.heavy += (len(owners) > 1) - (len(self._owners(worker)) > 1)
+        self.load[worker] = owners
 
     def on_failure(self, worker: int) -> None:
         super().on_failure(worker)
@@ -206,8 +224,9 @@ class Bamboo(InPlaceMethod):
             self.fall_back(worker, {"reason": reason, "predecessor": pred, "successor": succ,
                                     "cover": dict(self.cover)})
             return
-        moved, self.load[worker] = self.load[worker], []
-        self.load[succ] += moved
+        moved = self._owners(worker)
+        self._set_owners(worker, [])
+        self._set_owners(succ, self._owners(succ) + moved)
         self.cover[worker] = succ
         if self.cover_since is None:
             self.cover_since = self.run.clock.now
@@ -393,19 +412,16 @@ class Bamboo(InPlaceMethod):
     def _rebalance(self, reason: str, worker: Optional[int]) -> None:
         stall = self.run.costs.stall_s(self.cfg.rebalance_stall_s)
         self.run.clock.charge("stall", stall)
-        alive = [w for w in range(self.n) if w not in self.down]
-        self.ring = alive
-        self.load = {w: [w] for w in alive}
-        for orphan in sorted(self.down):
-            target = min(alive, key=lambda w: (len(self.load[w]), (w - orphan) % self.n))
-            self.load[target].append(orphan)
+        self.left_out = set(self.down)
+        self.load = _deal(self.n, self.down)
+        self.heavy = sum(1 for owners in self.load.values() if len(owners) > 1)
         self.cover = {}
         self.cover_since = None
         self.degraded_since_cover = 0
-        self.table_nodes = len(alive)
+        self.table_nodes = self.n - len(self.down)
         self.counts["rebalances"] += 1
-        self.run.event("rebalance", worker, {"reason": reason, "ring": alive, "stall_s": stall,
-                                             "extra": {w: o[1:] for w, o in self.load.items() if len(o) > 1}})
+        self.run.event("rebalance", worker, {"reason": reason, "left_out": sorted(self.down), "stall_s": stall,
+                                             "extra": {w: self.load[w][1:] for w in sorted(self.load)}})
 
     # ------------------------------------------------------------ the step
     def plan(self, step: int) -> Plan:
@@ -413,10 +429,15 @@ class Bamboo(InPlaceMethod):
             return self._pipeline_plan(step)
         if self.layout is not None:
             return self._layout_plan(step)
-        work = {w: [WorkItem(Sample(step, owner)) for owner in sorted(self.load[w])]
-                for w in self.ring if w not in self.down and self.load.get(w)}
-        degraded = any(len(items) > 1 for items in work.values())
-        return Plan(step, work, degraded=degraded, notes={"cover": dict(self.cover)} if self.cover else {})
+        def changes() -> Dict[int, List[WorkItem]]:  # read by the numerics only
+            out: Dict[int, List[WorkItem]] = {w: [] for w in self.down | self.left_out}
+            for w, owners in self.load.items():
+                if w not in self.down:
+                    out[w] = [WorkItem(Sample(step, owner)) for owner in sorted(owners)]
+            return out
+        # the left-out workers were down at the rebalance and rejoin only through the next one
+        return SparsePlan(step, self.n, changes, degraded=self.heavy > 0, n_computing=self.n - len(self.down),
+                          notes={"cover": self.cover} if self.cover else {})
 
     def redundant_forward_s(self, plan: Plan) -> float:
         """How much the eager redundant forwards lengthen the step beyond the slowest planned worker."""
@@ -424,15 +445,45 @@ class Bamboo(InPlaceMethod):
             return 0.0
         costs = self.run.costs
         forward = costs.profile[FORWARD.kernel]
-        modes = plan.worker_modes()
-        slowest = max(costs.worker_s(m) for m in modes.values())
-        extra = 0.0
-        for w, m in modes.items():
-            pred, _ = self._ring_neighbors(w)
-            if pred == w or pred in self.down:  # nobody to shadow (it covers its predecessor in full)
+        down = self.down
+
+        def worker_s(owners: int) -> float:
+            return costs.worker_s(("normal",) * owners)
+
+        # each computing worker w shadows its ring predecessor p (unless p is w or down): the term
+        # depends only on (owners of p, owners of w), so the pairs around the members with other
+        # loads and one pair of plain members (if any) give the maximum, without walking the ring
+        pairs = set()
+        for w, owners in self.load.items():
+            if w in down:
                 continue
-            extra = max(extra, len(self.load[pred]) * forward - (slowest - costs.worker_s(m)))
+            pred, succ = self._ring_neighbors(w)
+            if owners and pred != w and pred not in down:
+                pairs.add((len(self._owners(pred)), len(owners)))
+            if succ != w and succ not in down and self._owners(succ):
+                pairs.add((len(owners), len(self._owners(succ))))
+        plain = self._plain_pair()
+        if plain:
+            pairs.add((1, 1))
+        loaded = [len(o) for w, o in self.load.items() if w not in down]
+        plain_members = self.n - len(down) - len(loaded)  # the left-out are down
+        slowest = worker_s(max(loaded + [1] * (plain_members > 0)))
+        extra = 0.0
+        for pred_owners, owners in sorted(pairs):
+            extra = max(extra, pred_owners * forward - (slowest - worker_s(owners)))
         return extra
+
+    def _plain_pair(self) -> bool:
+        """Whether some alive ring member with its own micro-batch only follows another such one.
+        Each member that is down or has another load blocks at most its successor, so the walk
+        ends within a few members past them unless nearly every worker is down."""
+        for w in range(self.n):
+            if w in self.left_out or w in self.down or w in self.load:
+                continue
+            pred = self._next_member(w, -1)
+            if pred != w and pred not in self.down and pred not in self.load:
+                return True
+        return False
 
     def step_cost(self, plan: Plan) -> StepCost:
         if self.stages:
@@ -520,6 +571,28 @@ class Bamboo(InPlaceMethod):
         if self.layout is not None:
             out["redundant_forward_s"] = pipeline.redundant_forward_s(self.run.costs.profile.kernels)
         return out
+
+
+def _deal(n: int, down: set) -> Dict[int, List[int]]:
+    """A rebalance: every down worker's micro-batch to the least loaded alive worker, the nearest
+    after it on the ring among equals, in owner order. Returns the alive workers that compute more
+    than their own micro-batch -> their owners. While there are no more orphans than alive workers
+    each goes to the nearest alive successor not yet given one, found without walking the ring."""
+    orphans = sorted(down)
+    load: Dict[int, List[int]] = {}
+    if len(orphans) <= n - len(orphans):
+        for orphan in orphans:
+            target = (orphan + 1) % n
+            while target in down or target in load:
+                target = (target + 1) % n
+            load[target] = [target, orphan]
+        return load
+    alive = [w for w in range(n) if w not in down]
+    full = {w: [w] for w in alive}
+    for orphan in orphans:
+        target = min(alive, key=lambda w: (len(full[w]), (w - orphan) % n))
+        full[target].append(orphan)
+    return {w: owners for w, owners in full.items() if len(owners) > 1}
 
 
 def _minus(cost: StepCost, seconds: float) -> StepCost:
