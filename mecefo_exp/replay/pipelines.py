@@ -125,8 +125,10 @@ class BambooArtifact(Bamboo):
         return self.run.costs.stall_s(self.run.cluster_cfg.restart_s if own is None else own)
 
     def _open(self, kind: str, at: float) -> None:
+        """A rendezvous starts: it collects the nodes there now, afresh (B:1106-1113), and arms its timeout."""
         self.timeouts.append((at + self._delay(kind), kind))
         self.rendezvous_open = True
+        self.member_left = False
 
     # ------------------------------------------------------------ membership
     def fall_back(self, worker: int, detail) -> None:
@@ -134,7 +136,6 @@ class BambooArtifact(Bamboo):
         self.holds.pop(worker, None)  # the removed node leaves the artifact's map with its stages (B:1064)
         self.run.event("fatal", worker, {"down": sorted(self.down), **detail})
         self._open("global", self.run.trace.last_time())
-        self.member_left = False  # its rendezvous collects the nodes there now, afresh (B:1109-1113)
 
     def _pipeline_failure(self, worker: int) -> None:
         if not self.rendezvous_open and not self.stopped:
@@ -207,24 +208,31 @@ class BambooArtifact(Bamboo):
         return min(self.timeouts)[0] if self.timeouts else None
 
     def on_timer(self, plan: Optional[Plan], elapsed: float) -> None:
-        """Every timeout due at this instant, in (time, kind) order."""
-        self.run.clock.charge("lost_work", elapsed)  # the step in flight is lost
-        self.credit = None
+        """Every timeout due at this instant, in (time, kind) order. The step in flight is lost when
+        one completes a rendezvous or stops the job (a new rendezvous version, B:1139); when all of
+        them only start their rendezvous over (B:1123-1134) it goes on."""
         due = min(self.timeouts)[0]
+        restarts_only = True
         while self.timeouts and min(self.timeouts)[0] == due:
-            self._fire(*min(self.timeouts))
+            restarts_only = self._fire(*min(self.timeouts)) and restarts_only
+        if restarts_only and plan is not None and plan.computing_workers:
+            return Bamboo.interrupted(self, plan, elapsed)
+        self.run.clock.charge("lost_work", elapsed)
+        self.credit = None
 
-    def _fire(self, due: float, kind: str) -> None:
+    def _fire(self, due: float, kind: str) -> bool:
+        """One timeout; True when it only started its rendezvous over."""
         self.timeouts.remove((due, kind))
         if not self.rendezvous_open:  # the nodes keep the stages they held (B:1196-1213 assigns none)
-            return self._stop(f"a {kind} rendezvous timeout found no nodes: no pipelines", keep_stages=True)
+            self._stop(f"a {kind} rendezvous timeout found no nodes: no pipelines", keep_stages=True)
+            return False
         if due == self.first_formed_at:  # heap_order.py replayed its restarts already
             self.member_left, self.first_formed_at = False, None
         if self.member_left:  # a member was removed: this rendezvous starts over
             self.member_left = False
             self.timeouts.append((due + self._delay(kind), kind))
             self.run.event("rendezvous_restarted", None, {"kind": kind, "until": due + self._delay(kind)})
-            return
+            return True
         self.rendezvous_open = False
         # until the first pipelines form, the artifact's own order of that rendezvous (heap_order.py)
         self._form_pipelines(self.node_order if self.trained or self.first_order is None else self.first_order)
@@ -232,10 +240,12 @@ class BambooArtifact(Bamboo):
         self.run.event("rebalance", None, {"reason": f"{kind} rendezvous", "pipelines": self.pipes,
                                            "spares": self._spares()})
         if not self.pipes:
-            return self._stop("a rendezvous formed no pipeline")
+            self._stop("a rendezvous formed no pipeline")
+            return False
         self.stopped = False
         if not self.trained:  # the artifact's window opens at its first configuration (B:1148-1155)
             self.run.training_starts_at(due)
+        return False
 
     def _stop(self, reason: str, keep_stages: bool = False) -> None:
         """Nothing trains. With `keep_stages` (a timeout that found no rendezvous) the nodes keep
