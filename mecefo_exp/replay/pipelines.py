@@ -125,7 +125,7 @@ class BambooArtifact(Bamboo):
         return self.run.costs.stall_s(self.run.cluster_cfg.restart_s if own is None else own)
 
     def _open(self, kind: str, at: float) -> None:
-        """A rendezvous starts: it collects the nodes there now, afresh (B:1106-1113), and arms its timeout."""
+        """A rendezvous starts: it collects the nodes there now, afresh (B:1107-1120), and arms its timeout."""
         self.timeouts.append((at + self._delay(kind), kind))
         self.rendezvous_open = True
         self.member_left = False
@@ -133,7 +133,7 @@ class BambooArtifact(Bamboo):
     # ------------------------------------------------------------ membership
     def fall_back(self, worker: int, detail) -> None:
         self.counts["fatal"] += 1
-        self.holds.pop(worker, None)  # the removed node leaves the artifact's map with its stages (B:1064)
+        self.holds.pop(worker, None)  # the removed node leaves the artifact's map with its stages (B:1066)
         self.run.event("fatal", worker, {"down": sorted(self.down), **detail})
         self._open("global", self.run.trace.last_time())
 
@@ -179,8 +179,8 @@ class BambooArtifact(Bamboo):
         self.waiting_count = len(self._spares()) if self.stages else 0
 
     def rejoins(self, worker: int) -> bool:
-        """A node usable while the pipelines train counts as waiting (B:1166-1167); the count is
-        set again only when a rendezvous completes (B:1196-1213): removing a waiting node, a spare,
+        """A node usable while the pipelines train counts as waiting (B:1174-1175); the count is
+        set again only when a rendezvous completes (B:1183-1215): removing a waiting node, a spare,
         does not lower it (B:1059-1105), so a lost spare still counts towards another pipeline."""
         back = super().rejoins(worker)
         if back:
@@ -209,7 +209,7 @@ class BambooArtifact(Bamboo):
 
     def on_timer(self, plan: Optional[Plan], elapsed: float) -> None:
         """Every timeout due at this instant, in (time, kind) order. The step in flight is lost when
-        one completes a rendezvous or stops the job (a new rendezvous version, B:1139); when all of
+        one completes a rendezvous or stops the job (a new rendezvous version, B:1140); when all of
         them only start their rendezvous over (B:1123-1134) it goes on."""
         due = min(self.timeouts)[0]
         restarts_only = True
@@ -223,7 +223,7 @@ class BambooArtifact(Bamboo):
     def _fire(self, due: float, kind: str) -> bool:
         """One timeout; True when it only started its rendezvous over."""
         self.timeouts.remove((due, kind))
-        if not self.rendezvous_open:  # the nodes keep the stages they held (B:1196-1213 assigns none)
+        if not self.rendezvous_open:  # the nodes keep the stages they held (B:1183-1215 assigns none)
             self._stop(f"a {kind} rendezvous timeout found no nodes: no pipelines", keep_stages=True)
             return False
         if due == self.first_formed_at:  # heap_order.py replayed its restarts already
