@@ -22,6 +22,13 @@ class _Keyed:
 
 def node_tie_order(path: str, ready_s: float, first_delay_s: float,
                    slot_of: Optional[Dict[str, int]] = None, min_nodes: int = 1) -> Tuple[List[int], List[int]]:
+    """(registered, joined) of `first_formation`."""
+    registered, joined, _ = first_formation(path, ready_s, first_delay_s, slot_of, min_nodes)
+    return registered, joined
+
+
+def first_formation(path: str, ready_s: float, first_delay_s: float, slot_of: Optional[Dict[str, int]] = None,
+                    min_nodes: int = 1) -> Tuple[List[int], List[int], Optional[float]]:
     """The order in which the Oobleck artifact's Bamboo takes a trace's first nodes, as worker slots
     (`slot_of`: by name; default: the t=0 rows in file order): (the order it registers them, its node
     map, and the order of the first rendezvous that forms at least `min_nodes`, a pipeline).
@@ -34,7 +41,9 @@ def node_tie_order(path: str, ready_s: float, first_delay_s: float,
     popped (B:1106-1120, B:1159-1175); a timeout that finds a member removed starts it over
     (B:1122-1134), one with fewer than `min_nodes` stops again. Until the first pipelines form the
     heap holds nothing else, so this replays it exactly. Equal keys leave Python's heapq in an
-    order that is deterministic but not first-in first-out."""
+    order that is deterministic but not first-in first-out. The third value is the time (seconds)
+    that rendezvous completes (None if none ever forms a pipeline): a removal at the instant of
+    its timeout comes first (kind 2 before 5) and starts it over."""
     heap: List[_Keyed] = []
     with open(path, newline="") as f:
         for row in csv.reader(f):
@@ -46,6 +55,7 @@ def node_tie_order(path: str, ready_s: float, first_delay_s: float,
     ready: set = set()
     members: Optional[List[str]] = None  # the rendezvous collecting, None when stopped
     joined: List[str] = []
+    formed_at: Optional[float] = None
     while heap:
         event = heapq.heappop(heap)
         if event.kind == 1:
@@ -68,10 +78,12 @@ def node_tie_order(path: str, ready_s: float, first_delay_s: float,
                 continue
             joined = members
             if len(members) >= min_nodes:
+                formed_at = event.t
                 break
             members = None
     slot = slot_of if slot_of is not None else {name: i for i, name in enumerate(_file_order(path))}
-    return [slot[name] for name in registered if name in slot], [slot[name] for name in joined if name in slot]
+    return ([slot[name] for name in registered if name in slot], [slot[name] for name in joined if name in slot],
+            formed_at)
 
 
 def _file_order(path: str) -> List[str]:

@@ -90,45 +90,62 @@ class BambooArtifact(Bamboo):
         self.stopped = False
         self.trained = False  # a configuration has trained: the window is open
         self.first_order: Optional[List[int]] = None  # the slots in the order the first pipelines take them
+        self.first_formed_at: Optional[float] = None  # the first rendezvous, started over, completes then
+        self.placed: set = set()  # slots registered (heap_order.py) but not yet usable: their place is kept
+        self.waiting_count = 0  # the artifact's num_workers_waiting: a count no removal lowers
 
     def start(self) -> None:
         super().start()
         trace = self.run.trace
         if trace.path is None or not self.stages or not self.heap_order:
             return
-        from .heap_order import node_tie_order
+        from .heap_order import first_formation
 
-        registered, joined = node_tie_order(trace.path, trace.node_ready_s, self._delay("global"), trace.node_slot_of,
-                                            min_nodes=self.stages)
+        registered, joined, formed_at = first_formation(trace.path, trace.node_ready_s, self._delay("global"),
+                                                        trace.node_slot_of, min_nodes=self.stages)
         rest = [w for w in range(self.n) if w not in registered]
         self.node_order = registered + rest
+        self.placed = set(registered) & self.down
         self.first_order = joined + [w for w in self.node_order if w not in joined]
         self._form_pipelines(self.first_order)
         if not self.pipes:  # fewer nodes than one pipeline: stopped until a node becomes usable (B:1155-1157)
             self.stopped = True
             self.run.event("stopped", None, {"reason": "fewer nodes than one pipeline at the start"})
+        elif formed_at is not None and formed_at > self.run.clock.now + 1e-9:
+            # a member was removed by the instant its timeout fired (B:1123-1134): the first rendezvous
+            # starts over, and its timeout, not the start-up, forms the first pipelines
+            self.holds, self.pipes = {}, 0
+            self.stopped = self.rendezvous_open = True
+            self.timeouts.append((formed_at, "global"))
+            self.first_formed_at = formed_at
+            self.run.event("rendezvous_restarted", None, {"kind": "global", "until": formed_at})
 
     def _delay(self, kind: str) -> float:
         own = self.cfg.get("fatal_restart_s") if kind == "global" else self.cfg.rebalance_stall_s
         return self.run.costs.stall_s(self.run.cluster_cfg.restart_s if own is None else own)
 
     def _open(self, kind: str, at: float) -> None:
+        """A rendezvous starts: it collects the nodes there now, afresh (B:1107-1120), and arms its timeout."""
         self.timeouts.append((at + self._delay(kind), kind))
         self.rendezvous_open = True
+        self.member_left = False
 
     # ------------------------------------------------------------ membership
     def fall_back(self, worker: int, detail) -> None:
         self.counts["fatal"] += 1
+        self.holds.pop(worker, None)  # the removed node leaves the artifact's map with its stages (B:1066)
         self.run.event("fatal", worker, {"down": sorted(self.down), **detail})
         self._open("global", self.run.trace.last_time())
 
     def _pipeline_failure(self, worker: int) -> None:
-        if not self.rendezvous_open:
+        if not self.rendezvous_open and not self.stopped:
             return super()._pipeline_failure(worker)
-        slowed_since = self.fallback_step  # during a rendezvous nothing slows (B:1100)
+        slowed_since = self.fallback_step  # during a rendezvous, or stopped, nothing slows (B:1100)
+        collecting, fatal = self.rendezvous_open, self.counts["fatal"]
         super()._pipeline_failure(worker)
         self.fallback_step = slowed_since
-        self.member_left = True
+        if collecting and self.counts["fatal"] == fatal:  # a member of the rendezvous collecting left
+            self.member_left = True
 
     def _reform(self) -> None:
         if not any(kind == "local" for _, kind in self.timeouts):  # a node usable now joins the one pending
@@ -142,7 +159,41 @@ class BambooArtifact(Bamboo):
 
     def on_failures(self, workers: List[int]) -> None:
         self._catch_up()
+        self.placed.difference_update(workers)
         super().on_failures(workers)
+
+    def _wait_as_spare(self, worker: int) -> bool:
+        """A node keeps the place it was registered in (the artifact's node map is in the order it
+        popped the additions, B:1043-1045), not the place its readiness was heard in."""
+        if worker not in self.placed:
+            return super()._wait_as_spare(worker)
+        self.placed.discard(worker)
+        order = list(self.node_order)
+        if not super()._wait_as_spare(worker):
+            return False
+        self.node_order = order
+        return True
+
+    def _form_pipelines(self, order: List[int]) -> None:
+        super()._form_pipelines(order)
+        self.waiting_count = len(self._spares()) if self.stages else 0
+
+    def rejoins(self, worker: int) -> bool:
+        """A node usable while the pipelines train counts as waiting (B:1174-1175); the count is
+        set again only when a rendezvous completes (B:1183-1215): removing a waiting node, a spare,
+        does not lower it (B:1059-1105), so a lost spare still counts towards another pipeline."""
+        back = super().rejoins(worker)
+        if back:
+            self.waiting_count += 1
+        return back
+
+    def _should_reform(self) -> bool:
+        doubled = sum(1 for held in self.holds.values() if len(held) > 1)
+        active = self.stages * self.pipes - doubled
+        waiting = self.waiting_count
+        if doubled and (waiting >= doubled or 2 * doubled / active > 0.05):
+            return True
+        return (active + waiting) // self.stages > self.pipes
 
     def on_recoveries(self, workers: List[int]) -> None:
         self._catch_up()
@@ -157,22 +208,31 @@ class BambooArtifact(Bamboo):
         return min(self.timeouts)[0] if self.timeouts else None
 
     def on_timer(self, plan: Optional[Plan], elapsed: float) -> None:
-        """Every timeout due at this instant, in (time, kind) order."""
-        self.run.clock.charge("lost_work", elapsed)  # the step in flight is lost
-        self.credit = None
+        """Every timeout due at this instant, in (time, kind) order. The step in flight is lost when
+        one completes a rendezvous or stops the job (a new rendezvous version, B:1140); when all of
+        them only start their rendezvous over (B:1123-1134) it goes on."""
         due = min(self.timeouts)[0]
+        restarts_only = True
         while self.timeouts and min(self.timeouts)[0] == due:
-            self._fire(*min(self.timeouts))
+            restarts_only = self._fire(*min(self.timeouts)) and restarts_only
+        if restarts_only and plan is not None and plan.computing_workers:
+            return Bamboo.interrupted(self, plan, elapsed)
+        self.run.clock.charge("lost_work", elapsed)
+        self.credit = None
 
-    def _fire(self, due: float, kind: str) -> None:
+    def _fire(self, due: float, kind: str) -> bool:
+        """One timeout; True when it only started its rendezvous over."""
         self.timeouts.remove((due, kind))
-        if not self.rendezvous_open:
-            return self._stop(f"a {kind} rendezvous timeout found no nodes: no pipelines")
+        if not self.rendezvous_open:  # the nodes keep the stages they held (B:1183-1215 assigns none)
+            self._stop(f"a {kind} rendezvous timeout found no nodes: no pipelines", keep_stages=True)
+            return False
+        if due == self.first_formed_at:  # heap_order.py replayed its restarts already
+            self.member_left, self.first_formed_at = False, None
         if self.member_left:  # a member was removed: this rendezvous starts over
             self.member_left = False
             self.timeouts.append((due + self._delay(kind), kind))
             self.run.event("rendezvous_restarted", None, {"kind": kind, "until": due + self._delay(kind)})
-            return
+            return True
         self.rendezvous_open = False
         # until the first pipelines form, the artifact's own order of that rendezvous (heap_order.py)
         self._form_pipelines(self.node_order if self.trained or self.first_order is None else self.first_order)
@@ -180,14 +240,21 @@ class BambooArtifact(Bamboo):
         self.run.event("rebalance", None, {"reason": f"{kind} rendezvous", "pipelines": self.pipes,
                                            "spares": self._spares()})
         if not self.pipes:
-            return self._stop("a rendezvous formed no pipeline")
+            self._stop("a rendezvous formed no pipeline")
+            return False
         self.stopped = False
         if not self.trained:  # the artifact's window opens at its first configuration (B:1148-1155)
             self.run.training_starts_at(due)
+        return False
 
-    def _stop(self, reason: str) -> None:
+    def _stop(self, reason: str, keep_stages: bool = False) -> None:
+        """Nothing trains. With `keep_stages` (a timeout that found no rendezvous) the nodes keep
+        the stages they held, as the artifact's instances keep their coordinates: removing one is
+        judged as in training (B:1059-1094), and a fatal one starts a global rendezvous that
+        restarts the job."""
         self.stopped = True
-        self.holds, self.pipes = {}, 0
+        if not keep_stages:
+            self.holds, self.pipes = {}, 0
         self.run.event("stopped", None, {"reason": reason})
 
     # ------------------------------------------------------------ the step

@@ -43,15 +43,28 @@ class ArtifactQueue:
         an added node's ready event, the first ready node's rendezvous, a removal's timeout."""
         key = (ms(seconds), kind)
         while self.heap and self.heap[0] <= key:
-            t, k = heapq.heappop(self.heap)
-            if k == ADD:
-                self.push(t + self.ready_ms, READY)
-            elif k == READY and self.stopped:
-                self.stopped = False
-                self.push(t + ms(self.restart_s()), TIMEOUT)
-            elif k == REMOVE:
-                self.stopped = False
-                self.push(t + ms(self.restart_s()), TIMEOUT)
+            self._pop()
+
+    def pop_one_through(self, seconds: float, kind: int) -> None:
+        """Pop every event before (`seconds`, `kind`), then one event of that key: the artifact
+        reacts to each timeout before it pops the next of the same instant (a completed
+        rendezvous pushes its first step, V:1292-1295)."""
+        key = (ms(seconds), kind)
+        while self.heap and self.heap[0] < key:
+            self._pop()
+        if self.heap and self.heap[0] == key:
+            self._pop()
+
+    def _pop(self) -> None:
+        t, k = heapq.heappop(self.heap)
+        if k == ADD:
+            self.push(t + self.ready_ms, READY)
+        elif k == READY and self.stopped:
+            self.stopped = False
+            self.push(t + ms(self.restart_s()), TIMEOUT)
+        elif k == REMOVE:
+            self.stopped = False
+            self.push(t + ms(self.restart_s()), TIMEOUT)
 
     def push(self, t_ms: int, kind: int) -> None:
         heapq.heappush(self.heap, (t_ms, kind))

@@ -117,6 +117,11 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
     def start(self) -> None:
         super().start()
         self.begin_configuration()
+        now = self.run.clock.now
+        last = {e.worker: e.kind for e in self.run.trace.events if e.time < now}  # in time order
+        early = {w for w, kind in last.items() if kind == "fail"}
+        if early and not self.stopped:  # removed during the start-up: not in the first configuration (V:1259-1267)
+            self.running_without = sorted(set(self.running_without) | early)
         if not self.stopped:
             self.ledger.start(ms(self.run.clock.now))
         trace = self.run.trace
@@ -179,6 +184,12 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
             self.queue.pop_through(failed_at, REMOVE)
 
     def timed_out(self, due: float) -> None:
+        if self.queue is not None:  # one timeout: the others of this instant after its reaction
+            self.queue.pop_one_through(due, TIMEOUT)
+
+    def on_timer(self, plan: Optional[Plan], elapsed: float) -> None:
+        due = min(self.timeouts)
+        super().on_timer(plan, elapsed)
         if self.queue is not None:
             self.queue.pop_through(due, TIMEOUT)
 
