@@ -1,6 +1,6 @@
 """Simulated steps per wall second of numerics-free runs, and what the loop's cost grows with.
 
-    python bench/numerics_free.py            # the headline and both sweeps (~2-4 min here)
+    python bench/numerics_free.py            # everything (~3-5 min here)
     python bench/numerics_free.py --quick    # the headline only
 
 LLaMA-7B on hardware=a100_32 (ZeRO-1), 32 x 256 tokens per worker, 60,000 steps (the paper's
@@ -10,9 +10,11 @@ printed apart), measured in this process:
 
 1. the headline: the event-driven loop against the step-by-step one (trainer.event_driven=false)
    on the same run, steps per wall second of each and their ratio; target >= 1,000,000 steps/s;
-2. workers, 32 to 16,384, at the paper's failure rate per cluster (failure.paper_workers =
-   cluster.n_workers: about as many events whatever the size): the cost per event may grow with
-   the workers (a plan names every worker), at most linearly;
+2. failure-free, LLaMA-1B, 20,000 steps: steps per wall second; target >= 1,000,000;
+   every method at 512, 4,096, 16,384 and 65,536 workers, 200 steps under failure=high per worker
+   (the events grow with the cluster): steps per wall second and microseconds per event, and the
+   per-event cost at 65,536 against 512 (target: within 2x; a plan names only the workers that
+   differ, so an event's cost must not grow with the workers);
 3. events: the failure rate x1/16 .. x16 at 32 workers (the loop's cost follows the events), and
    the steps x1/10 .. x10 at a fixed number of failures (Oobleck, which has no periodic action of its
    own; paper time scaled: one paper hour is the run's failure-free duration / cluster.paper_run_h),
@@ -45,10 +47,15 @@ COMMON = ["model=llama_7b", "hardware=a100_32", "hardware.shard=optimizer", "tra
 TARGET = 1_000_000
 
 
-def timed_run(overrides):
+# the cost-per-event sweep: the failure rate is per worker, so a larger cluster has more events
+SIZE_COMMON = ["model=llama_7b", "hardware=a100_32", "trainer.numerics=false", "trainer.eval_every=0",
+               "trainer.progress=none", "trainer.log_events=0", "failure=high"]
+
+
+def timed_run(overrides, common=COMMON):
     """(summary, loop wall s, whole run wall s, events written)."""
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=COMMON + overrides)
+        cfg = compose("config", overrides=common + overrides)
     validate(cfg)
     with tempfile.TemporaryDirectory() as d:
         exp = Experiment(cfg, Path(d))
@@ -82,22 +89,45 @@ def headline():
     return {"steps_per_s": rate, "step_by_step_steps_per_s": rate_step, "events": ev}
 
 
+def failure_free():
+    """LLaMA-1B on a100_32 without failures, the paper's 20,000 steps: target >= 1,000,000 steps/s."""
+    s, loop, whole, ev = timed_run(["trainer.max_steps=20000", "trainer.warmup_steps=2000"],
+                                   common=SIZE_COMMON[:1] + ["model=llama_1b"] + SIZE_COMMON[1:-1] + ["failure=none"])
+    rate = s["steps"] / loop
+    print(f"\n1B, 20,000 steps, no failures: loop {loop * 1e3:.1f} ms = {rate:,.0f} steps/s; target >= {TARGET:,}: "
+          f"{'met' if rate >= TARGET else 'MISSED'}")
+    return rate
+
+
 def table(title, header, rows):
     print(f"\n{title}\n| {' | '.join(header)} |\n|{'---|' * len(header)}")
     for r in rows:
         print(f"| {' | '.join(r)} |")
 
 
-def workers_sweep():
-    rows, base = [], None
-    for n in (32, 128, 512, 2048, 8192, 16384):
-        s, loop, whole, ev = timed_run([f"cluster.n_workers={n}", f"failure.paper_workers={n}"])
-        per_event = loop / max(ev, 1)
-        base = base or per_event
-        rows.append([f"{n:,}", f"{ev}", f"{loop:.3f}", f"{per_event * 1e6:.0f}", f"{per_event / base:.1f}",
-                     f"{whole - loop:.2f}"])
-    table("wall time against workers (60,000 steps, failure=high per cluster of n workers)",
-          ["workers", "events", "loop s", "us per event", "per event vs 32", "setup + record s"], rows)
+SIZES = (512, 4096, 16384, 65536)
+METHODS = ("checkpoint", "reft", "baft", "mecefo", "bamboo", "oobleck")
+
+
+def methods_by_size():
+    """Every method at 512 .. 65,536 workers under failure=high per worker (events grow with the
+    cluster): steps per wall second and microseconds per event; the per-event cost must not grow
+    with the workers (target: within 2x of that at 512 at the largest size)."""
+    rows, ratios = [], {}
+    for method in METHODS:
+        per_event = {}
+        for n in SIZES:
+            s, loop, whole, ev = timed_run([f"method={method}", f"cluster.n_workers={n}", "trainer.max_steps=200",
+                                            "trainer.warmup_steps=20"], common=SIZE_COMMON)
+            per_event[n] = loop / max(ev, 1)
+            rows.append([method, f"{n:,}", f"{ev:,}", f"{s['failures']:,}", f"{loop:.3f}", f"{s['steps'] / loop:,.0f}",
+                         f"{per_event[n] * 1e6:.0f}"])
+        ratios[method] = per_event[SIZES[-1]] / per_event[SIZES[0]]
+    table("every method against workers (LLaMA-7B, a100_32, 200 steps, failure=high per worker)",
+          ["method", "workers", "events", "failures", "loop s", "steps/s", "us per event"], rows)
+    print("per-event cost at 65,536 workers / at 512 (target <= 2): " +
+          ", ".join(f"{m} {r:.2f}{'' if r <= 2 else ' MISSED'}" for m, r in ratios.items()))
+    return ratios
 
 
 def events_sweep():
@@ -123,8 +153,9 @@ def main():
     args = parser.parse_args()
     register_configs()
     result = headline()
+    result["failure_free_steps_per_s"] = failure_free()
     if not args.quick:
-        workers_sweep()
+        methods_by_size()
         events_sweep()
     print(json.dumps({k: round(v) for k, v in result.items()}))
 

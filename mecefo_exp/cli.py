@@ -210,10 +210,11 @@ def torchrun_prelude() -> None:
     Ranks other than 0 stay quiet and write no .hydra/ files; only rank 0 writes
     the run record (see mecefo_exp/cluster/torchrun.py).
     """
-    from .cluster.torchrun import agree_run_dir, init_distributed, launched_by_torchrun
+    from .cluster import launched_by_torchrun
 
     if not launched_by_torchrun():
         return
+    from .cluster.torchrun import agree_run_dir, init_distributed
     import datetime
 
     import torch.distributed as dist

@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 from .books import Books
 from .config import is_hybrid, plain, sequences_per_step

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def make_optimizer(model: torch.nn.Module, tcfg) -> torch.optim.Optimizer:
+    import torch
+
     # the fused (single-kernel) AdamW on CUDA; foreach (multi-tensor) elsewhere
     on_cuda = next(model.parameters()).device.type == "cuda"
     return torch.optim.AdamW(model.parameters(), lr=tcfg.lr, betas=tuple(tcfg.betas), weight_decay=tcfg.weight_decay,
@@ -15,6 +19,8 @@ def make_optimizer(model: torch.nn.Module, tcfg) -> torch.optim.Optimizer:
 
 
 def make_scheduler(optimizer, tcfg):
+    import torch
+
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(tcfg))
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Callable, ContextManager, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Callable, ContextManager, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 class Sample(NamedTuple):
@@ -139,6 +140,10 @@ class FailureFreePlan(SparsePlan):
         super().__init__(step, n)
 
 
+class StepNotCommitted(RuntimeError):
+    """torchft voted the step down (a collective failed): nothing of the plan's step is applied."""
+
+
 def _all_parameters(name: str) -> bool:
     return True
 
@@ -168,3 +173,6 @@ class Mode:
 
 
 NORMAL = Mode("normal")
+#: a forward-only micro-batch: every profile has it (the backward is the rest of a step); planned
+#: by no method, charged by Bamboo's redundant forward
+FORWARD = Mode("forward", backward=False)

@@ -13,13 +13,13 @@ import logging
 import os
 import signal
 from pathlib import Path
-from typing import Dict, List
+from typing import TYPE_CHECKING, Dict, List
 
-import torch
-
-from .cluster.local import LocalCluster
 from .config import ConfigError
 from .faults import FAIL
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,8 @@ class LocalTier:
                                     precision=tcfg.precision, compile=tcfg.compile, **self.cluster_extra(run))
 
     def cluster_class(self):
+        from .cluster.local import LocalCluster  # tensors: imported only when numerics run
+
         return LocalCluster
 
     def cluster_extra(self, run) -> Dict:
@@ -123,7 +125,8 @@ class TorchrunTier(LocalTier):
     def start(self, device: torch.device) -> torch.device:
         import torch.distributed as dist
 
-        from .cluster.torchrun import init_distributed, launched_by_torchrun
+        from .cluster import launched_by_torchrun
+        from .cluster.torchrun import init_distributed
 
         if not launched_by_torchrun():
             raise ConfigError("cluster=torchrun needs torchrun: torchrun --nproc-per-node=N run.py cluster=torchrun ...")
@@ -132,7 +135,7 @@ class TorchrunTier(LocalTier):
         if world != self.n_workers:
             raise ConfigError(f"cluster.n_workers={self.n_workers} but torchrun started {world} ranks; "
                               f"set cluster.n_workers={world}")
-        if device.type == "cuda":
+        if device is not None and device.type == "cuda":  # None: numerics off
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         return device
 

@@ -26,8 +26,6 @@ import math
 import time
 from typing import Dict, Optional
 
-import torch
-
 from . import runlock
 from .books import Books, optional_store
 from .config import ConfigError, plain
@@ -44,8 +42,8 @@ from .resume import previous_resumes, resume_from_folder
 from .signals import Terminated, signals_end_the_run, signals_held
 from .timing import CostModel, build_timing, layout_shape, state_bytes
 from .timing.clock import steps_ending_by, steps_starting_before
-from .training import StepNotCommitted, build_training_state, prepare_device
-from .timing.peaks import device_peak_tflops
+from .plan import StepNotCommitted
+from .shape_only import ShapeOnlyState
 
 __all__ = ["Experiment", "NoProgress", "Progress", "StepNotCommitted", "Terminated", "signals_end_the_run"]
 
@@ -70,11 +68,18 @@ class Experiment(Context):
     # ------------------------------------------------------------------ building
     def setup(self) -> None:
         cfg = self.cfg
-        if cfg.trainer.threads:
-            torch.set_num_threads(cfg.trainer.threads)
-        torch.manual_seed(cfg.seed)
-        device = prepare_device(cfg)
-        peak_tflops = device_peak_tflops(device, cfg.trainer.precision)
+        device = peak_tflops = None  # numerics off: no device, and no tensor library is imported
+        if cfg.trainer.numerics:
+            import torch
+
+            from .timing.peaks import device_peak_tflops
+            from .training import prepare_device
+
+            if cfg.trainer.threads:
+                torch.set_num_threads(cfg.trainer.threads)
+            torch.manual_seed(cfg.seed)
+            device = prepare_device(cfg)
+            peak_tflops = device_peak_tflops(device, cfg.trainer.precision)
         self.device = self.tier.start(device)
         if self.is_main and self.tier.holds_folder_lock:
             runlock.acquire(self.run_dir)  # before anything is written: a second run refuses here
@@ -91,7 +96,12 @@ class Experiment(Context):
         if not cfg.resume:  # a resume says `running` once it has loaded a checkpoint (resume())
             self.records.summary(self.summary("running"))
 
-        self.training = build_training_state(cfg, self.n_workers, self.device, peak_tflops)
+        if cfg.trainer.numerics:
+            from .training import TrainingState
+
+            self.training = TrainingState(cfg, self.n_workers, self.device, peak_tflops)
+        else:
+            self.training = ShapeOnlyState(cfg, self.n_workers)
         self.method = build_method(plain(cfg.method), self)
         modes = self.method.modes()
         self.training.attach(self.tier.make_cluster(self, self.training, modes, cfg.cluster, cfg.trainer), modes)

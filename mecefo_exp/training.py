@@ -5,9 +5,8 @@ RNG, and the accounting of the FLOPs this process ran (achieved TFLOP/s and MFU)
 step (the cluster's forward/backward, the method's look at the gradients, clipping, the
 optimizer) and evaluates.
 
-`ShapeOnlyState` is its numerics-free variant (`trainer.numerics=false`): the model lives on the
-meta device, a step computes nothing (the method still sees the plan), nothing is evaluated and
-nothing needs saving. The loop treats both the same way.
+Its numerics-free variant is `ShapeOnlyState` (shape_only.py), which imports no tensor library.
+The loop treats both the same way.
 """
 
 from __future__ import annotations
@@ -20,10 +19,11 @@ from typing import Dict, Optional
 import torch
 
 from .cluster.local import microbatch_losses
-from .config import ConfigError, is_hybrid, plain, sequences_per_step
+from .config import ConfigError, plain
 from .data import SampleStream, load_corpus, validation_blocks
 from .model import build_model, count_parameters
 from .optim import lr_factor, make_optimizer, make_scheduler
+from .plan import StepNotCommitted
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +32,6 @@ class NonFiniteLoss(RuntimeError):
     """The loss is NaN or infinite: the run ends `failed` at this step instead of training on garbage."""
 
 
-class StepNotCommitted(RuntimeError):
-    """torchft voted the step down (a collective failed): nothing of it is applied."""
 
 
 def pick_device(name: str) -> torch.device:
@@ -153,62 +151,3 @@ class TrainingState:
         tflops = self.achieved_tflops_s
         return {"achieved_tflops_s": tflops, "mfu": tflops / self.peak_tflops if tflops and self.peak_tflops else None,
                 "data_fingerprint": self.corpus.fingerprint, "n_params": self.n_params}
-
-
-class ShapeOnlyState:
-    """trainer.numerics=false: the model's shape on the meta device, no tensor math."""
-
-    numerics = False
-    stream = None  # no sample stream: nothing is computed
-    achieved_tflops_s = None
-
-    def __init__(self, cfg, n_workers: int, device: torch.device, peak_tflops: Optional[float]):
-        self.tcfg = plain(cfg.trainer)
-        self.device = device
-        self.peak_tflops = peak_tflops
-        self.corpus = load_corpus(cfg.data) if cfg.model.vocab_size is None else None  # the tokenizer sizes the model
-        self.vocab_size = self.corpus.vocab_size if self.corpus is not None else cfg.model.vocab_size
-        self.model = build_model(cfg.model, self.vocab_size, cfg.seed, device="meta")
-        self.n_params = count_parameters(self.model)
-        # pure DP: every worker's micro-batch; a hybrid layout: dp x parallel.microbatches micro-batches
-        sequences = sequences_per_step(cfg) if is_hybrid(cfg) else n_workers * cfg.data.micro_batch
-        self.tokens_per_step = sequences * cfg.data.seq_len
-        self.lr = float(cfg.trainer.lr)
-        self._lr_factor = lr_factor(self.tcfg)
-        self.cluster = None
-        self.kernel_counts: Dict = {}
-
-    def attach(self, cluster, modes) -> None:
-        """No executor: a numerics-free step runs nothing."""
-
-    def describe_data(self, max_steps: int) -> str:
-        return "numerics off (no tensor math)"
-
-    def compute(self, plan, method, step: int) -> Dict:
-        """The method still sees the step (its counters), nothing is computed."""
-        method.before_optimizer(plan, None)
-        return {"tokens": self.tokens_per_step, "lr": self.lr * self._lr_factor(step)}
-
-    def book_steps(self, first: int, count: int) -> Dict:
-        """`count` steps from `first` on at once (an event-driven run): their tokens, the last one's lr."""
-        return {"tokens": count * self.tokens_per_step, "lr": self.lr * self._lr_factor(first + count - 1)}
-
-    def evaluate(self) -> Optional[float]:
-        return None
-
-    def state_dict(self) -> Dict:
-        return {}  # only the step, which the trainer adds (and no resume: such a run takes seconds)
-
-    def load_state_dict(self, state: Dict) -> None:
-        pass
-
-    def summary(self) -> Dict:
-        out = {"achieved_tflops_s": None, "mfu": None, "n_params": self.n_params}
-        if self.corpus is not None:
-            out["data_fingerprint"] = self.corpus.fingerprint
-        return out
-
-
-def build_training_state(cfg, n_workers: int, device: torch.device, peak_tflops: Optional[float]):
-    cls = TrainingState if cfg.trainer.numerics else ShapeOnlyState
-    return cls(cfg, n_workers, device, peak_tflops)

@@ -33,10 +33,6 @@ from .local import LocalCluster
 ROUND_ENV = "MECEFO_TORCHRUN_ROUND"
 
 
-def launched_by_torchrun() -> bool:
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
-
-
 def init_distributed(backend: str = "auto") -> None:
     """Join the process group torchrun describes in the environment (idempotent)."""
     if dist.is_initialized():

@@ -409,8 +409,11 @@ class Config:
     resume: bool = False
 
 
-#: the most workers a run may have: a plan names every worker, so an event of a numerics-free run
-#: costs time linear in the workers (at 16,384: ~50 ms an event here, BENCHMARKS.md)
+#: the most workers a run may have. A numerics-free run keeps per worker only what changed (the
+#: workers down, covered or carrying more), so memory and the cost of an event do not grow with the
+#: workers themselves but with the failures they bring: measured here, 1,048,576 workers without
+#: failures add nothing to the process's 396 MB; 262,144 workers under failure=high add 115 MB for
+#: 463,669 events, about 250 bytes an event (BENCHMARKS.md). 2^20 is the largest size measured.
 MAX_WORKERS = 1_048_576
 
 METHOD_SCHEMAS = {

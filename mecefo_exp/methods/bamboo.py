@@ -103,11 +103,9 @@ from typing import Dict, List, Optional, Tuple
 
 from ..timing.clock import StepCost, steps_ending_by
 from ..timing import layout as pipeline
-from ..plan import NORMAL, FailureFreePlan, Mode, Plan, Sample, SparsePlan, WorkItem
+from ..plan import FORWARD, NORMAL, FailureFreePlan, Mode, Plan, Sample, SparsePlan, WorkItem
 from .base import InPlaceMethod, plan_step, resplit_plan
 
-# Profiled but never planned: the clock charges the redundant forward from its kernel.
-FORWARD = Mode("forward", backward=False)
 
 
 class Bamboo(InPlaceMethod):

@@ -102,6 +102,11 @@ class Method:
         """Profile kernels beyond one micro-batch per mode, the optimizer and state copies."""
         return {}
 
+    def extra_kernel_names(self) -> List[str]:
+        """The names `extra_kernels` gives its kernels: what the cached FLOP counts are looked up by
+        without building a model (the count checks that both agree)."""
+        return []
+
     # ---- lifecycle
     def setup(self) -> None:
         """Called once the profile, cost model and trace exist (before `start`)."""

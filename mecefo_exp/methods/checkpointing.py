@@ -27,8 +27,6 @@ import shutil
 from pathlib import Path
 from typing import Dict, List, Optional
 
-import torch
-
 
 def complete_steps(root: Path) -> List[int]:
     """Steps of the complete checkpoints under `root`: a torch.save file is renamed from its
@@ -80,6 +78,8 @@ class CheckpointStore:
         return True
 
     def _write(self, step: int) -> None:
+        import torch
+
         self.root.mkdir(parents=True, exist_ok=True)
         state = self.run.state_dict(harness=True)  # the harness's books too: a killed run resumes
         target = self.path(step)
@@ -138,6 +138,8 @@ class CheckpointStore:
         return self.saved[-1]
 
     def load(self, step: int) -> Dict:
+        import torch
+
         self.flush()  # a rollback to the checkpoint of this very boundary: write it first
         if self.in_memory:
             return self._memory[step]

@@ -36,9 +36,7 @@ from __future__ import annotations
 import logging
 from typing import Dict, List, Optional, Set
 
-import torch
-
-from ..approx import LowRankProjections, approximations, is_attention_parameter, svd_flops
+from ..projections import LowRankProjections, is_attention_parameter, svd_flops
 from ..timing.clock import StepCost
 from ..plan import NORMAL, Mode, Plan, Sample, SparsePlan, WorkItem
 from .base import InPlaceMethod, neighbors_on_ring
@@ -102,10 +100,17 @@ class Mecefo(InPlaceMethod):
                     projections = LowRankProjections(model, self.cfg.rank, self.cfg.svd_every, self.cfg.lowrank_modules)
                     projections.refresh(0)
                     self._bench_projections[id(model)] = projections
+        from ..approx import approximations  # tensors: a numerics-free run never gets here
+
         return approximations(model, self.cfg.skip_attention, self.cfg.recompute_ffn, projections)
+
+    def extra_kernel_names(self) -> List[str]:
+        return [f"neighbor_pair{self.tag}", f"mecefo_svd{self.tag}"]
 
     def extra_kernels(self, bench) -> Dict:
         """The neighbour's real step: two micro-batches in the approximate mode, in one pass."""
+        from ..approx import approximations
+
         mode = bench.modes[MODE]
         bench_proj = None
         if self.cfg.lowrank_ffn:
@@ -217,7 +222,7 @@ class Mecefo(InPlaceMethod):
             stages = {costs.shape.stage(nb): factor for nb in plan.notes["cover"].values()}
             return costs.layout_step(stages, ft_overhead=svd / (costs.shape.pp * costs.shape.tp))
         # the slowest worker: a neighbour (its pair kernel: two approximate micro-batches) or, if
-        # any worker is not a neighbour, one normal micro-batch (counted, not walked: 16,384 workers)
+        # any worker is not a neighbour, one normal micro-batch (counted, not walked)
         slowest = (profile[f"neighbor_pair{self.tag}"], 2)
         if plan.n_computing > len(plan.notes["cover"]):
             slowest = max(slowest, (costs.worker_s(("normal",)), 1))
@@ -248,6 +253,8 @@ class Mecefo(InPlaceMethod):
     # ------------------------------------------------------------ measurement
     def _log_grad_error(self, plan: Plan) -> None:
         """||g_hat - g|| / ||g|| against the exact gradient of the same micro-batches."""
+        import torch
+
         model = self.run.model
         approx = {n: (p.grad.clone() if p.grad is not None else None) for n, p in model.named_parameters()}
         exact_plan = Plan(plan.step, {w: [WorkItem(i.sample) for i in items] for w, items in plan.work.items()})

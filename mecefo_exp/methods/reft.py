@@ -56,7 +56,6 @@ import math
 from typing import Dict, List, Optional
 
 import numpy as np
-import torch
 
 from .base import Method, RollbackMethod, admit_waiting, resplit_cost, resplit_plan, steps_before_multiple
 
@@ -107,6 +106,8 @@ class ShardedSnapshot:
     @classmethod
     def of_state(cls, state: Dict, n_workers: int, group_size: int,
                  chains: Optional[List[List[int]]] = None) -> "ShardedSnapshot":
+        import torch
+
         buf = io.BytesIO()
         torch.save(state, buf)  # serializing copies the live tensors
         return cls(buf.getvalue(), n_workers, group_size, int(state["step"]), chains)
@@ -168,10 +169,14 @@ class ShardedSnapshot:
 
     def state(self) -> Dict:
         # the payload can come from a checkpoint file (a resumed run): tensors and plain values only
+        import torch
+
         return torch.load(io.BytesIO(self.payload()), weights_only=True)
 
     def to_state(self) -> Dict:
         """Tensors and plain values (a checkpoint loads them with weights_only=True)."""
+        import torch
+
         as_tensor = (lambda a: None if a is None else torch.from_numpy(a.copy()))
         return {"step": self.step, "n": self.n, "length": self.length, "shard_bytes": self.shard_bytes,
                 "shards": [as_tensor(s) for s in self.shards], "digests": list(self.digests),
@@ -221,6 +226,8 @@ class SnapshotLedger:
 
     @classmethod
     def of_state(cls, state: Dict, n_workers: int, layout) -> "SnapshotLedger":
+        import torch
+
         buf = io.BytesIO()
         torch.save(state, buf)
         return cls(buf.getvalue(), n_workers, int(state["step"]), *layout)
@@ -252,6 +259,8 @@ class SnapshotLedger:
         return sorted(self.lost_shards)
 
     def state(self) -> Dict:
+        import torch
+
         bad = self.unrecoverable()
         if bad:
             raise UnrecoverableSnapshot(bad)
@@ -262,6 +271,8 @@ class SnapshotLedger:
         self.lost_parity.clear()
 
     def to_state(self) -> Dict:
+        import torch
+
         return {"ledger": True, "step": self.step, "n": self.n,
                 "payload": torch.frombuffer(bytearray(self._payload), dtype=torch.uint8),
                 "groups": [list(g) for g in self.groups], "parity_holder": list(self.parity_holder),

@@ -18,21 +18,23 @@ from __future__ import annotations
 
 import copy
 import logging
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
-
-import torch
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 from ..config import ConfigError, data_parallel_size, is_hybrid, plain
+from ..plan import FORWARD
 from .clock import CATEGORIES, CostModel, SimClock, StepCost
-from .flops import calibrate_efficiency, count_kernels, kernel_seconds
-from .kernels import FORWARD, KernelBench, build_kernels, micro_batch_kernel
+from .counts import (build_model_on_meta, cached_counts, counting_sources, parameter_count,  # noqa: F401
+                     shape_facts)
 from .layout import LayoutShape, layout_kernels, layout_memory, layout_step, parts_from_counts, stage_table
 from .memory import worker_memory
-from .profile import Profile, load_or_measure, machine_meta
+from .profile import Profile, load_or_measure
+from .seconds import BYTE_KERNELS, calibrate_efficiency, kernel_seconds
 from ..paths import conf_dir, default_cache_dir
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["CATEGORIES", "CostModel", "SimClock", "StepCost", "Profile", "Timing", "build_timing", "state_bytes"]
 
@@ -73,16 +75,28 @@ def build_timing(cfg, method, modes, vocab_size: int, device: torch.device,
     """`is_main`: under torchrun only rank 0 measures (the others get its profile by broadcast)."""
     hw, d = cfg.hardware, cfg.data
     model_cfg = timed_model_cfg(cfg)
-    dtype = torch.bfloat16 if hw.compute_dtype == "bf16" else torch.float32
-    shape_model = build_model_on_meta(model_cfg, vocab_size, cfg.seed, dtype)
-    n_params = sum(p.numel() for p in shape_model.parameters())
+    dtype = "torch.bfloat16" if hw.compute_dtype == "bf16" else "torch.float32"
+    n_params = parameter_count(model_cfg, vocab_size)
     accum = cfg.trainer.grad_accum
-    bench = KernelBench(shape_model, modes, torch.device("meta"), d.micro_batch, d.seq_len, grad_accum=accum)
-    kernels = build_kernels(bench, method, cfg.trainer)
-    counts = cached_counts({"model": {k: model_cfg[k] for k in model_cfg}, "vocab": vocab_size, "dtype": str(dtype),
-                            "micro_batch": d.micro_batch, "seq_len": d.seq_len, "kernels": sorted(kernels),
-                            **({"grad_accum": accum} if accum > 1 else {})},
-                           lambda: count_kernels(kernels, shape_model))
+    names = kernel_names(modes, method)
+
+    def count():  # a cache miss: the shape on the meta device, each kernel under torch's FLOP counter
+        import torch
+
+        from .flops import count_kernels
+        from .kernels import KernelBench, build_kernels
+
+        shape_model = build_model_on_meta(model_cfg, vocab_size, cfg.seed, dtype)
+        bench = KernelBench(shape_model, modes, torch.device("meta"), d.micro_batch, d.seq_len, grad_accum=accum)
+        kernels = build_kernels(bench, method, cfg.trainer)
+        if sorted(kernels) != names:
+            raise RuntimeError(f"kernel names {sorted(kernels)} differ from kernel_names() {names}: "
+                               "a method's extra_kernels and extra_kernel_names must name the same kernels")
+        return count_kernels(kernels, shape_model)
+
+    counts = cached_counts({"model": {k: model_cfg[k] for k in model_cfg}, "vocab": vocab_size, "dtype": dtype,
+                            "micro_batch": d.micro_batch, "seq_len": d.seq_len, "kernels": names,
+                            **({"grad_accum": accum} if accum > 1 else {})}, count)
     n = cfg.cluster.n_workers
     info: Dict[str, object] = {"hardware": hw.name, "timed_model": model_cfg.name}
     layout = None  # the hybrid layout's step (parallel.tp or pp > 1), else None: pure DP
@@ -106,12 +120,11 @@ def build_timing(cfg, method, modes, vocab_size: int, device: torch.device,
         efficiency, source = hw.efficiency, "preset"
         row = hw.calibration.get(model_cfg.name) if hw.calibrate else None
         if row is not None:
-            cal = KernelBench(shape_model, modes, torch.device("meta"), 1, row["seq_len"])
             per_seq = cached_counts({"model": {k: model_cfg[k] for k in model_cfg}, "vocab": vocab_size,
-                                     "dtype": str(dtype), "micro_batch": 1, "seq_len": row["seq_len"],
+                                     "dtype": dtype, "micro_batch": 1, "seq_len": row["seq_len"],
                                      "kernels": ["mb:forward", "mb:normal"]},
-                                    lambda: count_kernels({"mb:normal": micro_batch_kernel(cal, modes["normal"]),
-                                                           "mb:forward": micro_batch_kernel(cal, FORWARD)}, shape_model))
+                                    lambda: count_forward_and_normal(model_cfg, vocab_size, cfg.seed, dtype, modes, 1,
+                                                                     row["seq_len"]))
             grad_bytes = n_params * (2 if hw.grad_dtype == "bf16" else 4)
             efficiency = calibrate_efficiency(hw, row, per_seq["mb:normal"]["flops"], per_seq["mb:forward"]["flops"],
                                               n_params, grad_bytes)
@@ -143,6 +156,25 @@ def build_timing(cfg, method, modes, vocab_size: int, device: torch.device,
     return Timing(profile, n_params, model_cfg.name, counts, memory, info)
 
 
+def kernel_names(modes, method) -> List[str]:
+    """The kernels a profile holds (kernels.build_kernels builds them), named without building any."""
+    return sorted({mode.kernel for mode in modes.values()} | {FORWARD.kernel, *BYTE_KERNELS, *method.extra_kernel_names()})
+
+
+def count_forward_and_normal(model_cfg, vocab_size: int, seed: int, dtype: str, modes, micro_batch: int,
+                             seq_len: int) -> Dict[str, Dict[str, float]]:
+    """FLOP counts of one normal and one forward-only micro-batch of a shape (a cache miss)."""
+    import torch
+
+    from .flops import count_kernels
+    from .kernels import KernelBench, micro_batch_kernel
+
+    model = build_model_on_meta(model_cfg, vocab_size, seed, dtype)
+    bench = KernelBench(model, modes, torch.device("meta"), micro_batch, seq_len)
+    return count_kernels({"mb:normal": micro_batch_kernel(bench, modes["normal"]),
+                          "mb:forward": micro_batch_kernel(bench, FORWARD)}, model)
+
+
 def layout_shape(cfg) -> Optional[LayoutShape]:
     """Where each GPU sits in a hybrid layout (None for pure data parallelism)."""
     if not is_hybrid(cfg):
@@ -150,7 +182,7 @@ def layout_shape(cfg) -> Optional[LayoutShape]:
     return LayoutShape(tp=cfg.parallel.tp, pp=cfg.parallel.pp, dp=data_parallel_size(cfg))
 
 
-def time_layout(cfg, model_cfg, modes, vocab_size: int, dtype: torch.dtype, efficiency: float) -> Dict[str, object]:
+def time_layout(cfg, model_cfg, modes, vocab_size: int, dtype: str, efficiency: float) -> Dict[str, object]:
     """The hybrid layout's step (timing/layout.py) from one layer's counts: models of one and of
     two layers are counted on the meta device, their difference is a layer (all layers have the
     same shape), the rest the embedding and head. A 126-layer 405B shape is thus counted as two
@@ -161,112 +193,25 @@ def time_layout(cfg, model_cfg, modes, vocab_size: int, dtype: torch.dtype, effi
     counts, params = {}, {}
     for n_layers in (1, 2):
         small = OmegaConf.merge(model_cfg, {"num_hidden_layers": n_layers})
-        model = build_model_on_meta(small, vocab_size, cfg.seed, dtype)
-        params[n_layers] = sum(p.numel() for p in model.parameters())
-        embed = model.get_input_embeddings().weight.numel()
-        bench = KernelBench(model, modes, torch.device("meta"), d.micro_batch, d.seq_len)
+        facts = shape_facts(small, vocab_size)
+        params[n_layers], embed = facts["n_params"], facts["embedding"]
         counts[n_layers] = cached_counts(
-            {"model": {k: small[k] for k in small}, "vocab": vocab_size, "dtype": str(dtype),
+            {"model": {k: small[k] for k in small}, "vocab": vocab_size, "dtype": dtype,
              "micro_batch": d.micro_batch, "seq_len": d.seq_len, "kernels": ["mb:forward", "mb:normal"]},
-            lambda: count_kernels({"mb:normal": micro_batch_kernel(bench, modes["normal"]),
-                                   "mb:forward": micro_batch_kernel(bench, FORWARD)}, model))
+            lambda: count_forward_and_normal(small, vocab_size, cfg.seed, dtype, modes, d.micro_batch, d.seq_len))
     parts = parts_from_counts(counts[1], counts[2], params[1], params[2], embed)
     parallel = dict(plain(cfg.parallel), dp=data_parallel_size(cfg))
     return layout_step(parts, model_cfg.num_hidden_layers, cfg.hardware, parallel, efficiency, d.micro_batch,
                        d.seq_len, model_cfg.hidden_size)
 
 
-def cached_counts(key: Dict, count) -> Dict[str, Dict[str, float]]:
-    """FLOP counts are a pure function of shape, dtype, kernels and torch version: counted once,
-    kept in .cache/flops/ (a sweep of 400 numerics-free runs then counts each shape once)."""
-    import hashlib
-    import json
-
-    from filelock import FileLock
-
-    key = dict(key, torch=torch.__version__, code=_counting_code_hash())
-    folder = default_cache_dir() / "flops"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / (hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16] + ".json")
-    with FileLock(str(path) + ".lock"):
-        if path.exists():
-            return json.loads(path.read_text())["counts"]
-        log.info("counting the FLOPs of %s on the meta device (once per shape, ~1-2 s for the tiny model on 2 "
-                 "cores, longer for larger shapes); cached in %s", key.get("model", {}).get("name", "the model"), folder)
-        t0 = time.perf_counter()
-        counts = count()
-        log.info("FLOPs counted in %.1f s", time.perf_counter() - t0)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"key": key, "counts": counts}, indent=1, default=str))
-        tmp.replace(path)
-    return counts
-
-
-#: where a FLOP count starts: the counting itself, the kernels it runs, the model, and every
-#: method file (methods bring kernels of their own: MeCeFO's neighbour pair, Bamboo's forward)
-COUNTING_ROOTS = ("timing/__init__.py", "timing/flops.py", "timing/kernels.py", "model.py", "methods/*.py")
-
-
-def counting_sources(package_root: Optional[Path] = None) -> List[str]:
-    """The package's source files a FLOP count can run through: the roots and every module of
-    the package they import, followed transitively (so a move or a rename follows the code)."""
-    import ast
-
-    root = Path(package_root) if package_root is not None else Path(__file__).resolve().parent.parent
-    seen = set()
-    todo = [str(p.relative_to(root)) for pattern in COUNTING_ROOTS for p in sorted(root.glob(pattern))]
-    while todo:
-        rel = todo.pop()
-        if rel in seen:
-            continue
-        seen.add(rel)
-        here = (root / rel).parent
-        for node in ast.walk(ast.parse((root / rel).read_text())):
-            if not isinstance(node, ast.ImportFrom) or not node.level:
-                continue  # the package imports itself relatively; absolute imports are other packages
-            base = here
-            for _ in range(node.level - 1):
-                base = base.parent
-            parts = node.module.split(".") if node.module else []
-            targets = [parts] if node.module else [[alias.name] for alias in node.names]
-            if node.module:  # `from .pkg import module` names modules too
-                targets += [parts + [alias.name] for alias in node.names]
-            for target in targets:
-                path = base.joinpath(*target)
-                for candidate in (path.with_suffix(".py"), path / "__init__.py"):
-                    if candidate.is_file():
-                        todo.append(str(candidate.relative_to(root)))
-    return sorted(seen)
-
-
-#: _counting_code_hash's answer per state of the package's files (a sweep's jobs share a process)
-_CODE_HASHES: Dict[tuple, str] = {}
-
-
-def _counting_code_hash() -> str:
-    """The source of everything a count runs through: a change to it must not reuse old counts.
-    Walking the imports takes ~60 ms; it is redone only when a file of the package changed."""
-    import hashlib
-
-    root = Path(__file__).resolve().parent.parent
-    state = tuple((str(p), st.st_mtime_ns, st.st_size) for p in sorted(root.rglob("*.py")) for st in (p.stat(),))
-    if state not in _CODE_HASHES:
-        digest = hashlib.sha1()
-        for rel in counting_sources():
-            digest.update(rel.encode() + b"\0" + (root / rel).read_bytes())
-        _CODE_HASHES.clear()
-        _CODE_HASHES[state] = digest.hexdigest()[:12]
-    return _CODE_HASHES[state]
-
-
-def build_model_on_meta(model_cfg, vocab_size: int, seed: int, dtype: torch.dtype):
-    from ..model import build_model
-
-    return build_model(model_cfg, vocab_size, seed, device="meta", dtype=dtype)
-
-
 def measure(cfg, method, modes, real_model, stream, device, vocab_size: int, fresh: bool) -> Profile:
     """Time the kernels on a copy of the model (the training state is untouched), cached."""
+    import torch
+
+    from .kernels import KernelBench, build_kernels
+    from .profile import machine_meta
+
     t = cfg.trainer
     bench = KernelBench(copy.deepcopy(real_model), modes, device, cfg.data.micro_batch, cfg.data.seq_len, stream,
                         grad_accum=t.grad_accum, precision=t.precision)

@@ -19,12 +19,8 @@ import torch
 
 from ..cluster.local import LocalCluster
 from ..optim import make_optimizer
-from ..plan import Mode, Sample
-
-#: a forward-only micro-batch: every profile has it (the backward is the rest of a step)
-FORWARD = Mode("forward", backward=False)
-#: kernels whose seconds come from bytes moved, not FLOPs (see flops.py)
-BYTE_KERNELS = ("optimizer", "state_copy", "checkpoint_save")
+from ..plan import FORWARD, Mode, Sample
+from .seconds import BYTE_KERNELS
 
 
 class KernelBench(LocalCluster):

@@ -65,7 +65,7 @@ from typing import Dict, List
 
 from ..config import AttrDict, plain, stage_layers
 from .comm import exposed_comm_s
-from .flops import optimizer_s
+from .seconds import optimizer_s
 from .memory import worker_memory
 
 #: Megatron's tensor-parallel all-reduces per layer and micro-batch (Shoeybi et al. 2019, Section 3:

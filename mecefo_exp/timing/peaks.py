@@ -12,9 +12,10 @@ A CPU, or a GPU not in the table, has no known peak: its MFU is left empty (null
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 #: device-name substring (most specific first) -> precision -> dense peak TFLOP/s
 PEAK_TFLOPS = (
@@ -34,6 +35,8 @@ def peak_tflops(device_name: str, precision: str) -> Optional[float]:
 
 
 def device_peak_tflops(device: torch.device, precision: str) -> Optional[float]:
+    import torch
+
     if device.type != "cuda":
         return None
     return peak_tflops(torch.cuda.get_device_name(device), precision)

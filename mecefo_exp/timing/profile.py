@@ -19,10 +19,12 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import TYPE_CHECKING, Callable, Dict, Optional
 
-import torch
 from filelock import FileLock
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,8 @@ def time_kernels(fns: Dict[str, Callable[[], None]], warmup: int, repeats: int,
     Round-robin (a, b, c, a, b, c, ...) rather than one kernel after the other, so that a
     burst of load on the machine lands on every kernel alike and their ratios survive.
     """
+    import torch
+
     samples: Dict[str, list] = {k: [] for k in fns}
     for r in range(warmup + repeats):
         for name, fn in fns.items():
@@ -74,6 +78,8 @@ def profile_key(meta: dict) -> str:
 
 
 def machine_meta(device: torch.device) -> dict:
+    import torch
+
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
     return {"device": device.type, "device_name": name, "torch": torch.__version__,
             "threads": torch.get_num_threads()}
