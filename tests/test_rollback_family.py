@@ -162,7 +162,7 @@ def test_the_numerics_free_ledger_decides_as_the_sharded_snapshot(n, group, chai
     groups, holders = parity_layout(n, group, chains)
     for trial in range(30):
         real = ShardedSnapshot(buf.getvalue(), n, group, 3, chains)
-        ledger = SnapshotLedger(buf.getvalue(), n, 3, groups, holders, ledger_index(groups, holders))
+        ledger = SnapshotLedger.of_state(state, n, (groups, holders, ledger_index(groups, holders)))
         for w in rng.permutation(n)[:rng.integers(1, n + 1)]:
             assert ledger.lose(int(w)) == real.lose(int(w))
             assert ledger.erasures() == real.erasures() and ledger.unrecoverable() == real.unrecoverable()

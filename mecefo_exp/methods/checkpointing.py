@@ -138,11 +138,11 @@ class CheckpointStore:
         return self.saved[-1]
 
     def load(self, step: int) -> Dict:
-        import torch
-
         self.flush()  # a rollback to the checkpoint of this very boundary: write it first
         if self.in_memory:
             return self._memory[step]
+        import torch  # a file on disk: numerics on
+
         target = self.path(step)
         if self.backend == "torch":
             # tensors and plain values only: a run folder copied from elsewhere cannot run code here

@@ -53,6 +53,7 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+import pickle
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -226,11 +227,9 @@ class SnapshotLedger:
 
     @classmethod
     def of_state(cls, state: Dict, n_workers: int, layout) -> "SnapshotLedger":
-        import torch
-
-        buf = io.BytesIO()
-        torch.save(state, buf)
-        return cls(buf.getvalue(), n_workers, int(state["step"]), *layout)
+        # numerics off the state holds no tensors (counters, assignments): pickled, and only ever
+        # unpickled by this process, so a numerics-free run never loads a tensor library for it
+        return cls(pickle.dumps(state), n_workers, int(state["step"]), *layout)
 
     def lose(self, worker: int) -> List[str]:
         lost = []
@@ -259,30 +258,26 @@ class SnapshotLedger:
         return sorted(self.lost_shards)
 
     def state(self) -> Dict:
-        import torch
-
         bad = self.unrecoverable()
         if bad:
             raise UnrecoverableSnapshot(bad)
-        return torch.load(io.BytesIO(self._payload), weights_only=True)
+        return pickle.loads(self._payload)
 
     def heal(self) -> None:
         self.lost_shards.clear()
         self.lost_parity.clear()
 
     def to_state(self) -> Dict:
-        import torch
-
-        return {"ledger": True, "step": self.step, "n": self.n,
-                "payload": torch.frombuffer(bytearray(self._payload), dtype=torch.uint8),
+        return {"ledger": True, "step": self.step, "n": self.n, "payload": self._payload,
                 "groups": [list(g) for g in self.groups], "parity_holder": list(self.parity_holder),
                 "lost_shards": sorted(self.lost_shards), "lost_parity": sorted(self.lost_parity)}
 
     @classmethod
     def from_state(cls, state: Dict) -> "SnapshotLedger":
         groups, holders = [list(g) for g in state["groups"]], list(state["parity_holder"])
-        snap = cls(state["payload"].numpy().tobytes(), state["n"], state["step"], groups, holders,
-                   ledger_index(groups, holders))
+        payload = state["payload"]
+        payload = payload if isinstance(payload, bytes) else payload.numpy().tobytes()  # a tensor: an older record
+        snap = cls(payload, state["n"], state["step"], groups, holders, ledger_index(groups, holders))
         snap.lost_shards, snap.lost_parity = set(state["lost_shards"]), set(state["lost_parity"])
         return snap
 
