@@ -27,9 +27,11 @@ def ms(seconds: float) -> int:
 
 
 class ArtifactQueue:
-    def __init__(self, rows: Iterable[Tuple[float, str]], ready_s: float, restart_s: Callable[[], float]):
+    def __init__(self, rows: Iterable[Tuple[float, str]], ready_s: float, restart_s: Callable[[float], float]):
         """`rows`: the node trace's rows (seconds, "add" | "remove") in file order, the last
-        one included; `restart_s`: the restart time a removal's timeout is set with now."""
+        one included; `restart_s(at)`: the restart time a timeout armed at `at` (seconds) is set
+        with (the artifact's is the one its last completed rendezvous set, V:1294 calling
+        V:460-540, or its initial one before any, V:277-278)."""
         self.heap: List[Tuple[int, int]] = []
         for t, verb in rows:
             heapq.heappush(self.heap, (ms(t), ADD if verb == "add" else REMOVE))
@@ -61,10 +63,10 @@ class ArtifactQueue:
             self.push(t + self.ready_ms, READY)
         elif k == READY and self.stopped:
             self.stopped = False
-            self.push(t + ms(self.restart_s()), TIMEOUT)
+            self.push(t + ms(self.restart_s(t / 1000.0)), TIMEOUT)
         elif k == REMOVE:
             self.stopped = False
-            self.push(t + ms(self.restart_s()), TIMEOUT)
+            self.push(t + ms(self.restart_s(t / 1000.0)), TIMEOUT)
 
     def push(self, t_ms: int, kind: int) -> None:
         heapq.heappush(self.heap, (t_ms, kind))

@@ -32,6 +32,7 @@ class ArtifactRestarts:
         self.timeouts: List[float] = []  # rendezvous timeouts pending; none is ever cancelled
         self.rendezvous_open = False  # a rendezvous is collecting: the next timeout completes it
         self.stopped = False  # no pipelines: nothing trains until a rendezvous completes with enough nodes
+        self.stopped_at: Optional[float] = None  # when the job last stopped
         self.configured_at: Optional[float] = None  # when the last configuration completed (the start's included)
         self.started_at: Optional[float] = None  # when the job's first rendezvous completed
         self.ever_configured = False  # a configuration of enough nodes has completed (the window opens then)
@@ -49,7 +50,7 @@ class ArtifactRestarts:
         self.configured_at = self.started_at = self.run.clock.now
         self.running_without = sorted(self.down)
         if self.n - len(self.down) < self.min_nodes:
-            self.stopped = True
+            self.stopped, self.stopped_at = True, self.run.clock.now
             self.run.event("stopped", None, {"reason": f"fewer than {self.min_nodes} nodes at the start"})
         else:
             self.ever_configured = True
@@ -73,7 +74,10 @@ class ArtifactRestarts:
         self.ready += fresh
         for w in fresh:
             self.run.event("waiting", w, {"stopped": self.stopped})
-        if fresh and self.stopped and not self.rendezvous_open:
+        # heard late (ready during a step in flight that a timeout then stopped), they found the job
+        # training and only wait (V:1311-1318); a timeout at their instant comes after them (kind 4 < 5)
+        stopped_then = self.stopped and (self.stopped_at is None or ready_at > self.stopped_at)
+        if fresh and stopped_then and not self.rendezvous_open:
             self.rendezvous_open = True
             self.timeouts.append(ready_at + self.rendezvous_delay_s(ready_at))
 
@@ -108,11 +112,11 @@ class ArtifactRestarts:
         self.carry = None
         self.timed_out(due)
         if not self.rendezvous_open:
-            self._stop("a rendezvous timeout found no rendezvous: no pipelines")
+            self._stop("a rendezvous timeout found no rendezvous: no pipelines", due)
             return
         self._complete(due)
         if others and not self.stopped:
-            self._stop(f"{others} more rendezvous timeout(s) at this instant found none: no pipelines")
+            self._stop(f"{others} more rendezvous timeout(s) at this instant found none: no pipelines", due)
 
     def _complete(self, due: float) -> None:
         self.rendezvous_open = False
@@ -122,7 +126,7 @@ class ArtifactRestarts:
         self.ready = []
         self.running_without = sorted(self.down)
         if self.n - len(self.down) < self.min_nodes:
-            self._stop(f"fewer than {self.min_nodes} nodes: no pipelines")
+            self._stop(f"fewer than {self.min_nodes} nodes: no pipelines", due)
             return
         self.stopped = False
         if not self.ever_configured:  # the artifact's window starts at the first configuration
@@ -131,8 +135,8 @@ class ArtifactRestarts:
         self.configured(due)
         self.run.event("restart", None, {"from_step": self.run.step, "running_without": self.running_without})
 
-    def _stop(self, reason: str) -> None:
-        self.stopped = True
+    def _stop(self, reason: str, at: float) -> None:
+        self.stopped, self.stopped_at = True, at
         self.stopped_hook()
         self.run.event("stopped", None, {"reason": reason})
 

@@ -122,6 +122,7 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
         early = {w for w, kind in last.items() if kind == "fail"}
         if early and not self.stopped:  # removed during the start-up: not in the first configuration (V:1259-1267)
             self.running_without = sorted(set(self.running_without) | early)
+            self.nodes_at_restart = self.n - len(self.running_without)  # its restart time follows (V:1294)
         if not self.stopped:
             self.ledger.start(ms(self.run.clock.now))
         trace = self.run.trace
@@ -129,7 +130,7 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
             if not trace.node_rows:
                 raise ValueError("method.variant_options.storage_order=true replays the artifact's event list: it "
                                  "needs a node trace (failure=nodes)")
-            self.queue = ArtifactQueue(trace.node_rows, trace.node_ready_s, self.restart_s)
+            self.queue = ArtifactQueue(trace.node_rows, trace.node_ready_s, self.rendezvous_delay_s)
             now = self.run.clock.now
             self.queue.pop_through(now, TIMEOUT)  # the first rendezvous completes: training starts
             if self.stopped:
