@@ -75,7 +75,8 @@ class ArtifactRestarts:
         for w in fresh:
             self.run.event("waiting", w, {"stopped": self.stopped})
         # heard late (ready during a step in flight that a timeout then stopped), they found the job
-        # training and only wait (V:1311-1318); a timeout at their instant comes after them (kind 4 < 5)
+        # training and only wait (V:1311-1318, O:1093-1099); a timeout at their own instant comes
+        # after them (kind 4 before 5)
         stopped_then = self.stopped and (self.stopped_at is None or ready_at > self.stopped_at)
         if fresh and stopped_then and not self.rendezvous_open:
             self.rendezvous_open = True
