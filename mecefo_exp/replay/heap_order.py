@@ -9,15 +9,7 @@ import csv
 import heapq
 from typing import Dict, List, Optional, Tuple
 
-
-class _Keyed:
-    """An event compared by (time, kind) only, as in the artifact's queue: equal keys tie."""
-
-    def __init__(self, t: float, kind: int, name: str = ""):
-        self.t, self.kind, self.name = t, kind, name
-
-    def __lt__(self, other: "_Keyed") -> bool:
-        return (self.t, self.kind) < (other.t, other.kind)
+from .queue import Keyed
 
 
 def node_tie_order(path: str, ready_s: float, first_delay_s: float,
@@ -44,12 +36,12 @@ def first_formation(path: str, ready_s: float, first_delay_s: float, slot_of: Op
     order that is deterministic but not first-in first-out. The third value is the time (seconds)
     that rendezvous completes (None if none ever forms a pipeline): a removal at the instant of
     its timeout comes first (kind 2 before 5) and starts it over."""
-    heap: List[_Keyed] = []
+    heap: List[Keyed] = []
     with open(path, newline="") as f:
         for row in csv.reader(f):
             if row and not row[0].lstrip().startswith("#"):
                 kind = 1 if row[1].strip().lower() == "add" else 2
-                heapq.heappush(heap, _Keyed(float(row[0]) * 1e-3, kind, row[2].strip()))
+                heapq.heappush(heap, Keyed(float(row[0]) * 1e-3, kind, row[2].strip()))
     heapq.heapify(heap)
     registered: List[str] = []  # the node map, in insertion order; removals leave it
     ready: set = set()
@@ -60,7 +52,7 @@ def first_formation(path: str, ready_s: float, first_delay_s: float, slot_of: Op
         event = heapq.heappop(heap)
         if event.kind == 1:
             registered.append(event.name)
-            heapq.heappush(heap, _Keyed(event.t + ready_s, 4, event.name))
+            heapq.heappush(heap, Keyed(event.t + ready_s, 4, event.name))
         elif event.kind == 2 and event.name in registered:
             registered.remove(event.name)
             ready.discard(event.name)
@@ -68,13 +60,13 @@ def first_formation(path: str, ready_s: float, first_delay_s: float, slot_of: Op
             ready.add(event.name)
             if members is None:
                 members = [n for n in registered if n in ready]
-                heapq.heappush(heap, _Keyed(event.t + first_delay_s, 5))
+                heapq.heappush(heap, Keyed(event.t + first_delay_s, 5))
             elif event.name not in members:
                 members.append(event.name)
         elif event.kind == 5 and members is not None:
             if any(n not in registered for n in members):
                 members = [n for n in registered if n in ready]
-                heapq.heappush(heap, _Keyed(event.t + first_delay_s, 5))
+                heapq.heappush(heap, Keyed(event.t + first_delay_s, 5))
                 continue
             joined = members
             if len(members) >= min_nodes:

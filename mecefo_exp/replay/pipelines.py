@@ -1,14 +1,14 @@
 """Oobleck and Bamboo as the Oobleck artifact's simulators book a removal (docs/ARTIFACT.md), as
 subclasses of our methods."""
 
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 from ..methods.bamboo import Bamboo
 from ..methods.base import resplit_plan
 from ..methods.oobleck import Oobleck
 from ..plan import Plan
 from ..timing.clock import StepCost
-from .restarts import ArtifactRestarts
+from .restarts import ArtifactRestarts, RendezvousTimeouts
 
 
 class OobleckArtifact(ArtifactRestarts, Oobleck):
@@ -59,7 +59,7 @@ class OobleckArtifact(ArtifactRestarts, Oobleck):
         super().after_step(step)
 
 
-class BambooArtifact(Bamboo):
+class BambooArtifact(RendezvousTimeouts, Bamboo):
     """Bamboo's pipelines as the artifact books them (B:1043-1351):
 
     - the first pipelines take the nodes in the order the artifact's event heap hands them out,
@@ -71,10 +71,10 @@ class BambooArtifact(Bamboo):
       step when a node holds two stages (B:1345), nothing training meanwhile; a global one
       (`fatal_restart_s`, 30 s, B:212, B:921-927) after a fatal removal, the old pipelines
       training on, slowed no further, un-credited nothing (B:1253);
-    - as for Varuna and Oobleck (restarts.py), the first timeout to fire completes the rendezvous
-      over every node there (B:1115-1120) and a later one finds no nodes and stops the job; a
-      timeout that finds a member removed starts its rendezvous over (B:1123-1134); stopped, a
-      node becoming usable opens a global rendezvous.
+    - as for Varuna and Oobleck (restarts.py, the same timeouts), the first timeout to fire
+      completes the rendezvous over every node there (B:1115-1120) and a later one finds no nodes
+      and stops the job; a timeout that finds a member removed starts its rendezvous over
+      (B:1123-1134); stopped, a node becoming usable opens a global rendezvous.
     """
 
     spare_loss_slows = True
@@ -84,9 +84,7 @@ class BambooArtifact(Bamboo):
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
         self.heap_order = bool({**self.OPTIONS, **(cfg.get("variant_options") or {})}["heap_order"])
-        self.timeouts: List[Tuple[float, str]] = []  # (due, "global" | "local") rendezvous timeouts pending
-        self.rendezvous_open = False  # members are being collected: the next timeout completes it
-        self.member_left = False  # a node was removed while it collected
+        self._init_timeouts()
         self.stopped = False
         self.trained = False  # a configuration has trained: the window is open
         self.first_order: Optional[List[int]] = None  # the slots in the order the first pipelines take them
@@ -116,7 +114,7 @@ class BambooArtifact(Bamboo):
             # starts over, and its timeout, not the start-up, forms the first pipelines
             self.holds, self.pipes = {}, 0
             self.stopped = self.rendezvous_open = True
-            self.timeouts.append((formed_at, "global"))
+            self.arm(formed_at, "global")
             self.first_formed_at = formed_at
             self.run.event("rendezvous_restarted", None, {"kind": "global", "until": formed_at})
 
@@ -124,9 +122,12 @@ class BambooArtifact(Bamboo):
         own = self.cfg.get("fatal_restart_s") if kind == "global" else self.cfg.rebalance_stall_s
         return self.run.costs.stall_s(self.run.cluster_cfg.restart_s if own is None else own)
 
+    def timeout_delay_s(self, kind: str, at: float) -> float:
+        return self._delay(kind)
+
     def _open(self, kind: str, at: float) -> None:
         """A rendezvous starts: it collects the nodes there now, afresh (B:1107-1120), and arms its timeout."""
-        self.timeouts.append((at + self._delay(kind), kind))
+        self.arm(at + self._delay(kind), kind)
         self.rendezvous_open = True
         self.member_left = False
 
@@ -151,14 +152,8 @@ class BambooArtifact(Bamboo):
         if not any(kind == "local" for _, kind in self.timeouts):  # a node usable now joins the one pending
             self._open("local", self.run.clock.now)
 
-    def _catch_up(self) -> None:
-        """Fire the timeouts the clock passed in a stall before this instant's events."""
-        at = self.run.trace.last_time()
-        while self.timeouts and min(self.timeouts)[0] < at:
-            self.on_timer(None, 0.0)
-
     def on_failures(self, workers: List[int]) -> None:
-        self._catch_up()
+        self._catch_up(self.run.trace.last_time())
         self.placed.difference_update(workers)
         super().on_failures(workers)
 
@@ -196,44 +191,34 @@ class BambooArtifact(Bamboo):
         return (active + waiting) // self.stages > self.pipes
 
     def on_recoveries(self, workers: List[int]) -> None:
-        self._catch_up()
+        self._catch_up(self.run.trace.last_time())
         if not self.stopped:
             return super().on_recoveries(workers)
         back = [w for w in workers if self._wait_as_spare(w)]
         if back and not self.rendezvous_open:  # stopped: a node becoming usable opens a rendezvous
             self._open("global", self.run.trace.last_time())
 
-    # ------------------------------------------------------------ timeouts
-    def timer_s(self) -> Optional[float]:
-        return min(self.timeouts)[0] if self.timeouts else None
-
+    # ------------------------------------------------------------ timeouts (restarts.py)
     def on_timer(self, plan: Optional[Plan], elapsed: float) -> None:
         """Every timeout due at this instant, in (time, kind) order. The step in flight is lost when
         one completes a rendezvous or stops the job (a new rendezvous version, B:1140); when all of
         them only start their rendezvous over (B:1123-1134) it goes on."""
-        due = min(self.timeouts)[0]
-        restarts_only = True
-        while self.timeouts and min(self.timeouts)[0] == due:
-            restarts_only = self._fire(*min(self.timeouts)) and restarts_only
+        restarts_only = self.fire_due()
         if restarts_only and plan is not None and plan.computing_workers:
             return Bamboo.interrupted(self, plan, elapsed)
         self.run.clock.charge("lost_work", elapsed)
         self.credit = None
 
     def _fire(self, due: float, kind: str) -> bool:
-        """One timeout; True when it only started its rendezvous over."""
-        self.timeouts.remove((due, kind))
-        if not self.rendezvous_open:  # the nodes keep the stages they held (B:1183-1215 assigns none)
-            self._stop(f"a {kind} rendezvous timeout found no nodes: no pipelines", keep_stages=True)
-            return False
-        if due == self.first_formed_at:  # heap_order.py replayed its restarts already
+        if due == self.first_formed_at and self.rendezvous_open:  # heap_order.py replayed its restarts already
             self.member_left, self.first_formed_at = False, None
-        if self.member_left:  # a member was removed: this rendezvous starts over
-            self.member_left = False
-            self.timeouts.append((due + self._delay(kind), kind))
-            self.run.event("rendezvous_restarted", None, {"kind": kind, "until": due + self._delay(kind)})
-            return True
-        self.rendezvous_open = False
+        return super()._fire(due, kind)
+
+    def found_no_rendezvous(self, due: float, kind: str) -> None:
+        # the nodes keep the stages they held (B:1183-1215 assigns none)
+        self._stop(f"a {kind} rendezvous timeout found no nodes: no pipelines", keep_stages=True)
+
+    def rendezvous_complete(self, due: float, kind: str) -> None:
         # until the first pipelines form, the artifact's own order of that rendezvous (heap_order.py)
         self._form_pipelines(self.node_order if self.trained or self.first_order is None else self.first_order)
         self.counts["rebalances"] += 1
@@ -241,11 +226,10 @@ class BambooArtifact(Bamboo):
                                            "spares": self._spares()})
         if not self.pipes:
             self._stop("a rendezvous formed no pipeline")
-            return False
+            return
         self.stopped = False
         if not self.trained:  # the artifact's window opens at its first configuration (B:1148-1155)
             self.run.training_starts_at(due)
-        return False
 
     def _stop(self, reason: str, keep_stages: bool = False) -> None:
         """Nothing trains. With `keep_stages` (a timeout that found no rendezvous) the nodes keep

@@ -16,7 +16,7 @@ our model's.
 """
 
 import heapq
-from typing import Callable, Iterable, List, Tuple
+from typing import Callable, Iterable, List, Set, Tuple
 
 # the artifact's event kinds (its EventKind order breaks ties at one millisecond)
 ADD, REMOVE, READY, TIMEOUT, STEP, CHECKPOINT = 1, 2, 4, 5, 7, 8
@@ -26,14 +26,34 @@ def ms(seconds: float) -> int:
     return int(round(seconds * 1000))
 
 
+class Keyed:
+    """An event compared by (time, kind) only, as in the artifact's queues (its `Event` dataclass
+    leaves its data out of the comparison): equal keys tie, and `heapq` leaves them in an order
+    that is deterministic but not first-in first-out. `name`: the node, for the node events."""
+
+    __slots__ = ("t", "kind", "name")
+
+    def __init__(self, t, kind: int, name: str = ""):
+        self.t, self.kind, self.name = t, kind, name
+
+    def key(self) -> Tuple:
+        return self.t, self.kind
+
+    def __lt__(self, other: "Keyed") -> bool:
+        return (self.t, self.kind) < (other.t, other.kind)
+
+
 class ArtifactQueue:
-    def __init__(self, rows: Iterable[Tuple[float, str]], ready_s: float, restart_s: Callable[[], float]):
-        """`rows`: the node trace's rows (seconds, "add" | "remove") in file order, the last
-        one included; `restart_s`: the restart time a removal's timeout is set with now."""
-        self.heap: List[Tuple[int, int]] = []
-        for t, verb in rows:
-            heapq.heappush(self.heap, (ms(t), ADD if verb == "add" else REMOVE))
-        heapq.heapify(self.heap)  # the artifact heapifies once more after loading the trace
+    def __init__(self, rows: Iterable[Tuple[float, str, str]], ready_s: float, restart_s: Callable[[float], float]):
+        """`rows`: the node trace's rows (seconds, "add" | "remove", name) in file order, the last
+        one included; `restart_s(at)`: the restart time a timeout armed at `at` (seconds) is set
+        with (the artifact's is the one its last completed rendezvous set, V:1294 calling
+        V:460-540, or its initial one before any, V:277-278)."""
+        self.heap: List[Keyed] = []
+        for t, verb, name in rows:
+            heapq.heappush(self.heap, Keyed(ms(t), ADD if verb == "add" else REMOVE, name))
+        heapq.heapify(self.heap)
+        self.present: Set[str] = set()  # the nodes added and not removed (the artifact's spot_instances)  # the artifact heapifies once more after loading the trace
         self.ready_ms = ms(ready_s)
         self.restart_s = restart_s
         self.stopped = True  # before the first ready node, as after a timeout that formed nothing
@@ -42,7 +62,7 @@ class ArtifactQueue:
         """Pop every event up to (`seconds`, `kind`), each with the artifact's own reaction:
         an added node's ready event, the first ready node's rendezvous, a removal's timeout."""
         key = (ms(seconds), kind)
-        while self.heap and self.heap[0] <= key:
+        while self.heap and self.heap[0].key() <= key:
             self._pop()
 
     def pop_one_through(self, seconds: float, kind: int) -> None:
@@ -50,24 +70,31 @@ class ArtifactQueue:
         reacts to each timeout before it pops the next of the same instant (a completed
         rendezvous pushes its first step, V:1292-1295)."""
         key = (ms(seconds), kind)
-        while self.heap and self.heap[0] < key:
+        while self.heap and self.heap[0].key() < key:
             self._pop()
-        if self.heap and self.heap[0] == key:
+        if self.heap and self.heap[0].key() == key:
             self._pop()
 
     def _pop(self) -> None:
-        t, k = heapq.heappop(self.heap)
+        event = heapq.heappop(self.heap)
+        t, k = event.key()
         if k == ADD:
-            self.push(t + self.ready_ms, READY)
-        elif k == READY and self.stopped:
+            self.present.add(event.name)
+            self.push(t + self.ready_ms, READY, event.name)
+        elif k == READY and self.stopped and event.name in self.present:  # a removed node's is ignored (V:1305-1307)
             self.stopped = False
-            self.push(t + ms(self.restart_s()), TIMEOUT)
+            self.push(t + ms(self.restart_s(t / 1000.0)), TIMEOUT)
         elif k == REMOVE:
+            self.present.discard(event.name)
             self.stopped = False
-            self.push(t + ms(self.restart_s()), TIMEOUT)
+            self.push(t + ms(self.restart_s(t / 1000.0)), TIMEOUT)
 
-    def push(self, t_ms: int, kind: int) -> None:
-        heapq.heappush(self.heap, (t_ms, kind))
+    def push(self, t_ms: int, kind: int, name: str = "") -> None:
+        heapq.heappush(self.heap, Keyed(t_ms, kind, name))
+
+    def keys(self) -> List[Tuple[int, int]]:
+        """The list's (time, kind) in storage order."""
+        return [event.key() for event in self.heap]
 
     def checkpoint_fails(self, step_end_s: float, write_s: float) -> bool:
         """The artifact's test of a checkpoint taken at the end of a step: its completion event
@@ -75,7 +102,8 @@ class ArtifactQueue:
         self.push(ms(step_end_s) + 2 * ms(write_s), CHECKPOINT)
         heapq.heapify(self.heap)
         removal_first = False
-        for _, kind in self.heap:
+        for event in self.heap:
+            kind = event.kind
             if kind == REMOVE:
                 removal_first = True
             elif kind == CHECKPOINT:

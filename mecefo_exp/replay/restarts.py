@@ -15,23 +15,90 @@ Both book a membership change the same way (V:1243-1330, O:1023-1099), with thei
 - a node that becomes usable while the job trains waits for the next rendezvous.
 
 A mixin for subclasses of our methods that keep `running_without` (the configuration's absent
-slots) and plan over it.
+slots) and plan over it. The timeouts themselves (`RendezvousTimeouts`) are also Bamboo's
+(pipelines.py), which adds a removed member that starts its rendezvous over.
 """
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from ..plan import Plan
 from ..timing.clock import StepCost
 
 
-class ArtifactRestarts:
+class RendezvousTimeouts:
+    """The artifact's rendezvous timeouts, as its three simulators fire them (V:1259-1298,
+    O:1023-1081, B:1106-1160): none is ever cancelled; the timeouts due at one instant fire one by
+    one in (time, kind) order; one that finds no rendezvous collecting forms nothing
+    (`found_no_rendezvous`); one that finds a member of its rendezvous removed starts it over
+    (`member_left`: only Bamboo leaves a removed member in a rendezvous, B:1123-1134); otherwise it
+    completes the rendezvous (`rendezvous_complete`)."""
+
+    def _init_timeouts(self) -> None:
+        self.timeouts: List[Tuple[float, str]] = []  # (due, "global" | "local") pending
+        self.rendezvous_open = False  # a rendezvous is collecting: the next timeout completes it
+        self.member_left = False  # a member was removed while it collected: its timeout starts it over
+
+    def arm(self, due: float, kind: str = "global") -> None:
+        self.timeouts.append((due, kind))
+
+    def timer_s(self) -> Optional[float]:
+        return min(self.timeouts)[0] if self.timeouts else None
+
+    def _catch_up(self, at: float) -> None:
+        """Fire the timeouts the clock passed in a stall before an event at `at` is heard."""
+        while self.timeouts and min(self.timeouts)[0] < at:
+            self.on_timer(None, 0.0)
+
+    def fire_due(self) -> bool:
+        """Fire every timeout due at the earliest instant; True when all of them only started
+        their rendezvous over."""
+        due = min(self.timeouts)[0]
+        restarts_only = True
+        while self.timeouts and min(self.timeouts)[0] == due:
+            timeout = min(self.timeouts)
+            self.timeouts.remove(timeout)
+            restarts_only = self._fire(*timeout) and restarts_only
+        return restarts_only
+
+    def _fire(self, due: float, kind: str) -> bool:
+        """One timeout; True when it only started its rendezvous over."""
+        self.timed_out(due)
+        if not self.rendezvous_open:
+            self.found_no_rendezvous(due, kind)
+            return False
+        if self.member_left:
+            self.member_left = False
+            until = due + self.timeout_delay_s(kind, due)
+            self.arm(until, kind)
+            self.run.event("rendezvous_restarted", None, {"kind": kind, "until": until})
+            return True
+        self.rendezvous_open = False
+        self.rendezvous_complete(due, kind)
+        return False
+
+    # hooks for the subclass
+    def timeout_delay_s(self, kind: str, at: float) -> float:
+        """The delay of a `kind` timeout armed at `at`."""
+        raise NotImplementedError
+
+    def timed_out(self, due: float) -> None:
+        """A timeout fired at `due` (before it completes or stops anything)."""
+
+    def found_no_rendezvous(self, due: float, kind: str) -> None:
+        raise NotImplementedError
+
+    def rendezvous_complete(self, due: float, kind: str) -> None:
+        raise NotImplementedError
+
+
+class ArtifactRestarts(RendezvousTimeouts):
     def _init_restarts(self, min_nodes: int) -> None:
         self.min_nodes = min_nodes  # fewer nodes form no pipeline (12 in the artifact, V:1326-1332)
-        self.timeouts: List[float] = []  # rendezvous timeouts pending; none is ever cancelled
-        self.rendezvous_open = False  # a rendezvous is collecting: the next timeout completes it
+        self._init_timeouts()
         self.stopped = False  # no pipelines: nothing trains until a rendezvous completes with enough nodes
+        self.stopped_at: Optional[float] = None  # when the job last stopped
         self.configured_at: Optional[float] = None  # when the last configuration completed (the start's included)
         self.started_at: Optional[float] = None  # when the job's first rendezvous completed
         self.ever_configured = False  # a configuration of enough nodes has completed (the window opens then)
@@ -43,13 +110,16 @@ class ArtifactRestarts:
         re-formation (Oobleck) time."""
         raise NotImplementedError
 
+    def timeout_delay_s(self, kind: str, at: float) -> float:
+        return self.rendezvous_delay_s(at)
+
     # ------------------------------------------------------------ the start
     def begin_configuration(self) -> None:
         """The job's first rendezvous has completed (the loop charged it): stopped if too few nodes."""
         self.configured_at = self.started_at = self.run.clock.now
         self.running_without = sorted(self.down)
         if self.n - len(self.down) < self.min_nodes:
-            self.stopped = True
+            self.stopped, self.stopped_at = True, self.run.clock.now
             self.run.event("stopped", None, {"reason": f"fewer than {self.min_nodes} nodes at the start"})
         else:
             self.ever_configured = True
@@ -63,7 +133,7 @@ class ArtifactRestarts:
             self.down.add(worker)
             if worker in self.ready:
                 self.ready.remove(worker)
-            self.timeouts.append(failed_at + self.rendezvous_delay_s(failed_at))
+            self.arm(failed_at + self.rendezvous_delay_s(failed_at))
         if self.configured_at is None or failed_at >= self.configured_at:
             self.rendezvous_open = True  # else it joined the rendezvous that has completed since
 
@@ -73,14 +143,13 @@ class ArtifactRestarts:
         self.ready += fresh
         for w in fresh:
             self.run.event("waiting", w, {"stopped": self.stopped})
-        if fresh and self.stopped and not self.rendezvous_open:
+        # heard late (ready during a step in flight that a timeout then stopped), they found the job
+        # training and only wait (V:1311-1318, O:1093-1099); a timeout at their own instant comes
+        # after them (kind 4 before 5)
+        stopped_then = self.stopped and (self.stopped_at is None or ready_at > self.stopped_at)
+        if fresh and stopped_then and not self.rendezvous_open:
             self.rendezvous_open = True
-            self.timeouts.append(ready_at + self.rendezvous_delay_s(ready_at))
-
-    def _catch_up(self, at: float) -> None:
-        """Fire the timeouts the clock passed in a stall before an event at `at` is heard."""
-        while self.timeouts and min(self.timeouts) < at:
-            self.on_timer(None, 0.0)
+            self.arm(ready_at + self.rendezvous_delay_s(ready_at))
 
     def _ready_by(self, t: float) -> List[int]:
         """Nodes the trace makes usable by `t` that the loop has not handed over yet (their
@@ -95,34 +164,25 @@ class ArtifactRestarts:
         return out
 
     # ------------------------------------------------------------ timeouts
-    def timer_s(self) -> Optional[float]:
-        return min(self.timeouts) if self.timeouts else None
-
     def on_timer(self, plan: Optional[Plan], elapsed: float) -> None:
         """The timeouts due at one instant: the first completes the open rendezvous (if any), every
         other finds none and stops the job (removals of one instant: one timeout each)."""
-        due = min(self.timeouts)
-        others = self.timeouts.count(due) - 1
-        self.timeouts = [t for t in self.timeouts if t != due]
         self.run.clock.charge("lost_work", elapsed)  # the step in flight is lost
         self.carry = None
-        self.timed_out(due)
-        if not self.rendezvous_open:
-            self._stop("a rendezvous timeout found no rendezvous: no pipelines")
-            return
-        self._complete(due)
-        if others and not self.stopped:
-            self._stop(f"{others} more rendezvous timeout(s) at this instant found none: no pipelines")
+        self.fire_due()
 
-    def _complete(self, due: float) -> None:
-        self.rendezvous_open = False
+    def found_no_rendezvous(self, due: float, kind: str) -> None:
+        if not self.stopped:  # stopped already: it stays so (V:1299-1300)
+            self._stop("a rendezvous timeout found no rendezvous: no pipelines", due)
+
+    def rendezvous_complete(self, due: float, kind: str) -> None:
         self.configured_at = due
         for w in self.ready + [w for w in self._ready_by(due) if w not in self.ready]:
             self.down.discard(w)
         self.ready = []
         self.running_without = sorted(self.down)
         if self.n - len(self.down) < self.min_nodes:
-            self._stop(f"fewer than {self.min_nodes} nodes: no pipelines")
+            self._stop(f"fewer than {self.min_nodes} nodes: no pipelines", due)
             return
         self.stopped = False
         if not self.ever_configured:  # the artifact's window starts at the first configuration
@@ -131,17 +191,14 @@ class ArtifactRestarts:
         self.configured(due)
         self.run.event("restart", None, {"from_step": self.run.step, "running_without": self.running_without})
 
-    def _stop(self, reason: str) -> None:
-        self.stopped = True
+    def _stop(self, reason: str, at: float) -> None:
+        self.stopped, self.stopped_at = True, at
         self.stopped_hook()
         self.run.event("stopped", None, {"reason": reason})
 
     # hooks for the subclass
     def removal_heard(self, failed_at: float) -> None:
         """A removal at `failed_at`, after the timeouts before it."""
-
-    def timed_out(self, due: float) -> None:
-        """A timeout fired at `due` (before it completes or stops anything)."""
 
     def configured(self, due: float) -> None:
         """A rendezvous completed at `due` with enough nodes."""

@@ -25,6 +25,7 @@ from typing import Deque, List, Optional
 
 from ..methods.base import resplit_plan, steps_before_multiple
 from ..methods.checkpoint import CheckpointRestart
+from ..node_trace import parse_rows
 from ..plan import Plan
 from ..timing.clock import StepCost
 from .queue import REMOVE, STEP, TIMEOUT, ArtifactQueue, ms
@@ -122,6 +123,7 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
         early = {w for w, kind in last.items() if kind == "fail"}
         if early and not self.stopped:  # removed during the start-up: not in the first configuration (V:1259-1267)
             self.running_without = sorted(set(self.running_without) | early)
+            self.nodes_at_restart = self.n - len(self.running_without)  # its restart time follows (V:1294)
         if not self.stopped:
             self.ledger.start(ms(self.run.clock.now))
         trace = self.run.trace
@@ -129,7 +131,9 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
             if not trace.node_rows:
                 raise ValueError("method.variant_options.storage_order=true replays the artifact's event list: it "
                                  "needs a node trace (failure=nodes)")
-            self.queue = ArtifactQueue(trace.node_rows, trace.node_ready_s, self.restart_s)
+            names = [name for *_, name in parse_rows(trace.path)]
+            self.queue = ArtifactQueue([(t, verb, name) for (t, verb), name in zip(trace.node_rows, names)],
+                                       trace.node_ready_s, self.rendezvous_delay_s)
             now = self.run.clock.now
             self.queue.pop_through(now, TIMEOUT)  # the first rendezvous completes: training starts
             if self.stopped:
@@ -188,7 +192,7 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
             self.queue.pop_one_through(due, TIMEOUT)
 
     def on_timer(self, plan: Optional[Plan], elapsed: float) -> None:
-        due = min(self.timeouts)
+        due = self.timer_s()
         super().on_timer(plan, elapsed)
         if self.queue is not None:
             self.queue.pop_through(due, TIMEOUT)
