@@ -19,11 +19,11 @@ from mecefo_exp.plan import Plan
 from mecefo_exp.trainer import Experiment
 
 SHAPE = ["model=llama_350m", "model.vocab_size=512", "hardware=a100_32", "hardware.paper_time=scaled",
-         "data.micro_batch=8", "data.seq_len=256", "trainer.numerics=false", "trainer.max_steps=300",
+         "data.micro_batch=8", "data.seq_len=256", "trainer.numerics=false", "trainer.max_steps=200",
          "trainer.eval_every=0", "trainer.progress=none", "trainer.log_events=0"]
 
 
-def generated_cases(count=3, seed=0):
+def generated_cases(count=2, seed=0):
     """(workers, failure rate x the paper's high, seed): small clusters where neighbours collide often."""
     rng = random.Random(seed)
     return [(rng.choice([3, 5, 8, 13, 24]), rng.choice([2.0, 4.0, 8.0]), rng.randrange(100)) for _ in range(count)]
