@@ -96,7 +96,7 @@ class Oobleck(InPlaceMethod):
         for worker in workers:
             if worker in self.down and self.cfg.get("admit_nodes", "on_recover") == "next_reconfiguration":
                 self.waiting.append(worker)  # stays out of the plan until a failure reconfigures anyway
-                self.run.event("waiting", worker, {"down": sorted(self.down)})
+                self.run.event("waiting", worker, {"n_down": len(self.down)})
             elif self.rejoins(worker):
                 joined.append(worker)
         if joined:
@@ -109,8 +109,10 @@ class Oobleck(InPlaceMethod):
         stall = self.reconfigure_stall_s()
         self.run.clock.charge("stall", stall)
         self.counts["reconfigurations"] += 1
+        # the workers of this event and the count: a list of every worker down would make each event's
+        # record (and its cost) grow with the cluster; the fail and recover events already name them
         self.run.event("reconfigure", worker, {"reason": reason, "workers": workers, "alive": self.n - len(self.down),
-                                               "down": sorted(self.down), "stall_s": stall})
+                                               "n_down": len(self.down), "stall_s": stall})
 
     # ------------------------------------------------------------ the step
     def plan(self, step: int) -> Plan:
