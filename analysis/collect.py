@@ -49,6 +49,8 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence
 
 import pandas as pd
 
+from .methods import METHOD_ORDER
+
 log = logging.getLogger(__name__)
 
 CONFIG_COLUMNS = ("model", "method", "failure", "seed", "n_workers", "max_steps", "micro_batch", "seq_len")
@@ -72,7 +74,6 @@ UNDER_FAILURE_ONLY = ("method.skip_attention", "method.recompute_ffn", "method.l
 NAMED_KEYS = {".".join(p): c for c, p in CONFIG_PATHS.items()}
 #: the failure levels of the paper, in order; other presets (poisson, trace, ...) sort after
 FAILURE_ORDER = ("none", "low", "medium", "high")
-METHOD_ORDER = ("checkpoint", "reft", "baft", "bamboo", "oobleck", "mecefo")
 TIME_CATEGORIES = ("compute", "comm", "ft_overhead", "lost_work", "stall", "degraded_extra")
 RECORD_FILES = ("summary.json", "metrics.jsonl", "eval.jsonl", "events.jsonl", ".hydra/config.yaml")
 SKIP_DIRS = {".hydra", "checkpoints", "__pycache__", ".git", "wandb"}

@@ -36,15 +36,12 @@ import pandas as pd  # noqa: E402
 from . import paper  # noqa: E402
 from .formats import thousands  # noqa: E402
 from .collect import load_eval, load_grad_error, ok_runs, workers_down  # noqa: E402
+from .methods import METHOD_COLORS, METHOD_LABELS, METHOD_MARKERS  # noqa: E402
 from .tables import (CONFIDENCE, GROUPING, SETTING, failure_levels, methods_present, throughput_table,  # noqa: E402
                      with_grouping)
 
 log = logging.getLogger(__name__)
 
-METHOD_COLORS = {"checkpoint": "tab:gray", "reft": "tab:blue", "baft": "tab:purple", "bamboo": "tab:orange",
-                 "oobleck": "tab:green", "mecefo": "tab:red"}
-METHOD_LABELS = {"checkpoint": "checkpoint-restart", "reft": "REFT", "baft": "BAFT", "bamboo": "Bamboo",
-                 "oobleck": "Oobleck", "mecefo": "MeCeFO"}
 EXTRA_COLORS = ["tab:brown", "tab:pink", "tab:olive", "tab:cyan", "black"]
 FAILURE_COLORS = {"none": "#8c8c8c", "low": "#f4c542", "medium": "#ef8a2c", "high": "#c0392b"}
 CATEGORY_COLORS = {"compute": "#4c72b0", "comm": "#8fb3de", "ft_overhead": "#55a868", "lost_work": "#c44e52",
@@ -52,9 +49,6 @@ CATEGORY_COLORS = {"compute": "#4c72b0", "comm": "#8fb3de", "ft_overhead": "#55a
 CATEGORY_LABELS = {"compute": "compute", "comm": "all-reduce", "ft_overhead": "fault-tolerance overhead",
                    "lost_work": "lost / redone work", "stall": "stall (detect, restart, reconfigure)",
                    "degraded_extra": "degraded-mode slowdown"}
-
-
-METHOD_MARKERS = {"checkpoint": "s", "reft": "^", "baft": "v", "bamboo": "D", "oobleck": "P", "mecefo": "o"}
 
 
 def method_marker(method: str) -> str:

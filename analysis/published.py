@@ -46,9 +46,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from .methods import METHOD_ORDER
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "RESULTS.md"
-METHODS = ("checkpoint", "reft", "baft", "bamboo", "oobleck", "mecefo")
+METHODS = METHOD_ORDER
 
 TABLE_MARKER = re.compile(r"^<!-- table (?P<study>\w+) (?P<file>[\w.]+)(?: rows=(?P<rows>.+?))? -->$")
 FINGERPRINT_LINE = re.compile(

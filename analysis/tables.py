@@ -38,7 +38,8 @@ import pandas as pd
 
 from . import formats, paper
 from .formats import ci_text, fmt_g3, fmt_int, fmt_num, fmt_pct, fmt_ratio, fmt_tok
-from .collect import FAILURE_ORDER, METHOD_ORDER, TIME_CATEGORIES, ok_runs
+from .collect import FAILURE_ORDER, TIME_CATEGORIES, ok_runs
+from .methods import METHOD_ORDER
 
 SETTING = ("model", "n_workers", "max_steps", "micro_batch", "seq_len")
 #: what one table row's runs share besides method and failure level (see the module doc)

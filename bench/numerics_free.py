@@ -37,6 +37,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 
 from mecefo_exp.config import validate  # noqa: E402
 from mecefo_exp.hydra_glue import register_configs  # noqa: E402
+from mecefo_exp.methods import REGISTRY  # noqa: E402
 from mecefo_exp.trainer import Experiment  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,7 +107,7 @@ def table(title, header, rows):
 
 
 SIZES = (512, 4096, 16384, 65536)
-METHODS = ("checkpoint", "reft", "baft", "mecefo", "bamboo", "oobleck")
+METHODS = tuple(REGISTRY)
 
 
 def methods_by_size():

@@ -397,3 +397,15 @@ def test_notebook_cells_run_without_jupyter(runs_root, tmp_path, monkeypatch, ca
     assert "7.50%" in shown  # Bamboo's drop at high in the Table 2 readings (1 - 925/1000)
     assert "+2.99%" in shown  # Table 3: MeCeFO's paired change at high, (206/200 + 207/201) / 2 - 1
     assert "no sweep at" not in shown
+
+
+def test_every_registered_method_has_a_style_and_a_place_in_the_order():
+    """analysis/methods.py holds one row per method of the registry: a new method without one
+    would be drawn unlabelled and sorted after the others."""
+    from analysis.methods import METHOD_ORDER, STYLES
+    from mecefo_exp.methods import REGISTRY
+
+    assert set(STYLES) == set(REGISTRY)
+    assert sorted(METHOD_ORDER) == sorted(REGISTRY) and len(set(METHOD_ORDER)) == len(METHOD_ORDER)
+    assert len({s.colour for s in STYLES.values()}) == len(STYLES)  # no two methods share a colour
+    assert len({s.marker for s in STYLES.values()}) == len(STYLES)

@@ -7,10 +7,11 @@ import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
 from mecefo_exp.config import ConfigError, validate
+from mecefo_exp.methods import REGISTRY
 
 from conftest import ROOT, compose_cfg
 
-METHODS = ["checkpoint", "reft", "baft", "mecefo", "bamboo", "oobleck"]
+METHODS = list(REGISTRY)
 FAILURES = ["none", "low", "medium", "high", "poisson", "asymmetric"]
 
 

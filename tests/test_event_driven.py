@@ -11,8 +11,9 @@ import math
 import pytest
 
 from conftest import read_jsonl
+from mecefo_exp.methods import REGISTRY
 
-METHODS = ("checkpoint", "bamboo", "oobleck", "mecefo", "reft", "baft")
+METHODS = tuple(REGISTRY)
 READINGS = {
     "per_worker": [],  # the default reading: each GPU fails on its own, back after recover_h
     "machines": ["failure.process=cluster", "failure.unit_gpus=8", "failure.repair=replace",

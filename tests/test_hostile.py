@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import MICRO, ROOT
+from mecefo_exp.methods import REGISTRY
 
 
 class _Marker:
@@ -61,7 +62,7 @@ def test_a_truncated_newest_checkpoint_falls_back_to_the_previous_one(tmp_path):
     assert summary["status"] == "ok" and summary["steps"] == 7 and summary["resumes"][0]["from_step"] == 3
 
 
-@pytest.mark.parametrize("method", ["checkpoint", "reft", "baft", "mecefo", "bamboo", "oobleck"])
+@pytest.mark.parametrize("method", list(REGISTRY))
 def test_a_zero_length_outage_is_a_failure_then_a_recovery(method, run_exp, tmp_path):
     trace = tmp_path / "t.csv"
     trace.write_text("time,worker,event\n5,1,fail\n5,1,recover\n")

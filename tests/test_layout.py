@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from mecefo_exp.config import AttrDict, ConfigError, stage_layers, validate
+from mecefo_exp.methods import REGISTRY
 from mecefo_exp.timing.layout import LayerParts, layout_memory, layout_step, parts_from_counts
 
 from conftest import compose_cfg, read_jsonl
@@ -297,7 +298,7 @@ FAILING = [o for o in HYBRID if not o.startswith(("failure=", "method="))] + [
     "trainer.max_steps=300", "data.micro_batch=1", "data.seq_len=256", "trainer.eval_every=0", "seed=3"]
 
 
-@pytest.mark.parametrize("method", ["checkpoint", "reft", "baft", "bamboo", "oobleck", "mecefo"])
+@pytest.mark.parametrize("method", list(REGISTRY))
 def test_every_method_runs_under_failures_in_a_hybrid_layout(run_exp, method):
     """Failures take out whole tensor-parallel groups; each method pays its own way, and the
     event-driven loop gives the step-by-step loop's run (the same check as for pure DP)."""

@@ -20,6 +20,7 @@ import pytest
 
 from conftest import MICRO, ROOT, losses_by_step
 from mecefo_exp.methods.base import run_context_members
+from mecefo_exp.methods import REGISTRY
 
 MEMBERS = run_context_members()
 FIXTURE = ROOT / "tests" / "fixtures" / "run_before_restructuring"
@@ -44,7 +45,7 @@ class StrictRun:
         setattr(self._run, name, value)
 
 
-@pytest.mark.parametrize("method", ["checkpoint", "bamboo", "oobleck", "mecefo", "reft", "baft"])
+@pytest.mark.parametrize("method", list(REGISTRY))
 def test_every_method_runs_against_the_declared_context_alone(method, run_exp, monkeypatch):
     import mecefo_exp.trainer as trainer
 

@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 from conftest import compose_cfg, read_jsonl
 from mecefo_exp.approx import LowRankProjections, approximations, is_attention_parameter
 from mecefo_exp.model import build_model
+from mecefo_exp.methods import REGISTRY
 from mecefo_exp.plan import NORMAL, Mode
 from mecefo_exp.timing import timed_model_cfg
 from mecefo_exp.timing.comm import allreduce_s, exposed_comm_s
@@ -16,7 +17,7 @@ from mecefo_exp.timing.flops import count_kernels
 from mecefo_exp.timing.kernels import FORWARD, KernelBench, micro_batch_kernel
 from mecefo_exp.timing.memory import worker_memory
 
-METHODS = ["checkpoint", "reft", "baft", "bamboo", "oobleck", "mecefo"]
+METHODS = list(REGISTRY)
 
 
 def shape(name):
