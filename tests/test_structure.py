@@ -151,3 +151,13 @@ def test_every_field_rule_is_enforced_with_one_line_naming_the_field():
             assert str(e.value).startswith(f"{section}.{f.name}=") and "\n" not in str(e.value), str(e.value)
             checked += 1
     assert checked >= 45
+
+
+def test_every_module_is_on_the_map():
+    """docs/MAP.md has one line per module of the package, and names no file that is gone."""
+    import re
+
+    listed = set(re.findall(r"^\| `(mecefo_exp/[\w/]+\.py)` \|", (ROOT / "docs" / "MAP.md").read_text(), re.M))
+    modules = {str(p.relative_to(ROOT)) for p in (ROOT / "mecefo_exp").rglob("*.py")}
+    assert modules - listed == set(), f"modules missing from docs/MAP.md: {sorted(modules - listed)}"
+    assert listed - modules == set(), f"docs/MAP.md lists files that do not exist: {sorted(listed - modules)}"
