@@ -133,6 +133,9 @@ class Launcher:
             if self.store.check([f"launched/{w}"]):
                 self.incarnation[w] = int(self.store.get(f"launched/{w}").decode())
                 self.rejoined = True
+                # that process died with this machine; a survivor still waiting for it (it was
+                # healing when the machine died again) must learn so, or it waits for it forever
+                self.store.set(f"exited/{w}/{self.incarnation[w]}", repr(time.time()))
         log.info("%s: lighthouse %s%s, coordination store %s, workers %s%s, logs in %s", self.tag,
                  self.lighthouse_address, " (started for this run)" if self.lighthouse else "", self.store_address,
                  self.mine, " (joining the run under way)" if self.rejoined else "", self.run_dir / "torchft")
@@ -166,6 +169,16 @@ class Launcher:
         if incarnation:
             log.info("%s: worker %d started again (process %d, incarnation %d)", self.tag, w, self.procs[w].pid,
                      incarnation)
+
+    def kill_stale(self, w: int, wanted: int) -> None:
+        """The survivors gave up on worker w's process and want a new one, but the old one is still
+        there: hung (stopped, deadlocked) or cut off, it missed their quorums. It cannot rejoin as what
+        it was, and it holds w's place: it is killed before the new one starts."""
+        p = self.procs.pop(w)
+        log.warning("%s: worker %d's process %d (incarnation %d) is still there but out of the run (hung?): "
+                    "killed, incarnation %d replaces it", self.tag, w, p.pid, self.incarnation[w], wanted)
+        p.kill()  # SIGKILL: a stopped process ignores everything else
+        p.wait()
 
     def end(self) -> Optional[dict]:
         """How the run ended, once some launcher has said so."""
@@ -203,13 +216,18 @@ class Launcher:
                     if not planned:
                         log.warning("%s: worker %d was SIGKILLed from outside: a real fault, the others go on",
                                     self.tag, w)
+                        # the survivors may be waiting for this very process (it was healing): they
+                        # ask for the next one when they read this
+                        self.store.set(f"exited/{w}/{self.incarnation[w]}", repr(time.time()))
                     continue
                 raise WorkerFailed(f"worker {w} exited with code {rc} (its log: {self.run_dir}/torchft/worker-{w}.log)")
             for w in self.mine:
-                if w in self.procs or not self.store.check([f"restart/{w}"]):
+                if not self.store.check([f"restart/{w}"]):
                     continue
                 wanted = int(self.store.get(f"restart/{w}").decode())
                 if wanted > self.incarnation[w]:
+                    if w in self.procs:
+                        self.kill_stale(w, wanted)
                     self.start_worker(w, wanted)
             time.sleep(POLL_S)
 

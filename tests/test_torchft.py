@@ -1,6 +1,7 @@
 """cluster=torchft: real SIGKILLs, membership from torchft's quorum, heals from a live peer,
 the same losses as the simulated tier on the same trace, and nothing listening beyond loopback."""
 
+import contextlib
 import json
 import os
 import signal
@@ -478,3 +479,96 @@ def test_a_machine_dying_inside_an_all_reduce_fails_it_at_once_on_every_survivor
                 p.kill()
         assert [rank for rank, _, _ in seen] == [0, 1], seen
         assert max(seconds for _, seconds, _ in seen) < 5, (trial, seen)
+
+
+def processes_of_worker(run_dir: Path, w: int):
+    return [pid for pid in worker_processes(run_dir) if worker_of(pid) == w]
+
+
+def wait_until(condition, what: str, launcher, timeout: float = 120):
+    deadline = time.time() + timeout
+    while not condition():
+        if time.time() > deadline or launcher.poll() is not None:
+            pytest.fail(f"{what}: not within {timeout:.0f} s (launcher exit code {launcher.poll()})")
+        time.sleep(0.05)
+
+
+def replay_on_the_simulated_tier(run_dir, tmp_path, run_exp, common):
+    """The torchft run's failures and rejoins as a trace for the simulated tier: each worker fails
+    at the boundary the survivors saw it at (just after it: a failure exactly on a boundary could
+    fall in the step before by a rounding of the clock) and is back inside the step before the
+    one it rejoined at. Returns the simulated run (summary, run folder)."""
+    events = read_jsonl(run_dir / "events.jsonl")
+    rows = {row["step"]: row["sim_time_s"] for row in read_jsonl(run_dir / "metrics.jsonl")}
+    trace = []
+    for e in events:
+        if e["kind"] == "fail":
+            trace.append((e["sim_time_s"] * (1 + 1e-12), e["worker"], "fail"))
+        elif e["kind"] == "recover":
+            trace.append(((rows[e["step"] - 2] + rows[e["step"] - 1]) / 2, e["worker"], "recover"))
+    path = tmp_path / "replayed.csv"
+    path.write_text("time,worker,event\n" + "".join(f"{t!r},{w},{kind}\n" for t, w, kind in sorted(trace)))
+    return run_exp(*common, "failure=trace", "failure.unit=seconds", f"failure.path={path}")
+
+
+def test_a_kill_a_kill_during_the_heal_and_a_hung_worker_are_all_survived(run_exp, fixed_profile, tmp_path):
+    """Three real faults in one run, none of them planned by the trace: worker 1 is SIGKILLed; its
+    replacement is SIGKILLed too as soon as it is there (before any quorum took it in: nobody but
+    the survivors can ask for the next one); then worker 2 is stopped (SIGSTOP: alive, silent), so
+    the survivors drop it and the launcher must kill the stale process to start its replacement.
+    The run ends ok with every worker back, the lost replacement on record, and the losses of the
+    simulated tier with the same failures."""
+    prof = fixed_profile({"mb:mecefo[sa=1,rc=1,lr=1,r=8]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=8]": 0.016,
+                          "mecefo_svd[sa=1,rc=1,lr=1,r=8]": 0.004})
+    common = ["trainer.threads=1", "method=mecefo", "method.rank=8", "trainer.max_steps=320", "trainer.eval_every=0",
+              f"cluster.profile={prof}", f"cluster.n_workers={WORKERS}", "data.micro_batch=8", "data.seq_len=64"]
+    run_dir = tmp_path / "ft"
+    # a stopped worker holds its collective open: the survivors give up on it after quorum_timeout_s
+    launcher = subprocess.Popen(torchft_cmd(run_dir, *common, "failure=none", "cluster.quorum_timeout_s=20",
+                                            "cluster.join_timeout_ms=5000"),
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env())
+    stopped = None
+    try:
+        wait_until(lambda: steps_done(run_dir) >= 20, "20 steps", launcher, 180)
+        (first,) = processes_of_worker(run_dir, 1)
+        os.kill(first, signal.SIGKILL)
+        log = run_dir / "torchft" / "worker-1.log"
+        wait_until(lambda: [p for p in processes_of_worker(run_dir, 1) if p != first], "worker 1's replacement",
+                   launcher)
+        (second,) = [p for p in processes_of_worker(run_dir, 1) if p != first]
+        size = log.stat().st_size
+        wait_until(lambda: log.stat().st_size > size, "the replacement's first log line", launcher, 60)
+        os.kill(second, signal.SIGKILL)  # it never joined a quorum
+        wait_until(lambda: any(e["kind"] == "recover" and e["worker"] == 1 for e in read_jsonl(run_dir / "events.jsonl")),
+                   "worker 1 back", launcher, 180)
+        at = steps_done(run_dir)
+        wait_until(lambda: steps_done(run_dir) >= at + 10, "10 more steps", launcher, 60)
+        (stopped,) = processes_of_worker(run_dir, 2)
+        os.kill(stopped, signal.SIGSTOP)
+        out, _ = launcher.communicate(timeout=300)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        if stopped is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stopped, signal.SIGKILL)
+    assert launcher.returncode == 0, out[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["steps"] == 320
+    ft = summary["torchft"]
+    # worker 1: the first process, the replacement killed while it started, the one that healed;
+    # worker 2: the first process (stopped, then killed by the launcher) and its replacement
+    assert ft["processes_started"] == {"0": 1, "1": 3, "2": 2}
+    assert [(f["worker"], f["unplanned"]) for f in ft["failures"]] == [(1, True), (2, True)]
+    assert [(r["worker"], r["incarnation"]) for r in ft["restarts_lost"]] == [(1, 1)]
+    assert sorted(r["worker"] for r in ft["recoveries"]) == [1, 2]
+    events = read_jsonl(run_dir / "events.jsonl")
+    assert [(e["kind"], e["worker"]) for e in events if e["kind"] in ("fail", "recover", "restart_lost")] == [
+        ("fail", 1), ("restart_lost", 1), ("recover", 1), ("fail", 2), ("recover", 2)]
+    assert not worker_processes(run_dir) and lighthouse_is_gone(ft["lighthouse"])
+
+    simulated, local = replay_on_the_simulated_tier(run_dir, tmp_path, run_exp, common)
+    same = lambda rows: sorted((e["step"], e["kind"], e["worker"]) for e in rows
+                               if e["kind"] not in ("checkpoint", "uncommitted", "restart_lost"))
+    assert same(events) == same(read_jsonl(local / "events.jsonl"))
+    assert_same_losses(run_dir, local, summary, simulated, rel=2e-4)
