@@ -17,6 +17,11 @@ watches them:
   the survivors go on without it and ask for its next process. A launcher started again on
   that machine (by SLURM, or by hand with the same command) finds the run under way in the
   store and starts only the processes the survivors asked for;
+- a replacement that dies before it joined (killed while it starts or heals) is noted in the
+  store (`exited/<w>/<n>`; a launcher started again notes its predecessor's processes), and the
+  survivors ask for the next one;
+- a worker asked for again while its old process is still there (hung: it missed the quorums)
+  has that process killed first;
 - a worker that exits with an error ends the run.
 
 How the run ended reaches every launcher through the store's `end` key (the first launcher to
@@ -129,16 +134,21 @@ class Launcher:
                 raise WorkerFailed(f"machine {self.machine}: cannot reach machine 0's coordination store at "
                                    f"cluster.coordinator={c.coordinator} ({' '.join(str(e).split())[:200]})") from None
             self._check_same_settings()
-        for w in self.mine:  # a launcher started again: the run is under way, its workers ran before
-            if self.store.check([f"launched/{w}"]):
-                self.incarnation[w] = int(self.store.get(f"launched/{w}").decode())
-                self.rejoined = True
-                # that process died with this machine; a survivor still waiting for it (it was
-                # healing when the machine died again) must learn so, or it waits for it forever
-                self.store.set(f"exited/{w}/{self.incarnation[w]}", repr(time.time()))
+        self.adopt_run_under_way()
         log.info("%s: lighthouse %s%s, coordination store %s, workers %s%s, logs in %s", self.tag,
                  self.lighthouse_address, " (started for this run)" if self.lighthouse else "", self.store_address,
                  self.mine, " (joining the run under way)" if self.rejoined else "", self.run_dir / "torchft")
+
+    def adopt_run_under_way(self) -> None:
+        """A launcher started again on its machine: its workers ran before (`launched/<w>`), and
+        those processes died with the machine. Survivors still waiting for one of them (it was
+        healing when the machine died again) learn so from `exited/<w>/<n>` and ask for the next
+        one, which this launcher starts; otherwise they would wait for it forever."""
+        for w in self.mine:
+            if self.store.check([f"launched/{w}"]):
+                self.incarnation[w] = int(self.store.get(f"launched/{w}").decode())
+                self.rejoined = True
+                self.store.set(f"exited/{w}/{self.incarnation[w]}", repr(time.time()))
 
     def _check_same_settings(self) -> None:
         """A machine's launcher must run machine 0's run: the same settings but its own place."""

@@ -526,7 +526,7 @@ def test_a_kill_a_kill_during_the_heal_and_a_hung_worker_are_all_survived(run_ex
     # a stopped worker holds its collective open: the survivors give up on it after quorum_timeout_s
     launcher = subprocess.Popen(torchft_cmd(run_dir, *common, "failure=none", "cluster.quorum_timeout_s=20",
                                             "cluster.join_timeout_ms=5000"),
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env())
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env())
     stopped = None
     try:
         wait_until(lambda: steps_done(run_dir) >= 20, "20 steps", launcher, 180)
@@ -572,3 +572,4 @@ def test_a_kill_a_kill_during_the_heal_and_a_hung_worker_are_all_survived(run_ex
                                if e["kind"] not in ("checkpoint", "uncommitted", "restart_lost"))
     assert same(events) == same(read_jsonl(local / "events.jsonl"))
     assert_same_losses(run_dir, local, summary, simulated, rel=2e-4)
+
