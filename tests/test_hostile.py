@@ -7,6 +7,7 @@ import os
 import pickle
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -119,9 +120,30 @@ def test_a_failure_rate_that_would_exhaust_memory_is_one_line_before_any_step(tm
     out = subprocess.run([sys.executable, "run.py", *MICRO, "failure=poisson", "failure.mtbf=1e-7", "failure.mttr=1",
                           f"hydra.run.dir={run_dir}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     lines = [ln for ln in out.stderr.splitlines() if ln.strip() and not ln.startswith("[")]
-    assert out.returncode == 2 and len(lines) == 1 and "at most 5,000,000" in lines[0], out.stderr[-2000:]
+    assert out.returncode == 2 and len(lines) == 1 and "at most 1 GB" in lines[0], out.stderr[-2000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed" and not (run_dir / "metrics.jsonl").read_text()  # not one step
+
+
+@pytest.mark.slow  # a frontier run's start in a subprocess (~7 s here, FLOP counts cached)
+def test_a_frontier_trace_over_the_memory_budget_is_one_line_within_seconds_under_2_gb(tmp_path):
+    """Llama 3 405B at 100x its failure rate: 4.3M server failures, 34.6M worker events (~7.6 GB
+    drawn). Under a 2 GB address-space limit the run says so in one line and exits 2, before it
+    draws anything (it used to reach 5.25 GB and die of MemoryError)."""
+    import shutil
+
+    if shutil.which("prlimit") is None:
+        pytest.skip("needs prlimit (util-linux)")
+    run_dir = tmp_path / "run"
+    started = time.time()
+    out = subprocess.run(["prlimit", "--as=2000000000", sys.executable, "run.py", "experiment=llama3_405b",
+                          "method=mecefo", "failure.every_h=0.03", f"hydra.run.dir={run_dir}"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    seconds = time.time() - started
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip() and not ln.startswith("[")]
+    assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]
+    assert "~3.46e+07 events" in lines[0] and "at most 1 GB" in lines[0], lines[0]
+    assert seconds < 60, seconds
 
 
 def test_a_diverged_loss_ends_the_run_failed_at_its_step(run_exp, tmp_path):
