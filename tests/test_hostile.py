@@ -114,6 +114,18 @@ def test_non_finite_settings_are_refused(override, says):
         validate(compose_cfg([override]))
 
 
+def test_a_non_finite_value_inside_a_dict_valued_setting_is_refused():
+    """A dict with number keys ({30: 1e400}) used to be skipped by the check, and the run ended
+    with sim_time_s: null."""
+    from conftest import compose_cfg
+
+    from mecefo_exp.config import ConfigError, validate
+
+    cfg = compose_cfg(["method=checkpoint", "method.restart_on=survivors", "++method.restart_s_by_nodes={30:1e400}"])
+    with pytest.raises(ConfigError, match=r"method\.restart_s_by_nodes\.30=inf: must be a finite number"):
+        validate(cfg)
+
+
 @pytest.mark.slow  # two runs in subprocesses (~8-20 s)
 def test_a_failure_rate_that_would_exhaust_memory_is_one_line_before_any_step(tmp_path):
     run_dir = tmp_path / "run"
