@@ -573,3 +573,65 @@ def test_a_kill_a_kill_during_the_heal_and_a_hung_worker_are_all_survived(run_ex
     assert same(events) == same(read_jsonl(local / "events.jsonl"))
     assert_same_losses(run_dir, local, summary, simulated, rel=2e-4)
 
+
+
+def test_a_machine_killed_again_while_its_workers_heal_comes_back_the_third_time(run_exp, fixed_profile, tmp_path):
+    """Two launchers of two workers each on this host. Machine 1 dies whole; its launcher is
+    started again, and the machine dies again while its new workers start and heal (before any
+    quorum took them in). Started a third time, its launcher notes that its predecessor's
+    processes are gone, the survivors ask for new ones, and they heal: the run ends ok with every
+    worker back and the losses of the simulated tier with the same failures."""
+    prof = fixed_profile({"mb:mecefo[sa=1,rc=1,lr=1,r=8]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=8]": 0.016,
+                          "mecefo_svd[sa=1,rc=1,lr=1,r=8]": 0.004})
+    common = ["trainer.threads=1", "method=oobleck", "trainer.max_steps=260", "trainer.eval_every=0",
+              f"cluster.profile={prof}", "cluster.n_workers=4", "data.micro_batch=8", "data.seq_len=64"]
+    run_dir, port = tmp_path / "ft", free_port()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+
+    def machine(m: int, attempt: int = 0):
+        cmd = torchft_cmd(run_dir, *common, "failure=none", "cluster.machines=2", f"cluster.machine_rank={m}",
+                          f"cluster.coordinator=127.0.0.1:{port}")
+        out = open(logs / f"machine{m}-{attempt}.log", "w")
+        return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env())
+
+    def kill_whole(launcher):
+        for pid in [launcher.pid, *children(launcher.pid)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        launcher.wait(timeout=30)
+
+    first, second = machine(0), machine(1)
+    again = third = None
+    try:
+        wait_for_steps(run_dir, 8, [first, second])
+        kill_whole(second)
+        wait_for_steps(run_dir, steps_done(run_dir) + 5, [first])
+        again = machine(1, attempt=1)
+        wait_until(lambda: len(children(again.pid)) == 2, "machine 1's new workers", again, 60)
+        time.sleep(1.0)  # they import and build; no quorum has taken them in yet
+        assert not any(e["kind"] == "recover" for e in read_jsonl(run_dir / "events.jsonl"))
+        kill_whole(again)
+        wait_for_steps(run_dir, steps_done(run_dir) + 5, [first])
+        third = machine(1, attempt=2)
+        assert first.wait(timeout=240) == 0, (logs / "machine0-0.log").read_text()[-3000:]
+        assert third.wait(timeout=60) == 0, (logs / "machine1-2.log").read_text()[-3000:]
+    finally:
+        for p in (first, second, again, third):
+            if p is not None and p.poll() is None:
+                p.kill()
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["steps"] == 260
+    ft = summary["torchft"]
+    assert ft["processes_started"] == {"0": 1, "1": 1, "2": 3, "3": 3}
+    assert [(f["worker"], f["unplanned"]) for f in ft["failures"]] == [(2, True), (3, True)]
+    assert sorted((r["worker"], r["incarnation"]) for r in ft["restarts_lost"]) == [(2, 1), (3, 1)]
+    assert sorted(r["worker"] for r in ft["recoveries"]) == [2, 3]
+    events = read_jsonl(run_dir / "events.jsonl")
+    assert not worker_processes(run_dir) and lighthouse_is_gone(ft["lighthouse"])
+    simulated, local = replay_on_the_simulated_tier(run_dir, tmp_path, run_exp, common)
+    same = lambda rows: sorted((e["step"], e["kind"], e["worker"]) for e in rows
+                               if e["kind"] not in ("checkpoint", "uncommitted", "restart_lost"))
+    assert same(events) == same(read_jsonl(local / "events.jsonl"))
+    assert_same_losses(run_dir, local, summary, simulated, rel=2e-4)
