@@ -262,19 +262,25 @@ def check_overrides(args: List[str]) -> Optional[str]:
     return None
 
 
+#: groups the defaults list loads as `optional`: an option that does not exist would be skipped silently
+OPTIONAL_GROUPS = ("experiment", "scenario", "local")
+
+
 def unknown_preset(args: List[str]) -> Optional[str]:
-    """A group option that does not exist, in one line naming the ones there are: for `experiment=`
-    and `scenario=` (optional groups: Hydra would silently run without one) and for every value of a
-    sweep (Hydra would say it in 15 lines, after its own set-up)."""
+    """A group option that does not exist, in one line naming the ones there are: for `experiment=`,
+    `scenario=` and `local=` (optional groups: Hydra would silently run without one) and for every
+    value of a sweep (Hydra would say it in 15 lines, after its own set-up)."""
     sweep = any(a in ("-m", "--multirun") for a in args)
     for arg in args:
         key, _, value = arg.lstrip("+~").partition("=")
         folder = conf_dir() / key
-        if not value or value == "null" or "." in key or "/" in key or key == "local" or not folder.is_dir():
+        if not value or value == "null" or "." in key or "/" in key or not folder.is_dir():
             continue
-        if not sweep and key not in ("experiment", "scenario"):  # the others: Hydra's composition says it
+        if not sweep and key not in OPTIONAL_GROUPS:  # the others: Hydra's composition says it
             continue
         allowed = sorted(str(p.relative_to(folder).with_suffix("")) for p in folder.rglob("*.yaml"))
+        if key == "local":  # its default is the user's own file, which need not exist
+            allowed = sorted(set(allowed) | {"default"})
         for option in value.split(","):  # a sweep lists several
             if option.strip() not in allowed:
                 return f"{key}={option.strip()}: no such preset in {folder}; allowed: {', '.join(allowed)}"

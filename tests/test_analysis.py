@@ -397,3 +397,14 @@ def test_notebook_cells_run_without_jupyter(runs_root, tmp_path, monkeypatch, ca
     assert "7.50%" in shown  # Bamboo's drop at high in the Table 2 readings (1 - 925/1000)
     assert "+2.99%" in shown  # Table 3: MeCeFO's paired change at high, (206/200 + 207/201) / 2 - 1
     assert "no sweep at" not in shown
+
+
+def test_one_label_given_to_two_folders_is_one_line_not_a_merge(tmp_path, capsys):
+    """`--label a=X --label a=Y` used to collect both folders under one label, averaging two sweeps
+    as seeds of one configuration; it is refused, naming the label and the folder it already has."""
+    from analysis.collect import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--label", f"a={tmp_path / 'x'}", "--label", f"a={tmp_path / 'y'}", "--out", str(tmp_path / "out")])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("python -m analysis.collect: error")]
+    assert e.value.code == 2 and len(err) == 1 and "the label 'a' already names" in err[0], err

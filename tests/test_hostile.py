@@ -92,7 +92,7 @@ def test_trace_times_that_overflow_after_scaling_are_refused(tmp_path):
         read_trace_csv(str(trace), 4, 3600.0)
 
 
-@pytest.mark.parametrize("override", ["experiment=debgu", "scenario=oobleck_artifact/bert"])
+@pytest.mark.parametrize("override", ["experiment=debgu", "scenario=oobleck_artifact/bert", "local=foo"])
 def test_an_unknown_preset_is_one_line_not_ignored(override, tmp_path):
     out = subprocess.run([sys.executable, "run.py", override, f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
