@@ -131,14 +131,23 @@ def _job(cfg: DictConfig, run_dir: Path):
     log.info("run folder %s; after a crash or kill -9 continue it with:  %s", run_dir,
              resume_command(run_dir, program=_program()))
     from .trainer import Experiment  # torch and transformers load only for a valid config
+    from .training import NonFiniteLoss
 
+    # ends a run can meet and its record explains: one line here, the traceback in the run's log file
+    anticipated: tuple = (NonFiniteLoss,)
     try:
         if cfg.cluster.name == "torchft":  # this process starts and watches one process per worker
-            from .torchft_launch import launch
+            from .torchft_launch import WorkerFailed, launch
 
+            anticipated += (WorkerFailed,)
             summary = launch(cfg, run_dir)
         else:
             summary = Experiment(cfg, run_dir).run()
+    except anticipated as e:
+        _traceback_to_log_file(f"{type(e).__name__}: {e}")
+        print(f"failed: {' '.join(str(e).split())} ({run_dir}; summary.json says failed, the traceback is in its "
+              "log file)", file=sys.stderr)
+        sys.exit(1)
     except (ConfigError, TraceError) as e:  # found once the config was valid (torchft missing, a trace too
         _config_error(run_dir, e)          # large to draw): still one line
     except Terminated as e:  # summary.json already says failed, and why

@@ -158,6 +158,18 @@ def test_a_frontier_trace_over_the_memory_budget_is_one_line_within_seconds_unde
     assert seconds < 60, seconds
 
 
+@pytest.mark.slow  # a run in a subprocess (~10 s)
+def test_a_diverged_loss_is_one_line_on_the_console_and_its_traceback_in_the_log(tmp_path):
+    run_dir = tmp_path / "run"
+    out = subprocess.run([sys.executable, "run.py", *MICRO, "method=checkpoint", "failure=none", "trainer.lr=1e30",
+                          "trainer.warmup_steps=1", f"hydra.run.dir={run_dir}"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip() and not ln.startswith("[")]
+    assert out.returncode == 1 and len(lines) == 1, out.stderr[-2000:]
+    assert lines[0].startswith("failed: step 1: the training loss is nan") and str(run_dir) in lines[0], lines[0]
+    assert "Traceback" in (run_dir / "run.log").read_text()
+
+
 def test_a_diverged_loss_ends_the_run_failed_at_its_step(run_exp, tmp_path):
     from mecefo_exp.training import NonFiniteLoss
 
