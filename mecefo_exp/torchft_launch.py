@@ -60,6 +60,9 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.05
 STOP_GRACE_S = 10.0  # SIGTERM, then this long to write the record, then SIGKILL
+#: a process the survivors replaced but still running gets this long to end by itself (a worker
+#: failing writes its record first) before it is taken for hung and killed
+STALE_GRACE_S = STOP_GRACE_S
 ALIVE_EVERY_S = 1.0  # each launcher says it is alive this often (machine 0 waits only for live ones)
 LEFT_WAIT_S = 60.0  # at the end, machine 0 waits at most this long for the other launchers to leave
 #: settings that differ between the launchers of one run (everything else must be machine 0's)
@@ -99,6 +102,7 @@ class Launcher:
         self.started_lighthouse = False
         self.rejoined = False  # a launcher started again on a run under way
         self._alive_at = 0.0
+        self.stale_since: Dict[int, float] = {}  # worker -> when a newer incarnation was asked while its process ran
 
     @property
     def tag(self) -> str:
@@ -218,6 +222,7 @@ class Launcher:
                 if rc is None:
                     continue
                 del self.procs[w]
+                self.stale_since.pop(w, None)
                 planned = self.store.check([f"killed/{w}/{self.incarnation[w]}"])
                 if rc == 0:  # a worker ends only when the run is done
                     self.announce_end("ok")
@@ -237,7 +242,13 @@ class Launcher:
                 wanted = int(self.store.get(f"restart/{w}").decode())
                 if wanted > self.incarnation[w]:
                     if w in self.procs:
+                        # it may be on its way out (an error, a signal: its record first), which the poll
+                        # above then reports as such; only one still there after the grace is stale
+                        noticed = self.stale_since.setdefault(w, now)
+                        if now - noticed < STALE_GRACE_S:
+                            continue
                         self.kill_stale(w, wanted)
+                    self.stale_since.pop(w, None)
                     self.start_worker(w, wanted)
             time.sleep(POLL_S)
 

@@ -166,6 +166,9 @@ def test_a_failing_worker_ends_the_run_and_leaves_no_process(tmp_path):
     assert launcher.returncode != 0
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed" and "exited with code" in summary["error"], summary.get("error")
+    # one line on the console (the workers' own log lines aside), not the launcher's traceback
+    lines = [ln for ln in out.decode().splitlines() if ln.strip() and not ln.startswith("[")]
+    assert len(lines) == 1 and lines[0].startswith("failed: worker ") and "exited with code" in lines[0], lines
     assert not worker_processes(run_dir), "a worker outlived the run"
     assert lighthouse_is_gone(summary["torchft"]["lighthouse"])
 
