@@ -201,6 +201,10 @@ def _lock_the_given_run_dir() -> None:
     except runlock.RunFolderBusy as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except OSError as e:  # a file there, a folder this user cannot write: nothing can be recorded in it
+        print(f"error: hydra.run.dir={given[-1]} cannot hold a run: {e.strerror or e} ({e.filename}); give a folder "
+              "you can write, new or a run's own", file=sys.stderr)
+        sys.exit(2)
 
 
 def _program() -> str:

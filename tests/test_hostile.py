@@ -406,3 +406,14 @@ def test_a_refused_resume_leaves_the_folders_record_as_it_was(tmp_path):
     assert [line for line in out.stderr.splitlines() if line.strip()] == [
         f"config error: resume=true: no checkpoint in {run_dir} can be loaded (2 tried)"]
     assert files() == before
+
+
+@pytest.mark.slow  # run.py in a subprocess (~5 s)
+def test_a_file_given_as_the_run_folder_is_one_line(tmp_path):
+    where = tmp_path / "a_file"
+    where.write_text("not a folder")
+    out = subprocess.run([sys.executable, "run.py", *MICRO, f"hydra.run.dir={where}"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == 2 and len(lines) == 1 and "cannot hold a run: File exists" in lines[0], out.stderr[-2000:]
+    assert where.read_text() == "not a folder"
