@@ -41,7 +41,7 @@ test-slow: setup
 test-crash: setup
 	$(PY) -m pytest -q -m slow tests/test_resume.py tests/test_torchrun.py
 
-# cluster=torchft: installs the optional torchft, then its tests (real SIGKILLs; one and two launchers, ~7 min here)
+# cluster=torchft: installs the optional torchft, then its tests (real SIGKILLs; one and two launchers, ~13 min here)
 test-torchft: setup
 	$(PY) -m pip install -q -c constraints.txt -r requirements-torchft.txt
 	$(PY) -m pytest -q -m slow tests/test_torchft.py
