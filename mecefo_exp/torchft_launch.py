@@ -403,6 +403,9 @@ def worker_main() -> int:
         Experiment(cfg, run_dir).run()
     except Terminated as e:
         return 128 + e.signum
+    except BaseException:  # summary.json names this worker's log: the traceback belongs there, not only on a console
+        logging.getLogger(__name__).exception("worker %d (process %d) failed", worker, os.getpid())
+        raise
     return 0
 
 

@@ -516,16 +516,16 @@ def replay_on_the_simulated_tier(run_dir, tmp_path, run_exp, common):
     return run_exp(*common, "failure=trace", "failure.unit=seconds", f"failure.path={path}")
 
 
-def test_a_kill_a_kill_during_the_heal_and_a_hung_worker_are_all_survived(run_exp, fixed_profile, tmp_path):
+def test_a_kill_a_kill_of_its_replacement_and_a_hung_worker_are_all_survived(run_exp, fixed_profile, tmp_path):
     """Three real faults in one run, none of them planned by the trace: worker 1 is SIGKILLed; its
-    replacement is SIGKILLed too as soon as it is there (before any quorum took it in: nobody but
-    the survivors can ask for the next one); then worker 2 is stopped (SIGSTOP: alive, silent), so
+    replacement is SIGKILLed too while it starts (before any quorum took it in: only the survivors
+    can ask for the next one); then worker 2 is stopped (SIGSTOP: alive, silent), so
     the survivors drop it and the launcher must kill the stale process to start its replacement.
     The run ends ok with every worker back, the lost replacement on record, and the losses of the
     simulated tier with the same failures."""
     prof = fixed_profile({"mb:mecefo[sa=1,rc=1,lr=1,r=8]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=8]": 0.016,
                           "mecefo_svd[sa=1,rc=1,lr=1,r=8]": 0.004})
-    common = ["trainer.threads=1", "method=mecefo", "method.rank=8", "trainer.max_steps=320", "trainer.eval_every=0",
+    common = ["trainer.threads=1", "method=mecefo", "method.rank=8", "trainer.max_steps=420", "trainer.eval_every=0",
               f"cluster.profile={prof}", f"cluster.n_workers={WORKERS}", "data.micro_batch=8", "data.seq_len=64"]
     run_dir = tmp_path / "ft"
     # a stopped worker holds its collective open: the survivors give up on it after quorum_timeout_s
@@ -537,13 +537,13 @@ def test_a_kill_a_kill_during_the_heal_and_a_hung_worker_are_all_survived(run_ex
         wait_until(lambda: steps_done(run_dir) >= 20, "20 steps", launcher, 180)
         (first,) = processes_of_worker(run_dir, 1)
         os.kill(first, signal.SIGKILL)
-        log = run_dir / "torchft" / "worker-1.log"
         wait_until(lambda: [p for p in processes_of_worker(run_dir, 1) if p != first], "worker 1's replacement",
                    launcher)
         (second,) = [p for p in processes_of_worker(run_dir, 1) if p != first]
-        size = log.stat().st_size
-        wait_until(lambda: log.stat().st_size > size, "the replacement's first log line", launcher, 60)
-        os.kill(second, signal.SIGKILL)  # it never joined a quorum
+        # while it starts (imports, model, Manager): before any quorum could take it in. Killed
+        # the moment it joins one, the survivors' group configuration waits quorum_timeout_s for it
+        # and the run has been seen to fail (docs/DESIGN.md, "Real faults on torchft")
+        os.kill(second, signal.SIGKILL)
         wait_until(lambda: any(e["kind"] == "recover" and e["worker"] == 1 for e in read_jsonl(run_dir / "events.jsonl")),
                    "worker 1 back", launcher, 180)
         at = steps_done(run_dir)
@@ -559,7 +559,7 @@ def test_a_kill_a_kill_during_the_heal_and_a_hung_worker_are_all_survived(run_ex
                 os.kill(stopped, signal.SIGKILL)
     assert launcher.returncode == 0, out[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "ok" and summary["steps"] == 320
+    assert summary["status"] == "ok" and summary["steps"] == 420
     ft = summary["torchft"]
     # worker 1: the first process, the replacement killed while it started, the one that healed;
     # worker 2: the first process (stopped, then killed by the launcher) and its replacement
