@@ -41,7 +41,7 @@ test-slow: setup
 test-crash: setup
 	$(PY) -m pytest -q -m slow tests/test_resume.py tests/test_torchrun.py
 
-# cluster=torchft: installs the optional torchft, then its tests (real SIGKILLs; one and two launchers, ~7 min here)
+# cluster=torchft: installs the optional torchft, then its tests (real SIGKILLs; one and two launchers, ~13 min here)
 test-torchft: setup
 	$(PY) -m pip install -q -c constraints.txt -r requirements-torchft.txt
 	$(PY) -m pytest -q -m slow tests/test_torchft.py
@@ -67,24 +67,28 @@ paper-mini: setup
 	$(PY) -m analysis runs/sweeps --out analysis/out && \
 	echo "paper-mini took $$(( $$(date +%s) - start )) s"
 
+# a sweep refuses a folder holding an earlier sweep's jobs (they would append to their files):
+# the targets that sweep into a fixed folder move an earlier one aside, named by its time
+keep_earlier_sweep = if [ -d $(1) ]; then mv $(1) $(1)_$$(date -r $(1) +%Y-%m-%d_%H-%M-%S); fi;
+
 # the paper's Table 2 at the paper's scale (32 A100, 350M/1B/7B, 6,000-60,000 steps), numerics
 # off, with the grid of failure readings; tables and figures in runs/sweeps/paper_table2/analysis
 paper-table2: setup
-	@start=$$(date +%s); \
+	@start=$$(date +%s); $(call keep_earlier_sweep,runs/sweeps/paper_table2) \
 	$(PY) run.py -m experiment=paper_table2 hydra.sweep.dir=runs/sweeps/paper_table2 && \
 	echo "paper-table2 took $$(( $$(date +%s) - start )) s"
 
 # the paper's Table 3 as a convergence study: MeCeFO at every level, 3 seeds, 300/1,000/3,000
 # steps, two failure readings (63 jobs, ~2 h on 2 cores); runs/sweeps/paper_table3/analysis
 paper-table3: setup
-	@start=$$(date +%s); \
+	@start=$$(date +%s); $(call keep_earlier_sweep,runs/sweeps/paper_table3) \
 	$(PY) run.py -m experiment=paper_table3 hydra.sweep.dir=runs/sweeps/paper_table3 && \
 	echo "paper-table3 took $$(( $$(date +%s) - start )) s"
 
 # our checkpoint (Varuna), Oobleck and Bamboo on the Oobleck artifact's own scenarios (3 models x 5
 # node traces), beside the numbers its simulator gives; tables in runs/sweeps/oobleck_artifact/analysis
 oobleck-artifact: setup
-	@start=$$(date +%s); \
+	@start=$$(date +%s); $(call keep_earlier_sweep,runs/sweeps/oobleck_artifact) \
 	$(PY) run.py -m experiment=oobleck_artifact hydra.sweep.dir=runs/sweeps/oobleck_artifact && \
 	echo "oobleck-artifact took $$(( $$(date +%s) - start )) s"
 

@@ -528,7 +528,11 @@ def parse_labels(parser: argparse.ArgumentParser, items: Sequence[str]) -> Dict[
         name, sep, folder = item.partition("=")
         if not sep or not name or not folder:
             parser.error(f"--label {item!r}: expected NAME=DIR, e.g. --label before=runs/sweeps/a")
-        labels.setdefault(name, []).append(folder)
+        if name in labels and folder not in labels[name]:
+            # two sweeps under one name would be averaged as seeds of one configuration
+            parser.error(f"--label {item!r}: the label {name!r} already names {labels[name][0]}; one folder per "
+                         "label (give each folder its own name)")
+        labels.setdefault(name, [folder])
     return labels
 
 

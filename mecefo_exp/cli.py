@@ -131,14 +131,23 @@ def _job(cfg: DictConfig, run_dir: Path):
     log.info("run folder %s; after a crash or kill -9 continue it with:  %s", run_dir,
              resume_command(run_dir, program=_program()))
     from .trainer import Experiment  # torch and transformers load only for a valid config
+    from .training import NonFiniteLoss
 
+    # ends a run can meet and its record explains: one line here, the traceback in the run's log file
+    anticipated: tuple = (NonFiniteLoss,)
     try:
         if cfg.cluster.name == "torchft":  # this process starts and watches one process per worker
-            from .torchft_launch import launch
+            from .torchft_launch import WorkerFailed, launch
 
+            anticipated += (WorkerFailed,)
             summary = launch(cfg, run_dir)
         else:
             summary = Experiment(cfg, run_dir).run()
+    except anticipated as e:
+        _traceback_to_log_file(f"{type(e).__name__}: {e}")
+        print(f"failed: {' '.join(str(e).split())} ({run_dir}; summary.json says failed, the traceback is in its "
+              "log file)", file=sys.stderr)
+        sys.exit(1)
     except (ConfigError, TraceError) as e:  # found once the config was valid (torchft missing, a trace too
         _config_error(run_dir, e)          # large to draw): still one line
     except Terminated as e:  # summary.json already says failed, and why
@@ -191,6 +200,10 @@ def _lock_the_given_run_dir() -> None:
         runlock.acquire(lock_folder(Path(given[-1]), _composed(sys.argv[1:])))
     except runlock.RunFolderBusy as e:
         print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as e:  # a file there, a folder this user cannot write: nothing can be recorded in it
+        print(f"error: hydra.run.dir={given[-1]} cannot hold a run: {e.strerror or e} ({e.filename}); give a folder "
+              "you can write, new or a run's own", file=sys.stderr)
         sys.exit(2)
 
 
@@ -263,19 +276,25 @@ def check_overrides(args: List[str]) -> Optional[str]:
     return None
 
 
+#: groups the defaults list loads as `optional`: an option that does not exist would be skipped silently
+OPTIONAL_GROUPS = ("experiment", "scenario", "local")
+
+
 def unknown_preset(args: List[str]) -> Optional[str]:
-    """A group option that does not exist, in one line naming the ones there are: for `experiment=`
-    and `scenario=` (optional groups: Hydra would silently run without one) and for every value of a
-    sweep (Hydra would say it in 15 lines, after its own set-up)."""
+    """A group option that does not exist, in one line naming the ones there are: for `experiment=`,
+    `scenario=` and `local=` (optional groups: Hydra would silently run without one) and for every
+    value of a sweep (Hydra would say it in 15 lines, after its own set-up)."""
     sweep = any(a in ("-m", "--multirun") for a in args)
     for arg in args:
         key, _, value = arg.lstrip("+~").partition("=")
         folder = conf_dir() / key
-        if not value or value == "null" or "." in key or "/" in key or key == "local" or not folder.is_dir():
+        if not value or value == "null" or "." in key or "/" in key or not folder.is_dir():
             continue
-        if not sweep and key not in ("experiment", "scenario"):  # the others: Hydra's composition says it
+        if not sweep and key not in OPTIONAL_GROUPS:  # the others: Hydra's composition says it
             continue
         allowed = sorted(str(p.relative_to(folder).with_suffix("")) for p in folder.rglob("*.yaml"))
+        if key == "local":  # its default is the user's own file, which need not exist
+            allowed = sorted(set(allowed) | {"default"})
         for option in value.split(","):  # a sweep lists several
             if option.strip() not in allowed:
                 return f"{key}={option.strip()}: no such preset in {folder}; allowed: {', '.join(allowed)}"

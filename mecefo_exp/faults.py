@@ -75,9 +75,14 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 from .trace_events import FAIL, RECOVER, FailureEvent, TraceError  # noqa: F401 (the trace's vocabulary, re-exported)
 
 
-#: a drawn trace holds at most this many events (~0.5 GB): beyond, a setting (mtbf=1e-7,
-#: horizon_factor=inf) would exhaust the machine's memory before the run starts
-MAX_TRACE_EVENTS = 5_000_000
+#: the peak memory a drawn trace takes per event (one worker's fail or recover): drawing, ordering,
+#: trace.csv and the index of its failures. Measured, not estimated: 214-215 bytes at 0.35M and
+#: 1.04M events (CPython 3.11, llama3 at unit_gpus=8), rounded up
+TRACE_BYTES_PER_EVENT = 220
+#: the memory a drawn trace may take (~4.5M events): beyond, a setting (mtbf=1e-7, a frontier
+#: cluster's rate x100) would exhaust the machine's memory before the first step, and the
+#: budget is checked before anything is drawn
+MAX_TRACE_BYTES = 1_000_000_000
 
 
 def _in_order(events: List[FailureEvent]) -> List[FailureEvent]:
@@ -443,11 +448,8 @@ def make_trace(failure_cfg, n_workers: int, step_s: float, max_steps: int, seed:
         recover_at = (lambda t: t + down_s)
 
     units = _units(n_workers, unit_gpus, failure_cfg.workers)
-    expected_events = 2 * rate * horizon * (len(units) if process == "per_worker" else 1)
-    if not expected_events <= MAX_TRACE_EVENTS:  # also NaN and inf: the generator would allocate without end
-        raise TraceError(f"failure={failure_cfg.name}: the trace would hold ~{expected_events:.3g} events "
-                          f"(failure rate x failure.horizon_factor={failure_cfg.horizon_factor:g} times the run x "
-                          f"{len(units)} units); at most {MAX_TRACE_EVENTS:,}: lower failure.horizon_factor or the rate")
+    check_trace_budget(failure_cfg, 2 * rate * horizon * (len(units) if process == "per_worker" else 1), unit_gpus,
+                       len(units))
     if process == "per_worker":
         events = _per_unit_events(units, unit_gpus, rate, recover_at, horizon, seed)
     else:
@@ -456,6 +458,21 @@ def make_trace(failure_cfg, n_workers: int, step_s: float, max_steps: int, seed:
     expected = {"failures": unit_gpus * unit_fail, "unit_failures": unit_fail,
                 "mean_workers_down": unit_gpus * units_down}
     return Trace(events, n_workers, horizon, expected, how)
+
+
+def check_trace_budget(failure_cfg, unit_events: float, unit_gpus: int, units: int) -> None:
+    """Refuse a trace whose expected events (a unit's failure is one event per worker of it) would
+    take more than MAX_TRACE_BYTES, before any is drawn."""
+    events = unit_events * unit_gpus
+    need = events * TRACE_BYTES_PER_EVENT
+    if need <= MAX_TRACE_BYTES:  # not NaN, not inf: the generator would allocate without end
+        return
+    what = f"{units} units of {unit_gpus} workers" if unit_gpus > 1 else f"{units} units"
+    raise TraceError(f"failure={failure_cfg.name}: the trace would hold ~{events:.3g} events, ~{need / 1e9:.3g} GB at "
+                     f"{TRACE_BYTES_PER_EVENT} bytes each (failure rate x failure.horizon_factor="
+                     f"{failure_cfg.horizon_factor:g} times the run x {what}); at most {MAX_TRACE_BYTES / 1e9:g} GB "
+                     f"(~{MAX_TRACE_BYTES / TRACE_BYTES_PER_EVENT / 1e6:.1f}M events): lower failure.horizon_factor "
+                     "or the rate")
 
 
 def _get(cfg, key: str, default):

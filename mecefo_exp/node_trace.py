@@ -8,7 +8,8 @@ spot-instance traces). Nodes come and go under their names; the harness maps the
   recovers then); a removed node never returns under its name (its slot fails, then is free);
 - the trace may start after t=0: the job's first rendezvous begins when the first node is
   usable and takes the method's `job_start_s`; every node usable by then joins it, the other
-  slots start empty (`initial_down`);
+  slots start empty (`initial_down`); a trace that removes every such node before the
+  rendezvous completes is refused (the job would start with no node);
 - a node removed before it is usable never joins; with `unready_removals_fail` its removal
   is still a failure of its (empty) slot, as the Oobleck authors' simulators treat it;
 - the last row's time is the hard stop (`stop_s`): nothing at or after it is applied, and the
@@ -102,6 +103,7 @@ def read_node_trace(path: str, n_workers: int, ready_s: float, job_start_s: floa
     up_at_start: Set[int] = set()
     slot_of_all: Dict[str, int] = {}
     events: List[FailureEvent] = []
+    gone_at_start: Set[int] = set()  # slots whose node was removed before the first rendezvous completed
     for lineno, t, verb, name in applied:
         if held_back and t >= begins:
             for slot in held_back:
@@ -138,7 +140,12 @@ def read_node_trace(path: str, n_workers: int, ready_s: float, job_start_s: floa
             events.append(FailureEvent(t, slot, FAIL))
         if t < begins:
             held_back.append(slot)
+            gone_at_start.add(slot)
         else:
             heapq.heappush(free, slot)
+    if not up_at_start - gone_at_start:
+        # the job would start on no node: no step, no ideal (a method dividing by its nodes crashed)
+        raise TraceError(f"{path}: every node usable by the first rendezvous (it completes at {begins:g} s) is removed "
+                         "before it: the job would start with no node; keep a node in the trace until then")
     return NodeTrace(events, stop_s, start_s, [(t, verb) for _, t, verb, _ in parsed],
                      set(range(n_workers)) - up_at_start, 1 + max(slot_of_all.values()), slot_of_all)

@@ -8,7 +8,9 @@ process, whichever launcher ran the jobs (joblib's workers are other processes, 
 records are the one place all jobs share):
 
 - at the start it takes the sweep folder's lock (a second sweep into a busy folder is refused
-  in one line, exit 2) and notes the jobs the sweeper will launch;
+  in one line, exit 2), refuses a folder that holds an earlier sweep's jobs (its jobs would
+  append to their files: one line, exit 2, saying how to finish a stopped sweep) and notes the
+  jobs the sweeper will launch;
 - at the end it lists this sweep's failed jobs (`FAILED`; the entry point exits 1);
 - SIGTERM, SIGHUP or Ctrl-C to the launching process stop the sweep: `cli.entry` then calls
   `stopped`, which marks every job that did not finish (a job whose process is gone is
@@ -141,6 +143,14 @@ class FailedJobsCallback(Callback):
         except runlock.RunFolderBusy:
             print(f"error: sweep folder {folder} is in use by {runlock.owner(folder)}: wait for that sweep to end "
                   "(or stop it), or pick another hydra.sweep.dir", file=sys.stderr)
+            sys.exit(2)
+        earlier = job_folders(folder) if folder.is_dir() else {}
+        if earlier:
+            runlock.release(folder)
+            first = earlier[min(earlier)]
+            print(f"error: sweep folder {folder} holds {len(earlier)} job(s) of an earlier sweep ({first.name}, ...): "
+                  "its jobs would append to their files; pick another hydra.sweep.dir, or finish a stopped job with "
+                  f"python run.py resume=true hydra.run.dir=<job folder>", file=sys.stderr)
             sys.exit(2)
         CURRENT.folder, CURRENT.started = folder, time.time() - 1.0  # file times can be coarse
         CURRENT.planned = basic_plan(config)

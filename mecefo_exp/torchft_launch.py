@@ -17,6 +17,11 @@ watches them:
   the survivors go on without it and ask for its next process. A launcher started again on
   that machine (by SLURM, or by hand with the same command) finds the run under way in the
   store and starts only the processes the survivors asked for;
+- a replacement that dies before it joined (killed while it starts or heals) is noted in the
+  store (`exited/<w>/<n>`; a launcher started again notes its predecessor's processes), and the
+  survivors ask for the next one;
+- a worker asked for again while its old process is still there (hung: it missed the quorums)
+  has that process killed first;
 - a worker that exits with an error ends the run.
 
 How the run ended reaches every launcher through the store's `end` key (the first launcher to
@@ -55,6 +60,9 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.05
 STOP_GRACE_S = 10.0  # SIGTERM, then this long to write the record, then SIGKILL
+#: a process the survivors replaced but still running gets this long to end by itself (a worker
+#: failing writes its record first) before it is taken for hung and killed
+STALE_GRACE_S = STOP_GRACE_S
 ALIVE_EVERY_S = 1.0  # each launcher says it is alive this often (machine 0 waits only for live ones)
 LEFT_WAIT_S = 60.0  # at the end, machine 0 waits at most this long for the other launchers to leave
 #: settings that differ between the launchers of one run (everything else must be machine 0's)
@@ -94,6 +102,7 @@ class Launcher:
         self.started_lighthouse = False
         self.rejoined = False  # a launcher started again on a run under way
         self._alive_at = 0.0
+        self.stale_since: Dict[int, float] = {}  # worker -> when a newer incarnation was asked while its process ran
 
     @property
     def tag(self) -> str:
@@ -129,13 +138,21 @@ class Launcher:
                 raise WorkerFailed(f"machine {self.machine}: cannot reach machine 0's coordination store at "
                                    f"cluster.coordinator={c.coordinator} ({' '.join(str(e).split())[:200]})") from None
             self._check_same_settings()
-        for w in self.mine:  # a launcher started again: the run is under way, its workers ran before
-            if self.store.check([f"launched/{w}"]):
-                self.incarnation[w] = int(self.store.get(f"launched/{w}").decode())
-                self.rejoined = True
+        self.adopt_run_under_way()
         log.info("%s: lighthouse %s%s, coordination store %s, workers %s%s, logs in %s", self.tag,
                  self.lighthouse_address, " (started for this run)" if self.lighthouse else "", self.store_address,
                  self.mine, " (joining the run under way)" if self.rejoined else "", self.run_dir / "torchft")
+
+    def adopt_run_under_way(self) -> None:
+        """A launcher started again on its machine: its workers ran before (`launched/<w>`), and
+        those processes died with the machine. Survivors still waiting for one of them (it was
+        healing when the machine died again) learn so from `exited/<w>/<n>` and ask for the next
+        one, which this launcher starts; otherwise they would wait for it forever."""
+        for w in self.mine:
+            if self.store.check([f"launched/{w}"]):
+                self.incarnation[w] = int(self.store.get(f"launched/{w}").decode())
+                self.rejoined = True
+                self.store.set(f"exited/{w}/{self.incarnation[w]}", repr(time.time()))
 
     def _check_same_settings(self) -> None:
         """A machine's launcher must run machine 0's run: the same settings but its own place."""
@@ -167,6 +184,16 @@ class Launcher:
             log.info("%s: worker %d started again (process %d, incarnation %d)", self.tag, w, self.procs[w].pid,
                      incarnation)
 
+    def kill_stale(self, w: int, wanted: int) -> None:
+        """The survivors gave up on worker w's process and want a new one, but the old one is still
+        there: hung (stopped, deadlocked) or cut off, it missed their quorums. It cannot rejoin as what
+        it was, and it holds w's place: it is killed before the new one starts."""
+        p = self.procs.pop(w)
+        log.warning("%s: worker %d's process %d (incarnation %d) is still there but out of the run (hung?): "
+                    "killed, incarnation %d replaces it", self.tag, w, p.pid, self.incarnation[w], wanted)
+        p.kill()  # SIGKILL: a stopped process ignores everything else
+        p.wait()
+
     def end(self) -> Optional[dict]:
         """How the run ended, once some launcher has said so."""
         return json.loads(self.store.get("end").decode()) if self.store.check(["end"]) else None
@@ -195,6 +222,7 @@ class Launcher:
                 if rc is None:
                     continue
                 del self.procs[w]
+                self.stale_since.pop(w, None)
                 planned = self.store.check([f"killed/{w}/{self.incarnation[w]}"])
                 if rc == 0:  # a worker ends only when the run is done
                     self.announce_end("ok")
@@ -203,13 +231,24 @@ class Launcher:
                     if not planned:
                         log.warning("%s: worker %d was SIGKILLed from outside: a real fault, the others go on",
                                     self.tag, w)
+                        # the survivors may be waiting for this very process (it was healing): they
+                        # ask for the next one when they read this
+                        self.store.set(f"exited/{w}/{self.incarnation[w]}", repr(time.time()))
                     continue
                 raise WorkerFailed(f"worker {w} exited with code {rc} (its log: {self.run_dir}/torchft/worker-{w}.log)")
             for w in self.mine:
-                if w in self.procs or not self.store.check([f"restart/{w}"]):
+                if not self.store.check([f"restart/{w}"]):
                     continue
                 wanted = int(self.store.get(f"restart/{w}").decode())
                 if wanted > self.incarnation[w]:
+                    if w in self.procs:
+                        # it may be on its way out (an error, a signal: its record first), which the poll
+                        # above then reports as such; only one still there after the grace is stale
+                        noticed = self.stale_since.setdefault(w, now)
+                        if now - noticed < STALE_GRACE_S:
+                            continue
+                        self.kill_stale(w, wanted)
+                    self.stale_since.pop(w, None)
                     self.start_worker(w, wanted)
             time.sleep(POLL_S)
 
@@ -364,6 +403,9 @@ def worker_main() -> int:
         Experiment(cfg, run_dir).run()
     except Terminated as e:
         return 128 + e.signum
+    except BaseException:  # summary.json names this worker's log: the traceback belongs there, not only on a console
+        logging.getLogger(__name__).exception("worker %d (process %d) failed", worker, os.getpid())
+        raise
     return 0
 
 

@@ -409,3 +409,14 @@ def test_every_registered_method_has_a_style_and_a_place_in_the_order():
     assert sorted(METHOD_ORDER) == sorted(REGISTRY) and len(set(METHOD_ORDER)) == len(METHOD_ORDER)
     assert len({s.colour for s in STYLES.values()}) == len(STYLES)  # no two methods share a colour
     assert len({s.marker for s in STYLES.values()}) == len(STYLES)
+
+
+def test_one_label_given_to_two_folders_is_one_line_not_a_merge(tmp_path, capsys):
+    """`--label a=X --label a=Y` used to collect both folders under one label, averaging two sweeps
+    as seeds of one configuration; it is refused, naming the label and the folder it already has."""
+    from analysis.collect import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--label", f"a={tmp_path / 'x'}", "--label", f"a={tmp_path / 'y'}", "--out", str(tmp_path / "out")])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("python -m analysis.collect: error")]
+    assert e.value.code == 2 and len(err) == 1 and "the label 'a' already names" in err[0], err

@@ -175,3 +175,50 @@ def test_no_failures_and_a_missing_trace_file():
     f = failure_cfg("failure=trace", "failure.path=/nonexistent/trace.csv")
     with pytest.raises(TraceError, match="no such file"):
         make_trace(f, 8, 0.01, 300, 0)
+
+
+# ------------------------------------------------------------------ bounded in bytes
+def test_the_trace_budget_counts_every_worker_of_a_failed_unit():
+    """A server failure (unit_gpus=8) is eight events, eight objects: 1M unit events is 8M worker
+    events, ~1.8 GB, over the budget, and is refused before anything is drawn."""
+    from mecefo_exp.faults import MAX_TRACE_BYTES, TRACE_BYTES_PER_EVENT
+
+    f = failure_cfg("failure=llama3", "failure.unit_gpus=8", "failure.every_h=0.1")
+    step_s, units = 7.2454, 16384 // 8
+    rate = 1 / (16384 / 8 * 0.1 * 3600)
+    steps = int(1e6 / (2 * rate * units * f.horizon_factor * step_s))  # 1M unit events expected
+    assert 1e6 * 8 * TRACE_BYTES_PER_EVENT > MAX_TRACE_BYTES > 1e6 * TRACE_BYTES_PER_EVENT
+    with pytest.raises(TraceError, match=r"~8e\+06 events, ~1.76 GB at \d+ bytes each .* 2048 units of 8 workers"):
+        make_trace(f, 16384, step_s, steps, seed=0, real_time=True)
+
+
+@pytest.mark.slow  # draws 0.3M events in a subprocess (~5 s)
+def test_a_drawn_trace_takes_no_more_memory_per_event_than_its_budget_assumes():
+    """TRACE_BYTES_PER_EVENT is a measurement: the peak memory of drawing a trace, ordering it,
+    writing trace.csv and indexing its failures, per event, must stay under it."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    from mecefo_exp.faults import TRACE_BYTES_PER_EVENT
+
+    script = """
+import resource, sys, tempfile
+from pathlib import Path
+from conftest import compose_cfg
+from mecefo_exp.faults import make_trace
+f = compose_cfg(["failure=llama3", "failure.unit_gpus=8", "failure.every_h=3"]).failure
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+trace = make_trace(f, 16384, 7.2454, 643943, seed=0, real_time=True)
+with tempfile.TemporaryDirectory() as d:
+    trace.write_csv(Path(d) / "trace.csv")
+trace.next_failure_time()
+print(len(trace.events), (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+"""
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**__import__("os").environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    events, peak = map(int, out.stdout.split())
+    assert events > 300_000
+    print(f"\n{events} events: {peak / events:.0f} bytes per event at the peak (budget assumes {TRACE_BYTES_PER_EVENT})")
+    assert peak / events <= TRACE_BYTES_PER_EVENT

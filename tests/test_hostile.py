@@ -7,6 +7,7 @@ import os
 import pickle
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -92,7 +93,7 @@ def test_trace_times_that_overflow_after_scaling_are_refused(tmp_path):
         read_trace_csv(str(trace), 4, 3600.0)
 
 
-@pytest.mark.parametrize("override", ["experiment=debgu", "scenario=oobleck_artifact/bert"])
+@pytest.mark.parametrize("override", ["experiment=debgu", "scenario=oobleck_artifact/bert", "local=foo"])
 def test_an_unknown_preset_is_one_line_not_ignored(override, tmp_path):
     out = subprocess.run([sys.executable, "run.py", override, f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
@@ -114,15 +115,60 @@ def test_non_finite_settings_are_refused(override, says):
         validate(compose_cfg([override]))
 
 
+def test_a_non_finite_value_inside_a_dict_valued_setting_is_refused():
+    """A dict with number keys ({30: 1e400}) used to be skipped by the check, and the run ended
+    with sim_time_s: null."""
+    from conftest import compose_cfg
+
+    from mecefo_exp.config import ConfigError, validate
+
+    cfg = compose_cfg(["method=checkpoint", "method.restart_on=survivors", "++method.restart_s_by_nodes={30:1e400}"])
+    with pytest.raises(ConfigError, match=r"method\.restart_s_by_nodes\.30=inf: must be a finite number"):
+        validate(cfg)
+
+
 @pytest.mark.slow  # two runs in subprocesses (~8-20 s)
 def test_a_failure_rate_that_would_exhaust_memory_is_one_line_before_any_step(tmp_path):
     run_dir = tmp_path / "run"
     out = subprocess.run([sys.executable, "run.py", *MICRO, "failure=poisson", "failure.mtbf=1e-7", "failure.mttr=1",
                           f"hydra.run.dir={run_dir}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     lines = [ln for ln in out.stderr.splitlines() if ln.strip() and not ln.startswith("[")]
-    assert out.returncode == 2 and len(lines) == 1 and "at most 5,000,000" in lines[0], out.stderr[-2000:]
+    assert out.returncode == 2 and len(lines) == 1 and "at most 1 GB" in lines[0], out.stderr[-2000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed" and not (run_dir / "metrics.jsonl").read_text()  # not one step
+
+
+@pytest.mark.slow  # a frontier run's start in a subprocess (~7 s here, FLOP counts cached)
+def test_a_frontier_trace_over_the_memory_budget_is_one_line_within_seconds_under_2_gb(tmp_path):
+    """Llama 3 405B at 100x its failure rate: 4.3M server failures, 34.6M worker events (~7.6 GB
+    drawn). Under a 2 GB address-space limit the run says so in one line and exits 2, before it
+    draws anything (it used to reach 5.25 GB and die of MemoryError)."""
+    import shutil
+
+    if shutil.which("prlimit") is None:
+        pytest.skip("needs prlimit (util-linux)")
+    run_dir = tmp_path / "run"
+    started = time.time()
+    out = subprocess.run(["prlimit", "--as=2000000000", sys.executable, "run.py", "experiment=llama3_405b",
+                          "method=mecefo", "failure.every_h=0.03", f"hydra.run.dir={run_dir}"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    seconds = time.time() - started
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip() and not ln.startswith("[")]
+    assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]
+    assert "~3.46e+07 events" in lines[0] and "at most 1 GB" in lines[0], lines[0]
+    assert seconds < 60, seconds
+
+
+@pytest.mark.slow  # a run in a subprocess (~10 s)
+def test_a_diverged_loss_is_one_line_on_the_console_and_its_traceback_in_the_log(tmp_path):
+    run_dir = tmp_path / "run"
+    out = subprocess.run([sys.executable, "run.py", *MICRO, "method=checkpoint", "failure=none", "trainer.lr=1e30",
+                          "trainer.warmup_steps=1", f"hydra.run.dir={run_dir}"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip() and not ln.startswith("[")]
+    assert out.returncode == 1 and len(lines) == 1, out.stderr[-2000:]
+    assert lines[0].startswith("failed: step 1: the training loss is nan") and str(run_dir) in lines[0], lines[0]
+    assert "Traceback" in (run_dir / "run.log").read_text()
 
 
 def test_a_diverged_loss_ends_the_run_failed_at_its_step(run_exp, tmp_path):
@@ -359,3 +405,14 @@ def test_a_refused_resume_leaves_the_folders_record_as_it_was(tmp_path):
     assert [line for line in out.stderr.splitlines() if line.strip()] == [
         f"config error: resume=true: no checkpoint in {run_dir} can be loaded (2 tried)"]
     assert files() == before
+
+
+@pytest.mark.slow  # run.py in a subprocess (~5 s)
+def test_a_file_given_as_the_run_folder_is_one_line(tmp_path):
+    where = tmp_path / "a_file"
+    where.write_text("not a folder")
+    out = subprocess.run([sys.executable, "run.py", *MICRO, f"hydra.run.dir={where}"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == 2 and len(lines) == 1 and "cannot hold a run: File exists" in lines[0], out.stderr[-2000:]
+    assert where.read_text() == "not a folder"

@@ -51,3 +51,19 @@ def test_the_cell_sweeper_composes_one_job_per_new_override_before_launching():
     picked = representatives(jobs)
     assert {o for job in picked for o in job} == {o for job in jobs for o in job}  # every key=value is checked
     assert len(picked) == 5 and picked[0] == jobs[0]  # 12 jobs, 7 values: 5 compositions
+
+
+@pytest.mark.slow  # two sweeps in subprocesses (~20 s)
+def test_a_sweep_into_a_folder_holding_an_earlier_sweeps_jobs_is_refused_in_one_line(tmp_path):
+    """A second sweep into a used folder used to append to the first one's job files (its steps
+    twice over, an ok record); it is refused, saying how to finish a stopped job, and touches nothing."""
+    cmd = [sys.executable, "run.py", "-m", *FAST, "method=checkpoint", "failure=none", f"hydra.sweep.dir={tmp_path}/sweep"]
+    first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    (job,) = [p.parent for p in _summaries(tmp_path / "sweep")]
+    before = (job / "metrics.jsonl").read_text()
+    again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in again.stderr.splitlines() if ln.strip()]
+    assert again.returncode == 2 and len(lines) == 1, again.stderr[-2000:]
+    assert "holds 1 job(s) of an earlier sweep" in lines[0] and "resume=true" in lines[0], lines[0]
+    assert (job / "metrics.jsonl").read_text() == before

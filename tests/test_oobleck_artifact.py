@@ -153,6 +153,20 @@ def test_node_trace_refusals_name_the_row(tmp_path):
     refused([(5, "add", "a"), (5, "add", "b")], 2, "no node is added before the last row")
 
 
+def test_a_trace_whose_nodes_are_all_gone_before_the_job_starts_is_refused(tmp_path):
+    """Every node is removed before the first rendezvous completes (before it is usable, or after
+    it but during the start-up): the job would start with no node. It used to train hundreds of
+    steps against an ideal of 0 samples (MeCeFO) or crash dividing by zero (checkpoint)."""
+    for rows in ([(0, "add", "a"), (0, "add", "b"), (10, "remove", "a"), (20, "remove", "b"), (9_000_000, "add", "c")],
+                 [(0, "add", "a"), (1_500, "remove", "a"), (9_000_000, "add", "c")]):
+        with pytest.raises(TraceError, match="every node usable by the first rendezvous .* is removed before it") as e:
+            read_node_trace(str(trace_file(tmp_path, rows)), 2, ready_s=1.0, job_start_s=10.0)
+        assert "\n" not in str(e.value)
+    # one node left at the start is a job
+    rows = [(0, "add", "a"), (0, "add", "b"), (1_500, "remove", "a"), (9_000_000, "add", "c")]
+    assert read_node_trace(str(trace_file(tmp_path, rows)), 2, ready_s=1.0, job_start_s=10.0).initial_down == set()
+
+
 def test_an_out_of_memory_table_is_refused_in_one_line():
     cfg = compose_cfg(["scenario=oobleck_artifact/gpt3_2_7b", "method=bamboo"])
     with pytest.raises(ConfigError, match=r"method=bamboo cannot run here: hardware.tables.bamboo is 0 \(out of memory\)"):

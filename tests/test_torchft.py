@@ -1,6 +1,7 @@
 """cluster=torchft: real SIGKILLs, membership from torchft's quorum, heals from a live peer,
 the same losses as the simulated tier on the same trace, and nothing listening beyond loopback."""
 
+import contextlib
 import json
 import os
 import signal
@@ -165,6 +166,11 @@ def test_a_failing_worker_ends_the_run_and_leaves_no_process(tmp_path):
     assert launcher.returncode != 0
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed" and "exited with code" in summary["error"], summary.get("error")
+    # the launcher says it in one line, not in a traceback (the workers' own logs share the console)
+    out = out.decode()
+    said = [ln for ln in out.splitlines() if ln.startswith("failed: ")]
+    assert len(said) == 1 and said[0].startswith("failed: worker ") and "exited with code" in said[0], out[-3000:]
+    assert "WorkerFailed" not in out, out[-3000:]
     assert not worker_processes(run_dir), "a worker outlived the run"
     assert lighthouse_is_gone(summary["torchft"]["lighthouse"])
 
@@ -478,3 +484,159 @@ def test_a_machine_dying_inside_an_all_reduce_fails_it_at_once_on_every_survivor
                 p.kill()
         assert [rank for rank, _, _ in seen] == [0, 1], seen
         assert max(seconds for _, seconds, _ in seen) < 5, (trial, seen)
+
+
+def processes_of_worker(run_dir: Path, w: int):
+    return [pid for pid in worker_processes(run_dir) if worker_of(pid) == w]
+
+
+def wait_until(condition, what: str, launcher, timeout: float = 120):
+    deadline = time.time() + timeout
+    while not condition():
+        if time.time() > deadline or launcher.poll() is not None:
+            pytest.fail(f"{what}: not within {timeout:.0f} s (launcher exit code {launcher.poll()})")
+        time.sleep(0.05)
+
+
+def replay_on_the_simulated_tier(run_dir, tmp_path, run_exp, common):
+    """The torchft run's failures and rejoins as a trace for the simulated tier: each worker fails
+    at the boundary the survivors saw it at (just after it: a failure exactly on a boundary could
+    fall in the step before by a rounding of the clock) and is back inside the step before the
+    one it rejoined at. Returns the simulated run (summary, run folder)."""
+    events = read_jsonl(run_dir / "events.jsonl")
+    rows = {row["step"]: row["sim_time_s"] for row in read_jsonl(run_dir / "metrics.jsonl")}
+    trace = []
+    for e in events:
+        if e["kind"] == "fail":
+            trace.append((e["sim_time_s"] * (1 + 1e-12), e["worker"], "fail"))
+        elif e["kind"] == "recover":
+            trace.append(((rows[e["step"] - 2] + rows[e["step"] - 1]) / 2, e["worker"], "recover"))
+    path = tmp_path / "replayed.csv"
+    path.write_text("time,worker,event\n" + "".join(f"{t!r},{w},{kind}\n" for t, w, kind in sorted(trace)))
+    return run_exp(*common, "failure=trace", "failure.unit=seconds", f"failure.path={path}")
+
+
+def test_a_kill_a_kill_of_its_replacement_and_a_hung_worker_are_all_survived(run_exp, fixed_profile, tmp_path):
+    """Three real faults in one run, none of them planned by the trace: worker 1 is SIGKILLed; its
+    replacement is SIGKILLed too while it starts (before any quorum took it in: only the survivors
+    can ask for the next one); then worker 2 is stopped (SIGSTOP: alive, silent), so
+    the survivors drop it and the launcher must kill the stale process to start its replacement.
+    The run ends ok with every worker back, the lost replacement on record, and the losses of the
+    simulated tier with the same failures."""
+    prof = fixed_profile({"mb:mecefo[sa=1,rc=1,lr=1,r=8]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=8]": 0.016,
+                          "mecefo_svd[sa=1,rc=1,lr=1,r=8]": 0.004})
+    common = ["trainer.threads=1", "method=mecefo", "method.rank=8", "trainer.max_steps=420", "trainer.eval_every=0",
+              f"cluster.profile={prof}", f"cluster.n_workers={WORKERS}", "data.micro_batch=8", "data.seq_len=64"]
+    run_dir = tmp_path / "ft"
+    # a stopped worker holds its collective open: the survivors give up on it after quorum_timeout_s
+    launcher = subprocess.Popen(torchft_cmd(run_dir, *common, "failure=none", "cluster.quorum_timeout_s=20",
+                                            "cluster.join_timeout_ms=5000"),
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env())
+    stopped = None
+    try:
+        wait_until(lambda: steps_done(run_dir) >= 20, "20 steps", launcher, 180)
+        (first,) = processes_of_worker(run_dir, 1)
+        os.kill(first, signal.SIGKILL)
+        wait_until(lambda: [p for p in processes_of_worker(run_dir, 1) if p != first], "worker 1's replacement",
+                   launcher)
+        (second,) = [p for p in processes_of_worker(run_dir, 1) if p != first]
+        # while it starts (imports, model, Manager): before any quorum could take it in. Killed
+        # the moment it joins one, the survivors' group configuration waits quorum_timeout_s for it
+        # and the run has been seen to fail (docs/DESIGN.md, "Real faults on torchft")
+        os.kill(second, signal.SIGKILL)
+        wait_until(lambda: any(e["kind"] == "recover" and e["worker"] == 1 for e in read_jsonl(run_dir / "events.jsonl")),
+                   "worker 1 back", launcher, 180)
+        at = steps_done(run_dir)
+        wait_until(lambda: steps_done(run_dir) >= at + 10, "10 more steps", launcher, 60)
+        (stopped,) = processes_of_worker(run_dir, 2)
+        os.kill(stopped, signal.SIGSTOP)
+        out, _ = launcher.communicate(timeout=300)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        if stopped is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stopped, signal.SIGKILL)
+    assert launcher.returncode == 0, out[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["steps"] == 420
+    ft = summary["torchft"]
+    # worker 1: the first process, the replacement killed while it started, the one that healed;
+    # worker 2: the first process (stopped, then killed by the launcher) and its replacement
+    assert ft["processes_started"] == {"0": 1, "1": 3, "2": 2}
+    assert [(f["worker"], f["unplanned"]) for f in ft["failures"]] == [(1, True), (2, True)]
+    assert [(r["worker"], r["incarnation"]) for r in ft["restarts_lost"]] == [(1, 1)]
+    assert sorted(r["worker"] for r in ft["recoveries"]) == [1, 2]
+    events = read_jsonl(run_dir / "events.jsonl")
+    assert [(e["kind"], e["worker"]) for e in events if e["kind"] in ("fail", "recover", "restart_lost")] == [
+        ("fail", 1), ("restart_lost", 1), ("recover", 1), ("fail", 2), ("recover", 2)]
+    assert not worker_processes(run_dir) and lighthouse_is_gone(ft["lighthouse"])
+
+    simulated, local = replay_on_the_simulated_tier(run_dir, tmp_path, run_exp, common)
+    same = lambda rows: sorted((e["step"], e["kind"], e["worker"]) for e in rows
+                               if e["kind"] not in ("checkpoint", "uncommitted", "restart_lost"))
+    assert same(events) == same(read_jsonl(local / "events.jsonl"))
+    assert_same_losses(run_dir, local, summary, simulated, rel=2e-4)
+
+
+
+def test_a_machine_killed_again_while_its_workers_heal_comes_back_the_third_time(run_exp, fixed_profile, tmp_path):
+    """Two launchers of two workers each on this host. Machine 1 dies whole; its launcher is
+    started again, and the machine dies again while its new workers start and heal (before any
+    quorum took them in). Started a third time, its launcher notes that its predecessor's
+    processes are gone, the survivors ask for new ones, and they heal: the run ends ok with every
+    worker back and the losses of the simulated tier with the same failures."""
+    prof = fixed_profile({"mb:mecefo[sa=1,rc=1,lr=1,r=8]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=8]": 0.016,
+                          "mecefo_svd[sa=1,rc=1,lr=1,r=8]": 0.004})
+    common = ["trainer.threads=1", "method=oobleck", "trainer.max_steps=260", "trainer.eval_every=0",
+              f"cluster.profile={prof}", "cluster.n_workers=4", "data.micro_batch=8", "data.seq_len=64"]
+    run_dir, port = tmp_path / "ft", free_port()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+
+    def machine(m: int, attempt: int = 0):
+        cmd = torchft_cmd(run_dir, *common, "failure=none", "cluster.machines=2", f"cluster.machine_rank={m}",
+                          f"cluster.coordinator=127.0.0.1:{port}")
+        out = open(logs / f"machine{m}-{attempt}.log", "w")
+        return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env())
+
+    def kill_whole(launcher):
+        for pid in [launcher.pid, *children(launcher.pid)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        launcher.wait(timeout=30)
+
+    first, second = machine(0), machine(1)
+    again = third = None
+    try:
+        wait_for_steps(run_dir, 8, [first, second])
+        kill_whole(second)
+        wait_for_steps(run_dir, steps_done(run_dir) + 5, [first])
+        again = machine(1, attempt=1)
+        wait_until(lambda: len(children(again.pid)) == 2, "machine 1's new workers", again, 60)
+        time.sleep(1.0)  # they import and build; no quorum has taken them in yet
+        assert not any(e["kind"] == "recover" for e in read_jsonl(run_dir / "events.jsonl"))
+        kill_whole(again)
+        wait_for_steps(run_dir, steps_done(run_dir) + 5, [first])
+        third = machine(1, attempt=2)
+        assert first.wait(timeout=240) == 0, (logs / "machine0-0.log").read_text()[-3000:]
+        assert third.wait(timeout=60) == 0, (logs / "machine1-2.log").read_text()[-3000:]
+    finally:
+        for p in (first, second, again, third):
+            if p is not None and p.poll() is None:
+                p.kill()
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["steps"] == 260
+    ft = summary["torchft"]
+    assert ft["processes_started"] == {"0": 1, "1": 1, "2": 3, "3": 3}
+    assert [(f["worker"], f["unplanned"]) for f in ft["failures"]] == [(2, True), (3, True)]
+    assert sorted((r["worker"], r["incarnation"]) for r in ft["restarts_lost"]) == [(2, 1), (3, 1)]
+    assert sorted(r["worker"] for r in ft["recoveries"]) == [2, 3]
+    events = read_jsonl(run_dir / "events.jsonl")
+    assert not worker_processes(run_dir) and lighthouse_is_gone(ft["lighthouse"])
+    simulated, local = replay_on_the_simulated_tier(run_dir, tmp_path, run_exp, common)
+    same = lambda rows: sorted((e["step"], e["kind"], e["worker"]) for e in rows
+                               if e["kind"] not in ("checkpoint", "uncommitted", "restart_lost"))
+    assert same(events) == same(read_jsonl(local / "events.jsonl"))
+    assert_same_losses(run_dir, local, summary, simulated, rel=2e-4)

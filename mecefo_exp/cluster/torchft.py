@@ -40,6 +40,9 @@ coordination store below and the processes:
     restart/<w>      the incarnation of worker w the survivors want running
     killed/<w>/<n>   worker w's n-th process is about to SIGKILL itself (time): a planned death
     heal/<w>/<n>     what healing cost worker w's n-th process (json)
+    exited/<w>/<n>   worker w's n-th process died unplanned (time; its launcher writes it, or the
+                     launcher started again on its machine): one the survivors still wait for
+                     (it died healing) is asked for again
 
 and, for the launchers (one per machine, mecefo_exp/torchft_launch.py): `lighthouse`,
 `launched/<w>` (the newest incarnation of w started), `end` (how the run ended) and
@@ -88,6 +91,8 @@ def require_torchft() -> None:
 LOOPBACK = "127.0.0.1"
 #: how often a quorum is taken again when a peer died inside its membership all-reduce
 QUORUM_ATTEMPTS = 5
+#: how often a worker waiting for a restarted peer looks whether it is up, or died
+WAIT_POLL_S = 0.05
 
 
 def host_port(host: str, port: int) -> str:
@@ -296,7 +301,8 @@ class TorchftMembership:
         self.replacing: Set[int] = set()
         self.pending: List[dict] = []  # trace events the quorum has not shown yet, in trace order
         self.leader = 0
-        self.real: Dict[str, list] = {"failures": [], "recoveries": [], "spares": []}
+        # restarts_lost: processes asked for that died before they were in a quorum (healing)
+        self.real: Dict[str, list] = {"failures": [], "recoveries": [], "spares": [], "restarts_lost": []}
         self.manager = self._start_manager(lighthouse, cfg)
 
     # ------------------------------------------------------------ torchft
@@ -382,6 +388,10 @@ class TorchftMembership:
         if self.joining:
             healed = getattr(self, "_healed_bytes", None)
             if healed is None:
+                if self.manager.errored() is not None:  # the peer sending the state died: heal again
+                    log.warning("torchft: worker %d's heal failed (%s); quorum again", self.me,
+                                " ".join(str(self.manager.errored()).split())[:200])
+                    return None
                 raise RuntimeError(f"torchft: worker {self.me} rejoined without healing from a peer")
             me, n = self.me, self.incarnation[self.me]
             self.store.set(f"heal/{me}/{n}", json.dumps({
@@ -433,6 +443,7 @@ class TorchftMembership:
         if self.joining:
             self._ready()  # the peers wait for this before their quorum
         while True:
+            self._ask_again_for_lost_restarts()
             self._wait_for_restarts()
             late = [w for w, asked in self.awaiting.items()
                     if w not in self.replacing and time.time() - asked > self.restart_timeout_s]
@@ -450,16 +461,33 @@ class TorchftMembership:
                 log.info("worker %d is needed by the plan but down: starting a spare", w)
                 self._request_restart(w)
 
+    def _ask_again_for_lost_restarts(self) -> None:
+        """A process asked for that died before any quorum took it in (killed while it started
+        or healed, or its machine died again): nobody else would ask for the next one."""
+        for w in sorted(self.awaiting):
+            n = self.incarnation[w]
+            if not self.store.check([f"exited/{w}/{n}"]):
+                continue
+            lost = {"worker": w, "incarnation": n, "step": self.run.step,
+                    "died_at": float(self.store.get(f"exited/{w}/{n}").decode())}
+            self.real["restarts_lost"].append(lost)
+            self.run.event("restart_lost", w, {"membership": "torchft", **lost})
+            self._request_restart(w)
+
     def _wait_for_restarts(self) -> None:
-        waited = sorted(set(self.awaiting) - self.replacing)
-        keys = [f"ready/{w}/{self.incarnation[w]}" for w in waited]
-        if not keys:
-            return
-        try:
-            self.store.wait(keys, datetime.timedelta(seconds=self.restart_timeout_s))
-        except Exception as e:  # the store's own timeout error names no worker
-            raise RuntimeError(f"torchft: restarted workers {waited} were not up within "
-                               f"cluster.restart_timeout_s={self.restart_timeout_s:g} s ({e})") from None
+        """Until every restarted worker the survivors wait for has its Manager up; one that dies
+        meanwhile is asked for again."""
+        while True:
+            down = [w for w in sorted(set(self.awaiting) - self.replacing)
+                    if not self.store.check([f"ready/{w}/{self.incarnation[w]}"])]
+            if not down:
+                return
+            late = [w for w in down if time.time() - self.awaiting[w] > self.restart_timeout_s]
+            if late:
+                raise RuntimeError(f"torchft: restarted workers {late} were not up within "
+                                   f"cluster.restart_timeout_s={self.restart_timeout_s:g} s")
+            time.sleep(WAIT_POLL_S)
+            self._ask_again_for_lost_restarts()
 
     def _apply(self, quorum: Set[int]) -> None:
         if self.leader not in quorum:  # the writer died: the lowest live worker takes the record over

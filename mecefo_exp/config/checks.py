@@ -26,14 +26,21 @@ def _check_interval(key: str, value: Any) -> None:
 
 def _check_finite(node: Any, prefix: str = "") -> None:
     """No setting is NaN or infinite: such a value passes every bound test and then misbehaves."""
-    from omegaconf import DictConfig, OmegaConf
+    from omegaconf import DictConfig, ListConfig, OmegaConf
 
-    for key in node:
-        value = OmegaConf.select(node, str(key), throw_on_missing=False) if isinstance(node, DictConfig) else node[key]
-        if isinstance(value, DictConfig):
-            _check_finite(value, f"{prefix}{key}.")
+    # a dict-valued setting may have keys that are not strings ({30: 1e400}), which select() cannot
+    # name; a list's items are checked as well
+    items = enumerate(node) if isinstance(node, ListConfig) else ((key, None) for key in node)
+    for key, item in items:
+        if isinstance(node, ListConfig):
+            value, name = item, f"{prefix[:-1]}[{key}]"
+        else:
+            value = (OmegaConf.select(node, key, throw_on_missing=False) if isinstance(key, str) else node[key])
+            name = f"{prefix}{key}"
+        if isinstance(value, (DictConfig, ListConfig)):
+            _check_finite(value, f"{name}.")
         elif isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{prefix}{key}={value}: must be a finite number")
+            raise ConfigError(f"{name}={value}: must be a finite number")
 
 
 def validate(cfg: Any) -> None:

@@ -1,0 +1,104 @@
+"""TorchftMembership's decisions against a stand-in for torchft's Manager and the coordination
+store (fast: no processes). The real faults are in test_torchft.py (slow)."""
+
+import types
+
+import pytest
+import torch
+
+from mecefo_exp.cluster.torchft import TorchftMembership
+
+
+class Store:
+    def __init__(self):
+        self.keys = {}
+
+    def set(self, key, value):
+        self.keys[key] = value.encode() if isinstance(value, str) else value
+
+    def get(self, key):
+        return self.keys[key]
+
+    def check(self, keys):
+        return all(k in self.keys for k in keys)
+
+
+class Manager:
+    """A quorum of workers 1 and 2; the heal either fails (its peer died) or delivers the state."""
+
+    def __init__(self, membership, heals):
+        self.membership, self.heals, self.error = membership, list(heals), None
+
+    def start_quorum(self):
+        healed = self.heals.pop(0)
+        self.error = None if healed else RuntimeError("Connection closed by peer")
+        if healed:
+            self.membership._healed_bytes = 123
+
+    def errored(self):
+        return self.error
+
+    def allreduce(self, tensor, reduce_op=None):
+        tensor[2] = 1.0  # worker 2's one-hot: it is in the quorum too
+        return types.SimpleNamespace(wait=lambda: None)
+
+
+def joining_worker(heals):
+    m = object.__new__(TorchftMembership)
+    m.me, m.n, m.joining, m.group = 1, 3, True, None
+    m.incarnation = {0: 0, 1: 1, 2: 0}
+    m.store = Store()
+    m.run = types.SimpleNamespace(device=torch.device("cpu"))
+    m.manager = Manager(m, heals)
+    return m
+
+
+def test_a_heal_whose_peer_died_is_taken_again_not_a_worker_error():
+    """A restarted worker heals in its first quorum; the peer sending the state dies during it
+    (torchft reports the error and loads nothing). The worker takes the quorum again and heals
+    from a live peer: one worker's error would end the whole run."""
+    m = joining_worker(heals=[False, True])
+    assert m._quorum() == {1, 2}
+    assert not m.joining and "heal/1/1" in m.store.keys
+
+
+def test_a_quorum_that_healed_nothing_without_an_error_is_still_refused():
+    m = joining_worker(heals=[None])
+    m.manager.errored = lambda: None
+    with pytest.raises(RuntimeError, match="rejoined without healing"):
+        m._one_quorum()
+
+
+def test_a_replacement_that_died_before_any_quorum_is_asked_for_again_and_recorded():
+    """Worker 1's replacement (incarnation 1) died while it started or healed: its launcher (or the
+    launcher started again on its machine) wrote `exited/1/1`. The survivors ask for incarnation 2
+    and record the lost one; nobody else would."""
+    events = []
+    m = object.__new__(TorchftMembership)
+    m.incarnation, m.awaiting, m.store = {0: 0, 1: 1, 2: 0}, {1: 0.0}, Store()
+    m.real = {"restarts_lost": []}
+    m.run = types.SimpleNamespace(step=7, event=lambda kind, w, detail: events.append((kind, w)))
+    m.store.set("restart/1", "1")
+    m.store.set("exited/1/1", "5.0")
+    m._ask_again_for_lost_restarts()
+    assert m.store.get("restart/1") == b"2" and m.incarnation[1] == 2 and 1 in m.awaiting
+    assert m.real["restarts_lost"] == [{"worker": 1, "incarnation": 1, "step": 7, "died_at": 5.0}]
+    assert events == [("restart_lost", 1)]
+    m._ask_again_for_lost_restarts()  # incarnation 2 is alive: nothing more
+    assert m.incarnation[1] == 2 and len(events) == 1
+
+
+def test_a_launcher_started_again_says_its_predecessors_processes_are_gone():
+    """A machine died again while its restarted workers healed; its launcher, started a third time,
+    finds their incarnations in the store and says they exited, so that the survivors ask for new
+    ones (it starts what they ask for)."""
+    from mecefo_exp.torchft_launch import Launcher
+
+    launcher = object.__new__(Launcher)
+    launcher.mine, launcher.rejoined, launcher.store = [2, 3], False, Store()
+    launcher.incarnation = {2: -1, 3: -1}
+    launcher.store.set("launched/2", "1")
+    launcher.store.set("launched/3", "1")
+    launcher.adopt_run_under_way()
+    assert launcher.rejoined and launcher.incarnation == {2: 1, 3: 1}
+    assert launcher.store.check(["exited/2/1", "exited/3/1"])
