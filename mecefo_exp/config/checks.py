@@ -70,7 +70,7 @@ def validate(cfg: Any) -> None:
            "cluster.n_workers=N ...; without torchrun use cluster=local")
     _check(c.n_workers <= MAX_WORKERS,
            f"cluster.n_workers={c.n_workers}: must be in 1..{MAX_WORKERS:,} (the largest cluster measured; a run's "
-           "memory and time grow with its failures, about 250 bytes and 50 us an event here)")
+           "memory and time grow with its failures, about 250 bytes and 20-100 us an event here)")
     _check(c.profile_repeats >= 1 and c.profile_warmup >= 0,
            f"cluster.profile_repeats={c.profile_repeats}, profile_warmup={c.profile_warmup}: need repeats >= 1, warmup >= 0")
     _check(len(t.betas) == 2 and all(0.0 <= b < 1.0 for b in t.betas),
