@@ -131,7 +131,7 @@ def _job(cfg: DictConfig, run_dir: Path):
     log.info("run folder %s; after a crash or kill -9 continue it with:  %s", run_dir,
              resume_command(run_dir, program=_program()))
     from .trainer import Experiment  # torch and transformers load only for a valid config
-    from .training import NonFiniteLoss
+    from .plan import NonFiniteLoss
 
     # ends a run can meet and its record explains: one line here, the traceback in the run's log file
     anticipated: tuple = (NonFiniteLoss,)

@@ -3,6 +3,8 @@
 A micro-batch is named by its `Sample` (step, owner): the worker whose share of the global
 batch it is. The cluster reads it from the sample stream whoever computes it.
 A `Mode` says how a micro-batch is computed and which parameters its gradient reaches.
+`NonFiniteLoss` and `StepNotCommitted` are the two ways a step's result does not count (here, a
+leaf without tensors, so that the command line can name them without loading torch).
 """
 
 from __future__ import annotations
@@ -138,6 +140,10 @@ class FailureFreePlan(SparsePlan):
 
     def __init__(self, step: int, n: int):
         super().__init__(step, n)
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss is NaN or infinite: the run ends `failed` at this step instead of training on garbage."""
 
 
 class StepNotCommitted(RuntimeError):

@@ -23,15 +23,9 @@ from .config import ConfigError, plain
 from .data import SampleStream, load_corpus, validation_blocks
 from .model import build_model, count_parameters
 from .optim import lr_factor, make_optimizer, make_scheduler
-from .plan import StepNotCommitted
+from .plan import NonFiniteLoss, StepNotCommitted
 
 log = logging.getLogger(__name__)
-
-
-class NonFiniteLoss(RuntimeError):
-    """The loss is NaN or infinite: the run ends `failed` at this step instead of training on garbage."""
-
-
 
 
 def pick_device(name: str) -> torch.device:
