@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: setup run test test-slow test-crash test-torchft bench bench-gpu figures paper-mini paper-table2 paper-table3 oobleck-artifact results notebook clean
+.PHONY: setup run test test-slow test-crash test-fingerprints test-torchft bench bench-gpu figures paper-mini paper-table2 paper-table3 oobleck-artifact results notebook clean
 
 setup: $(VENV)/.installed .cache/corpus/lee_background.cor .cache/data/default-corpus.txt
 
@@ -40,6 +40,10 @@ test-slow: setup
 # the crash and torchrun tests: kill -9 and resume, torchrun on one and on two "machines" (~4 min here)
 test-crash: setup
 	$(PY) -m pytest -q -m slow tests/test_resume.py tests/test_torchrun.py
+
+# the published studies' fingerprints that count the FLOPs of many shapes (~50 s in a fresh clone)
+test-fingerprints: setup
+	$(PY) -m pytest -q -m slow tests/test_published.py
 
 # cluster=torchft: installs the optional torchft, then its tests (real SIGKILLs; one and two launchers, ~13 min here)
 test-torchft: setup
