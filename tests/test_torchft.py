@@ -267,6 +267,28 @@ def children(pid: int):
     return found
 
 
+def two_machines(tmp_path, fixed_profile, method: str, steps: int):
+    """Two launchers of two workers each on this host (machine 0 and 1 of one run): the runs' common
+    arguments, the run folder, the logs folder, a starter of machine m's launcher (its attempt-th
+    start logs to machine<m>-<attempt>.log) and the coordination store's port."""
+    prof = fixed_profile({"mb:mecefo[sa=1,rc=1,lr=1,r=8]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=8]": 0.016,
+                          "mecefo_svd[sa=1,rc=1,lr=1,r=8]": 0.004})
+    common = ["trainer.threads=1", f"method={method}", f"trainer.max_steps={steps}", "trainer.eval_every=0",
+              f"cluster.profile={prof}", "cluster.n_workers=4", "data.micro_batch=8", "data.seq_len=64"] + (
+                  ["method.rank=8"] if method == "mecefo" else [])
+    run_dir, port = tmp_path / "ft", free_port()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+
+    def machine(m: int, attempt: int = 0):
+        cmd = torchft_cmd(run_dir, *common, "failure=none", "cluster.machines=2", f"cluster.machine_rank={m}",
+                          f"cluster.coordinator=127.0.0.1:{port}")
+        out = open(logs / f"machine{m}-{attempt}.log", "w")
+        return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env())
+
+    return common, run_dir, logs, machine, port
+
+
 @pytest.mark.parametrize("method", ["mecefo", "oobleck"])
 def test_two_machines_one_killed_with_its_launcher_go_on_in_place_and_match_the_simulated_tier(
         method, run_exp, fixed_profile, tmp_path):
@@ -277,19 +299,7 @@ def test_two_machines_one_killed_with_its_launcher_go_on_in_place_and_match_the_
     workers heal from live peers. Replayed on the simulated tier (a trace with both workers
     failing at the step the survivors saw it and back at the steps they rejoined), the losses
     are the same. Nothing is left running."""
-    prof = fixed_profile({"mb:mecefo[sa=1,rc=1,lr=1,r=8]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=8]": 0.016,
-                          "mecefo_svd[sa=1,rc=1,lr=1,r=8]": 0.004})
-    common = ["trainer.threads=1", f"method={method}", "trainer.max_steps=200", "trainer.eval_every=0",
-              f"cluster.profile={prof}", "cluster.n_workers=4", "data.micro_batch=8", "data.seq_len=64"] + (["method.rank=8"] if method == "mecefo" else [])
-    run_dir, port = tmp_path / "ft", free_port()
-    logs = tmp_path / "logs"
-    logs.mkdir()
-
-    def machine(m: int, attempt: int = 0):
-        cmd = torchft_cmd(run_dir, *common, "failure=none", "cluster.machines=2", f"cluster.machine_rank={m}",
-                          f"cluster.coordinator=127.0.0.1:{port}")
-        out = open(logs / f"machine{m}-{attempt}.log", "w")
-        return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env())
+    common, run_dir, logs, machine, port = two_machines(tmp_path, fixed_profile, method, steps=200)
 
     first, second = machine(0), machine(1)
     replacement = None
@@ -498,6 +508,16 @@ def wait_until(condition, what: str, launcher, timeout: float = 120):
         time.sleep(0.05)
 
 
+def same_events_and_losses_as_the_simulated_tier(run_dir, tmp_path, run_exp, common, summary, events):
+    """The run's failures replayed on the simulated tier: the same membership events at the same
+    steps (a lost replacement has no counterpart there) and the same losses within gloo's sums."""
+    simulated, local = replay_on_the_simulated_tier(run_dir, tmp_path, run_exp, common)
+    same = lambda rows: sorted((e["step"], e["kind"], e["worker"]) for e in rows
+                               if e["kind"] not in ("checkpoint", "uncommitted", "restart_lost"))
+    assert same(events) == same(read_jsonl(local / "events.jsonl"))
+    assert_same_losses(run_dir, local, summary, simulated, rel=2e-4)
+
+
 def replay_on_the_simulated_tier(run_dir, tmp_path, run_exp, common):
     """The torchft run's failures and rejoins as a trace for the simulated tier: each worker fails
     at the boundary the survivors saw it at (just after it: a failure exactly on a boundary could
@@ -572,11 +592,7 @@ def test_a_kill_a_kill_of_its_replacement_and_a_hung_worker_are_all_survived(run
         ("fail", 1), ("restart_lost", 1), ("recover", 1), ("fail", 2), ("recover", 2)]
     assert not worker_processes(run_dir) and lighthouse_is_gone(ft["lighthouse"])
 
-    simulated, local = replay_on_the_simulated_tier(run_dir, tmp_path, run_exp, common)
-    same = lambda rows: sorted((e["step"], e["kind"], e["worker"]) for e in rows
-                               if e["kind"] not in ("checkpoint", "uncommitted", "restart_lost"))
-    assert same(events) == same(read_jsonl(local / "events.jsonl"))
-    assert_same_losses(run_dir, local, summary, simulated, rel=2e-4)
+    same_events_and_losses_as_the_simulated_tier(run_dir, tmp_path, run_exp, common, summary, events)
 
 
 
@@ -586,19 +602,7 @@ def test_a_machine_killed_again_while_its_workers_heal_comes_back_the_third_time
     quorum took them in). Started a third time, its launcher notes that its predecessor's
     processes are gone, the survivors ask for new ones, and they heal: the run ends ok with every
     worker back and the losses of the simulated tier with the same failures."""
-    prof = fixed_profile({"mb:mecefo[sa=1,rc=1,lr=1,r=8]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=8]": 0.016,
-                          "mecefo_svd[sa=1,rc=1,lr=1,r=8]": 0.004})
-    common = ["trainer.threads=1", "method=oobleck", "trainer.max_steps=260", "trainer.eval_every=0",
-              f"cluster.profile={prof}", "cluster.n_workers=4", "data.micro_batch=8", "data.seq_len=64"]
-    run_dir, port = tmp_path / "ft", free_port()
-    logs = tmp_path / "logs"
-    logs.mkdir()
-
-    def machine(m: int, attempt: int = 0):
-        cmd = torchft_cmd(run_dir, *common, "failure=none", "cluster.machines=2", f"cluster.machine_rank={m}",
-                          f"cluster.coordinator=127.0.0.1:{port}")
-        out = open(logs / f"machine{m}-{attempt}.log", "w")
-        return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env())
+    common, run_dir, logs, machine, _ = two_machines(tmp_path, fixed_profile, "oobleck", steps=260)
 
     def kill_whole(launcher):
         for pid in [launcher.pid, *children(launcher.pid)]:
@@ -635,8 +639,4 @@ def test_a_machine_killed_again_while_its_workers_heal_comes_back_the_third_time
     assert sorted(r["worker"] for r in ft["recoveries"]) == [2, 3]
     events = read_jsonl(run_dir / "events.jsonl")
     assert not worker_processes(run_dir) and lighthouse_is_gone(ft["lighthouse"])
-    simulated, local = replay_on_the_simulated_tier(run_dir, tmp_path, run_exp, common)
-    same = lambda rows: sorted((e["step"], e["kind"], e["worker"]) for e in rows
-                               if e["kind"] not in ("checkpoint", "uncommitted", "restart_lost"))
-    assert same(events) == same(read_jsonl(local / "events.jsonl"))
-    assert_same_losses(run_dir, local, summary, simulated, rel=2e-4)
+    same_events_and_losses_as_the_simulated_tier(run_dir, tmp_path, run_exp, common, summary, events)
