@@ -21,13 +21,14 @@ slots) and plan over it. The timeouts themselves (`RendezvousTimeouts`) are also
 
 from __future__ import annotations
 
+import abc
 from typing import List, Optional, Tuple
 
 from ..plan import Plan
 from ..timing.clock import StepCost
 
 
-class RendezvousTimeouts:
+class RendezvousTimeouts(abc.ABC):
     """The artifact's rendezvous timeouts, as its three simulators fire them (V:1259-1298,
     O:1023-1081, B:1106-1160): none is ever cancelled; the timeouts due at one instant fire one by
     one in (time, kind) order; one that finds no rendezvous collecting forms nothing
@@ -79,18 +80,20 @@ class RendezvousTimeouts:
         return False
 
     # hooks for the subclass
+    @abc.abstractmethod
     def timeout_delay_s(self, kind: str, at: float) -> float:
         """The delay of a `kind` timeout armed at `at`."""
-        raise NotImplementedError
 
     def timed_out(self, due: float) -> None:
         """A timeout fired at `due` (before it completes or stops anything)."""
 
+    @abc.abstractmethod
     def found_no_rendezvous(self, due: float, kind: str) -> None:
-        raise NotImplementedError
+        """A `kind` timeout fired at `due` and found no rendezvous to complete."""
 
+    @abc.abstractmethod
     def rendezvous_complete(self, due: float, kind: str) -> None:
-        raise NotImplementedError
+        """A `kind` rendezvous completed at `due`: the system's new configuration."""
 
 
 class ArtifactRestarts(RendezvousTimeouts):
@@ -105,10 +108,10 @@ class ArtifactRestarts(RendezvousTimeouts):
         self.carry: Optional[float] = None  # seconds left of the step a removal did not stop
         self.ready: List[int] = []  # usable nodes not in the configuration: they join the next rendezvous
 
+    @abc.abstractmethod
     def rendezvous_delay_s(self, at: float) -> float:
         """The rendezvous time of a removal or ready node at `at`: the subclass's restart (Varuna) or
         re-formation (Oobleck) time."""
-        raise NotImplementedError
 
     def timeout_delay_s(self, kind: str, at: float) -> float:
         return self.rendezvous_delay_s(at)
