@@ -23,7 +23,8 @@ from .metrics import RunRecords, git_sha
 from .methods.base import Method
 from .methods.checkpointing import CheckpointStore
 from .tiers import LocalTier, build_tier
-from .timing import CostModel, SimClock, Timing
+from .timing import CostModel, SimClock, Timing, layout_shape
+from .timing.layout import LayoutShape
 from .faults import Trace
 
 log = logging.getLogger("mecefo_exp.trainer")  # one voice on the console: the trainer's
@@ -42,6 +43,7 @@ class Context:
     numerics: bool  # trainer.numerics
     cluster_cfg: object  # plain cluster settings (detection_s, restart_s, reconfigure_s, ...)
     model_cfg: object
+    placement: Optional[LayoutShape]  # where each GPU sits in a hybrid layout; None: pure data parallelism
     tier: LocalTier
     # ---- the parts, built by setup(); None until then
     records: Optional[RunRecords]
@@ -73,6 +75,7 @@ class Context:
         self.resume_every = cfg.trainer.resume_every
         self.cluster_cfg = plain(cfg.cluster)
         self.model_cfg = cfg.model
+        self.placement = layout_shape(cfg)
         self.tier = build_tier(cfg, self.run_dir)
         self.records = self.training = self.device = self.method = None
         self.timing = self.costs = self.trace = self.resume_store = self.progress = None

@@ -40,7 +40,7 @@ from .record import (clock_summary, identity, log_done, log_start, now_iso, reco
                      warn_if_memory_does_not_fit, window_summary)
 from .resume import previous_resumes, resume_from_folder
 from .signals import Terminated, signals_end_the_run, signals_held
-from .timing import CostModel, build_timing, layout_shape, state_bytes
+from .timing import CostModel, build_timing, state_bytes
 from .timing.clock import steps_ending_by, steps_starting_before
 from .plan import StepNotCommitted
 from .shape_only import ShapeOnlyState
@@ -136,12 +136,12 @@ class Experiment(Context):
         self.training.kernel_counts = self.timing.counts
         self.costs = CostModel(self.timing.profile, cfg.cluster, cfg.hardware, self.timing.n_params,
                                state_bytes=state_bytes(self.timing.n_params), modes=modes, max_steps=self.max_steps,
-                               method=cfg.method.name, shape=layout_shape(cfg))
+                               method=cfg.method.name, shape=self.placement)
         step_s = self.costs.failure_free_step(self.n_workers).total
         self.trace = make_trace(cfg.failure, self.n_workers, step_s, self.max_steps, cfg.seed, cfg.cluster.paper_run_h,
                                 real_time=self.costs.real_time, job_start_s=self.method.job_start_s())
-        if self.costs.shape is not None:
-            check_whole_groups(self.trace, self.costs.shape.tp)
+        if self.placement is not None:
+            check_whole_groups(self.trace, self.placement.tp)
         # a resumed run keeps the files its first start wrote (it reads its own profile.json)
         if self.is_main and not (cfg.resume and (self.run_dir / "trace.csv").exists()):
             self.trace.write_csv(self.run_dir / "trace.csv")

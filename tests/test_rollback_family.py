@@ -14,7 +14,7 @@ import torch
 
 from conftest import MICRO, compose_cfg, losses_by_step, read_jsonl
 from mecefo_exp.config import validate
-from mecefo_exp.methods.baft import bubble_fraction
+from mecefo_exp.timing.steps import bubble_fraction
 from mecefo_exp.methods.reft import ShardedSnapshot, SnapshotLedger, UnrecoverableSnapshot, ledger_index, parity_layout
 
 # Small intervals so that 12 MICRO steps see several saves. REFT with two parity groups of

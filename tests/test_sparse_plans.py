@@ -67,7 +67,7 @@ def test_sparse_plans_equal_the_dense_ones_on_generated_cases(method, tmp_path, 
         assert list(plan.computing_workers) == computing, step
         if method == "bamboo" and not self.stages and self.layout is None and n_computing:  # the ring
             assert plan.degraded == any(len(items) > 1 for items in plan.work.values()), step
-            assert self.redundant_forward_s(plan) == dense_redundant_forward_s(self, plan), step
+            assert self.redundant_forward_s() == dense_redundant_forward_s(self, plan), step
             checked["forward"] += 1
         checked["plans"] += 1
         checked["degraded"] += bool(plan.degraded)

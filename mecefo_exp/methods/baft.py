@@ -25,28 +25,19 @@ from typing import Dict, Optional
 from .base import RollbackMethod, steps_before_multiple
 
 
-def bubble_fraction(stages: int, microbatches: int) -> float:
-    """Idle share of a 1F1B pipeline step: (p - 1) / (m + p - 1)."""
-    return (stages - 1) / (microbatches + stages - 1)
-
-
 class Baft(RollbackMethod):
     name = "baft"
     interval_key = "checkpoint_every"
 
     @property
-    def bubble_fraction(self) -> float:
-        costs = self.run.costs
-        if costs.shape is not None:  # a hybrid layout has a real pipeline: its own bubble
-            return costs.profile["layout:bubble"] / costs.failure_free_step(self.n).total
-        return bubble_fraction(self.cfg.stages, self.cfg.microbatches)
+    def bubble_s(self) -> float:
+        """Idle seconds per step: a hybrid layout's own bubble (each GPU writes its own shard in its
+        own stage's idle slots), else the modelled stages x microbatches 1F1B schedule's."""
+        return self.run.costs.bubble_s(self.cfg.stages, self.cfg.microbatches)
 
     @property
-    def bubble_s(self) -> float:
-        costs = self.run.costs
-        if costs.shape is not None:  # each GPU writes its own shard in its own stage's idle slots
-            return costs.profile["layout:bubble"]
-        return self.bubble_fraction * costs.failure_free_step(self.n).total
+    def bubble_fraction(self) -> float:
+        return self.bubble_s / self.run.costs.failure_free_step(self.n).total
 
     @property
     def checkpoint_charge_s(self) -> float:

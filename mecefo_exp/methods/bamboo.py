@@ -102,9 +102,9 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Tuple
 
 from ..timing.clock import StepCost, steps_ending_by
-from ..timing import layout as pipeline
+from ..timing.steps import Help, RedundantForward
 from ..plan import FORWARD, NORMAL, FailureFreePlan, Mode, Plan, Sample, SparsePlan, WorkItem
-from .base import InPlaceMethod, plan_step, resplit_plan
+from .base import InPlaceMethod, resplit_plan
 
 
 
@@ -121,7 +121,6 @@ class Bamboo(InPlaceMethod):
         self.degraded_steps = 0
         self.degraded_since_cover = 0  # degraded steps since the current cover began
         self.counts.update(neighbor_assignments=0, rebalances=0, survived_interruptions=0)
-        self.retired: set = set()  # hybrid layout: nodes down at the last re-formation (left out of it)
         self._reset_ring()
         self.stages: Optional[int] = cfg.get("pipeline_stages")  # None: the ring of all workers
         if self.stages:
@@ -137,12 +136,10 @@ class Bamboo(InPlaceMethod):
 
     @property
     def layout(self):
-        """The hybrid layout's shape (timing/layout.py), None in pure data parallelism."""
-        costs = getattr(self.run, "costs", None)
-        return None if costs is None else costs.shape
+        """Where each GPU sits in a hybrid layout (timing/layout.py), None in pure data parallelism."""
+        return self.run.placement
 
     def _reset_ring(self) -> None:
-        self.retired = set()
         # The ring is every worker but those left out at the last rebalance, in worker order. Kept
         # sparse so that an event costs the same whatever the number of workers: `load` names only
         # the members whose owners differ from their own micro-batch, `heavy` counts those with more.
@@ -277,7 +274,7 @@ class Bamboo(InPlaceMethod):
 
         def along(step: int) -> int:
             other = (gpu + step) % self.n
-            while other in self.retired and other != gpu:
+            while other in self.left_out and other != gpu:
                 other = (other + step) % self.n
             return other
 
@@ -288,7 +285,7 @@ class Bamboo(InPlaceMethod):
         if shadow == worker:
             self.fall_back(worker, {"reason": "no other node in its pipeline", "cover": dict(self.cover)})
             return
-        if {shadow, ward} & (self.down - self.retired):  # down, and not yet re-formed around
+        if {shadow, ward} & (self.down - self.left_out):  # down, and not yet re-formed around
             self.fall_back(worker, {"reason": "adjacent failures", "shadow": shadow, "ward": ward,
                                     "cover": dict(self.cover)})
             return
@@ -303,18 +300,18 @@ class Bamboo(InPlaceMethod):
         """Re-form the pipelines without the nodes down now: no cover left, their batch spread."""
         stall = self.run.costs.stall_s(self.cfg.rebalance_stall_s)
         self.run.clock.charge("stall", stall)
-        self.retired = set(self.down)
+        self.left_out = set(self.down)
         self.cover = {}
         self.cover_since = None
         self.degraded_since_cover = 0
         self.counts["rebalances"] += 1
         self.run.event("rebalance", workers[0] if workers else None,
-                       {"reason": reason, "workers": workers, "left_out": len(self.retired), "stall_s": stall})
+                       {"reason": reason, "workers": workers, "left_out": len(self.left_out), "stall_s": stall})
 
     def _layout_plan(self, step: int) -> Plan:
-        if not self.cover and not self.retired:
+        if not self.cover and not self.left_out:
             return FailureFreePlan(step, self.n)
-        cover, retired, down = dict(self.cover), set(self.retired), set(self.down)
+        cover, retired, down = dict(self.cover), set(self.left_out), set(self.down)
 
         def changes() -> Dict[int, List[WorkItem]]:  # made only when read: the clock needs the notes
             out = resplit_plan(step, self.n, retired).changes if retired else {w: [] for w in down}
@@ -322,20 +319,6 @@ class Bamboo(InPlaceMethod):
                 out[shadow] = out.get(shadow, [WorkItem(Sample(step, shadow))]) + [WorkItem(Sample(step, failed))]
             return out
         return SparsePlan(step, self.n, changes, degraded=True, notes={"cover": cover, "retired": len(retired)})
-
-    def _layout_step_cost(self, plan: Plan) -> StepCost:
-        costs = self.run.costs
-        kernels = costs.profile.kernels
-        rc = pipeline.redundant_forward_s(kernels) if self.cfg.mode == "eager" else 0.0
-        cover, retired = plan.notes.get("cover", {}), plan.notes.get("retired", 0)
-        factors = {}
-        for shadow in cover.values():
-            stage = self.layout.stage(shadow)
-            factors[stage] = pipeline.shadow_factor(kernels, stage)
-        cost = costs.layout_step(factors, share=self.n / (self.n - retired), ft_overhead=rc)
-        if self.credit and self.credit[0] == plan.step:
-            cost = _minus(cost, self.credit[1])
-        return cost
 
     # ------------------------------------------------------------ pipelines with spares
     def _form_pipelines(self, order: List[int]) -> None:
@@ -399,13 +382,12 @@ class Bamboo(InPlaceMethod):
         """The table's step, slowed while the fallback lasts; the step in flight when it began
         runs its remaining part slowed, a step begun slowed keeps its cost."""
         costs = self.run.costs
-        slow = (self.cfg.get("fallback_slowdown") or 2.0) if self.fallback_step is not None else 1.0
+        slowed = Help(slowdown=self.cfg.fallback_slowdown) if self.fallback_step is not None else None
+        # which slot helps does not matter to a table: the whole step is slowed
+        cost = costs.step(plan, helpers={-1: slowed} if slowed else None, slots=self.table_nodes)
         if not (self.credit and self.credit[0] == plan.step):
-            return costs.table_step(self.table_nodes, slow)
-        if self.fallback_step == plan.step:
-            left = max(0.0, costs.table.step_s(self.table_nodes) - self.credit[1])
-            return StepCost(compute=left, degraded_extra=(slow - 1.0) * left)
-        return _minus(costs.table_step(self.table_nodes, slow), self.credit[1])
+            return cost
+        return costs.rest_of_step(cost, self.credit[1], slowed if self.fallback_step == plan.step else None)
 
     def _rebalance(self, reason: str, worker: Optional[int]) -> None:
         stall = self.run.costs.stall_s(self.cfg.rebalance_stall_s)
@@ -437,20 +419,14 @@ class Bamboo(InPlaceMethod):
         return SparsePlan(step, self.n, changes, degraded=self.heavy > 0, n_computing=self.n - len(self.down),
                           notes={"cover": self.cover} if self.cover else {})
 
-    def redundant_forward_s(self, plan: Plan) -> float:
-        """How much the eager redundant forwards lengthen the step beyond the slowest planned worker."""
+    def _redundant(self) -> Optional[RedundantForward]:
+        """Eager mode: each computing worker w also runs the forwards of its ring predecessor p's
+        micro-batches (unless p is w or down). The cost depends only on (owners of p, owners of w),
+        so the pairs around the members with other loads and one pair of plain members (if any)
+        are all the clock needs, found without walking the ring."""
         if self.cfg.mode != "eager":
-            return 0.0
-        costs = self.run.costs
-        forward = costs.profile[FORWARD.kernel]
+            return None
         down = self.down
-
-        def worker_s(owners: int) -> float:
-            return costs.worker_s(("normal",) * owners)
-
-        # each computing worker w shadows its ring predecessor p (unless p is w or down): the term
-        # depends only on (owners of p, owners of w), so the pairs around the members with other
-        # loads and one pair of plain members (if any) give the maximum, without walking the ring
         pairs = set()
         for w, owners in self.load.items():
             if w in down:
@@ -460,16 +436,16 @@ class Bamboo(InPlaceMethod):
                 pairs.add((len(self._owners(pred)), len(owners)))
             if succ != w and succ not in down and self._owners(succ):
                 pairs.add((len(owners), len(self._owners(succ))))
-        plain = self._plain_pair()
-        if plain:
+        if self._plain_pair():
             pairs.add((1, 1))
         loaded = [len(o) for w, o in self.load.items() if w not in down]
         plain_members = self.n - len(down) - len(loaded)  # the left-out are down
-        slowest = worker_s(max(loaded + [1] * (plain_members > 0)))
-        extra = 0.0
-        for pred_owners, owners in sorted(pairs):
-            extra = max(extra, pred_owners * forward - (slowest - worker_s(owners)))
-        return extra
+        return RedundantForward(frozenset(pairs), max(loaded + [1] * (plain_members > 0)))
+
+    def redundant_forward_s(self) -> float:
+        """Seconds the redundant forwards add to a step now (the clock's answer; lazy mode: none)."""
+        redundant = self._redundant()
+        return 0.0 if redundant is None else self.run.costs.redundant_s(redundant)
 
     def _plain_pair(self) -> bool:
         """Whether some alive ring member with its own micro-batch only follows another such one.
@@ -484,30 +460,20 @@ class Bamboo(InPlaceMethod):
         return False
 
     def step_cost(self, plan: Plan) -> StepCost:
+        """Each shadow takes over its ward's part of the model (its micro-batches in the ring, its
+        stage in a pipeline); the job keeps every slot but those left out at the last re-formation;
+        eager mode adds the redundant forwards. The part of an interrupted step done before the
+        failure was done at the speed it started at (the clock says what is left)."""
         if self.stages:
             return self._pipeline_step_cost(plan)
-        if self.layout is not None:
-            return self._layout_step_cost(plan)
-        if self.run.costs.table is not None:
-            return self._table_step_cost(plan)
-        base = plan_step(self.run.costs, plan)
-        cost = StepCost(compute=base.compute, comm=base.comm, ft_overhead=self.redundant_forward_s(plan),
-                        degraded_extra=base.degraded_extra)
-        if self.credit and self.credit[0] == plan.step:
-            cost = _minus(cost, self.credit[1])
-        return cost
-
-    def _table_step_cost(self, plan: Plan) -> StepCost:
-        """The table's step at the last configuration's node count; slowed while covering. The
-        part of an interrupted step done before the failure ran at the speed it was started at;
-        what remains runs at the slowdown."""
-        slow = (self.cfg.get("fallback_slowdown") or 2.0) if self.cover else 1.0
         costs = self.run.costs
-        if not (self.credit and self.credit[0] == plan.step):
-            return costs.table_step(self.table_nodes, slow)
-        normal = costs.table.step_s(self.table_nodes)
-        left = max(0.0, normal - self.credit[1])
-        return StepCost(compute=left, degraded_extra=(slow - 1.0) * left)
+        shadow = Help(slowdown=self.cfg.fallback_slowdown)
+        cover = plan.notes.get("cover", {})
+        cost = costs.step(plan, helpers={s: shadow for s in cover.values()}, slots=self.n - len(self.left_out),
+                          redundant=self._redundant())
+        if self.credit and self.credit[0] == plan.step:
+            cost = costs.rest_of_step(cost, self.credit[1], shadow if cover else None)
+        return cost
 
     def interrupted(self, plan: Plan, elapsed: float) -> None:
         """The step survives the failure: what was done is booked to it, not lost.
@@ -567,7 +533,7 @@ class Bamboo(InPlaceMethod):
         out.update(self.counts)
         out.update(degraded_steps=self.degraded_steps, bamboo_mode=self.cfg.mode)
         if self.layout is not None:
-            out["redundant_forward_s"] = pipeline.redundant_forward_s(self.run.costs.profile.kernels)
+            out["redundant_forward_s"] = self.redundant_forward_s()
         return out
 
 
@@ -591,13 +557,3 @@ def _deal(n: int, down: set) -> Dict[int, List[int]]:
         target = min(alive, key=lambda w: (len(full[w]), (w - orphan) % n))
         full[target].append(orphan)
     return {w: owners for w, owners in full.items() if len(owners) > 1}
-
-
-def _minus(cost: StepCost, seconds: float) -> StepCost:
-    """`cost` less the part of it already spent (taken from compute first)."""
-    parts = cost.as_dict()
-    for cat in ("compute", "degraded_extra", "comm", "ft_overhead"):
-        take = min(parts[cat], seconds)
-        parts[cat] -= take
-        seconds -= take
-    return StepCost(**parts)

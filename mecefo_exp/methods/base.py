@@ -42,6 +42,7 @@ class RunContext(Protocol):
     numerics: bool
     cluster_cfg: Any  # plain cluster settings: detection_s, restart_s, reconfigure_s, ...
     model_cfg: Any
+    placement: Any  # where each GPU sits in a hybrid layout (timing.layout.LayoutShape); None: pure DP
     device: Any  # torch.device
     failure_units: int  # independent failure units (failure.unit_gpus workers each)
     # the live run
@@ -154,7 +155,7 @@ class Method:
     def step_cost(self, plan: Plan) -> StepCost:
         if isinstance(plan, FailureFreePlan):
             return self.run.costs.failure_free_step(self.n)
-        return plan_step(self.run.costs, plan)
+        return self.run.costs.step(plan)
 
     def interrupted(self, plan: Plan, elapsed: float) -> None:
         """A worker of `plan` failed `elapsed` seconds into the step: by default that work is lost."""
@@ -396,25 +397,6 @@ def resplit_plan(step: int, n: int, down: set) -> Plan:
         return changes
 
     return SparsePlan(step, n, deal, degraded=True, n_computing=n - len(down))
-
-
-def plan_step(costs, plan: Plan) -> StepCost:
-    """The clock's step for a plan, from the workers that differ from one normal micro-batch."""
-    return costs.step(plan.special_modes(), plan.first_normal_worker(), plan.n_computing)
-
-
-def resplit_cost(costs, n: int, plan: Plan) -> StepCost:
-    """A re-split step: the global batch spread evenly over the computing workers, each holding
-    n / alive micro-batches' worth (beyond one: degraded_extra); under a throughput table, the
-    table's step at the number of computing workers; in a hybrid layout, the pipeline part of the
-    step n / alive times longer (timing/layout.py)."""
-    alive = plan.n_computing
-    if costs.table is not None:
-        return costs.table_step(alive)
-    share = n / alive
-    if costs.layout is not None:  # pipelines re-formed over the GPUs left, the batch spread over them
-        return costs.layout_step({}, share=share)
-    return costs.synchronous_step(share * costs.profile["mb:normal"], share, alive)
 
 
 def neighbors_on_ring(worker: int, n: int, shape=None) -> Iterable[int]:

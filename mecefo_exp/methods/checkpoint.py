@@ -21,7 +21,7 @@ from typing import List, Optional
 from ..plan import Plan
 from ..throughput import entry_at
 from ..timing.clock import StepCost
-from .base import Method, RollbackMethod, admit_waiting, resplit_cost, resplit_plan
+from .base import Method, RollbackMethod, admit_waiting, resplit_plan
 
 
 class CheckpointRestart(RollbackMethod):
@@ -75,7 +75,7 @@ class CheckpointRestart(RollbackMethod):
         return super().plan(step)
 
     def step_cost(self, plan: Plan) -> StepCost:
-        return resplit_cost(self.run.costs, self.n, plan) if plan.degraded else super().step_cost(plan)
+        return self.run.costs.spread_step(self.n, plan.n_computing) if plan.degraded else super().step_cost(plan)
 
     def restart_s(self) -> float:
         if self.restart_by_nodes and self.nodes_at_restart is not None:

@@ -38,6 +38,7 @@ from typing import Dict, List, Optional, Set
 
 from ..projections import LowRankProjections, is_attention_parameter, svd_flops
 from ..timing.clock import StepCost
+from ..timing.steps import Help
 from ..plan import NORMAL, Mode, Plan, Sample, SparsePlan, WorkItem
 from .base import InPlaceMethod, neighbors_on_ring
 
@@ -136,7 +137,7 @@ class Mecefo(InPlaceMethod):
         ring down at once. Under independent failures that is about p_down ** (n // 2),
         which sets the Young/Daly interval of the fallback checkpoints (often: none)."""
         units = self.run.failure_units  # units of unit_gpus workers fail together
-        shape = self.run.costs.shape
+        shape = self.run.placement
         if shape is not None:  # a neighbour chain runs through one stage's slots, one per replica
             units = shape.dp
         return p_down ** max(1, units // 2)
@@ -170,7 +171,7 @@ class Mecefo(InPlaceMethod):
         ring that covers nobody yet. Only the uncovered are visited, so an event costs the same
         whatever the number of workers."""
         for failed in sorted(self.uncovered & self.down):
-            ring = neighbors_on_ring(failed, self.n, self.run.costs.shape)
+            ring = neighbors_on_ring(failed, self.n, self.run.placement)
             nb = next((k for k in ring if k not in self.down and k not in self.ward_of), None)
             if nb is None:  # the paper defers to system-level recovery
                 self.fall_back(failed, {"reason": "no eligible neighbour", "cover": dict(self.cover)})
@@ -207,26 +208,15 @@ class Mecefo(InPlaceMethod):
                           n_computing=self.n - len(self.down))
 
     def step_cost(self, plan: Plan) -> StepCost:
+        """Each neighbour runs its pair kernel (two approximate micro-batches in one pass) in place of
+        its own micro-batch; no node leaves the job; an SVD refresh is whole-model work of its step."""
         if not plan.degraded:
             return super().step_cost(plan)
-        costs, profile = self.run.costs, self.run.costs.profile
-        if costs.table is not None:  # no node leaves the job: all n workers' samples, the neighbours' pairs slower
-            return costs.table_step(self.n, slowdown=profile[f"neighbor_pair{self.tag}"] / profile["mb:normal"])
+        profile = self.run.costs.profile
+        pair = Help(kernel=f"neighbor_pair{self.tag}", microbatches=2)
         svd = profile[f"mecefo_svd{self.tag}"] if self._svd_step == plan.step else 0.0
-        if costs.shape is not None:
-            # a hybrid layout: the neighbour slot runs both replicas' micro-batches of its stage only,
-            # each pipeline slot `pair / normal` times longer; its SVD covers that stage's share of
-            # the FFN weights, split over the tensor-parallel group (assumption: 1 / (pp x tp) of the
-            # whole model's)
-            factor = profile[f"neighbor_pair{self.tag}"] / profile["mb:normal"]
-            stages = {costs.shape.stage(nb): factor for nb in plan.notes["cover"].values()}
-            return costs.layout_step(stages, ft_overhead=svd / (costs.shape.pp * costs.shape.tp))
-        # the slowest worker: a neighbour (its pair kernel: two approximate micro-batches) or, if
-        # any worker is not a neighbour, one normal micro-batch (counted, not walked)
-        slowest = (profile[f"neighbor_pair{self.tag}"], 2)
-        if plan.n_computing > len(plan.notes["cover"]):
-            slowest = max(slowest, (costs.worker_s(("normal",)), 1))
-        return costs.synchronous_step(slowest[0], slowest[1], plan.n_computing, ft_overhead=svd)
+        return self.run.costs.step(plan, helpers={nb: pair for nb in plan.notes["cover"].values()}, slots=self.n,
+                                   model_work_s=svd)
 
     def steady_steps(self, plan: Plan, step_s: float) -> Optional[int]:
         """Quiet until the next checkpoint and, while degraded, the next SVD refresh (a refresh

@@ -46,7 +46,7 @@ from typing import Dict, List
 
 from ..timing.clock import StepCost
 from ..plan import Plan
-from .base import InPlaceMethod, admit_waiting, resplit_cost, resplit_plan
+from .base import InPlaceMethod, admit_waiting, resplit_plan
 
 
 class Oobleck(InPlaceMethod):
@@ -119,7 +119,7 @@ class Oobleck(InPlaceMethod):
         return resplit_plan(step, self.n, self.down) if self.down else super().plan(step)
 
     def step_cost(self, plan: Plan) -> StepCost:
-        return resplit_cost(self.run.costs, self.n, plan) if plan.degraded else super().step_cost(plan)
+        return self.run.costs.spread_step(self.n, plan.n_computing) if plan.degraded else super().step_cost(plan)
 
     def book_steady(self, plan: Plan, count: int) -> None:
         if plan.degraded:

@@ -58,7 +58,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from .base import Method, RollbackMethod, admit_waiting, resplit_cost, resplit_plan, steps_before_multiple
+from .base import Method, RollbackMethod, admit_waiting, resplit_plan, steps_before_multiple
 
 
 class UnrecoverableSnapshot(RuntimeError):
@@ -439,7 +439,7 @@ class Reft(RollbackMethod):
         return super().plan(step)
 
     def step_cost(self, plan):
-        return resplit_cost(self.run.costs, self.n, plan) if self.running_without else super().step_cost(plan)
+        return self.run.costs.spread_step(self.n, plan.n_computing) if self.running_without else super().step_cost(plan)
 
     def state_dict(self) -> Dict[str, object]:
         # the snapshot lives in the workers' memory, not on disk; a resumed run must still
@@ -477,5 +477,5 @@ class Reft(RollbackMethod):
         same weights, and a server failure takes one of them): each (stage, tensor rank) slot's
         GPUs in replica order. Consecutive GPUs would share a server, whose loss erases two
         shards of one group: every failure would be fatal."""
-        costs = getattr(self.run, "costs", None)
-        return None if costs is None or costs.shape is None else costs.shape.replica_chains()
+        placement = self.run.placement
+        return None if placement is None else placement.replica_chains()

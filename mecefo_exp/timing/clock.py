@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence
 
 from ..config import plain
@@ -26,26 +25,10 @@ from ..throughput import ThroughputTable, table_for
 from .comm import allreduce_s, exposed_comm_s
 from .layout import LayoutShape, degraded_pipeline_s
 from .profile import Profile
+from .steps import DataParallelSteps, Help, LayoutSteps, RedundantForward, StepCost, TableSteps
 
 # The categories of summary.json's time_breakdown.
 CATEGORIES = ("compute", "comm", "ft_overhead", "lost_work", "stall", "degraded_extra")
-
-
-@dataclass
-class StepCost:
-    """Simulated seconds of one optimizer step, by category (a subset of CATEGORIES)."""
-    compute: float = 0.0  # the failure-free worker's forward+backward and the optimizer
-    comm: float = 0.0  # the gradient all-reduce, as far as backward does not hide it
-    ft_overhead: float = 0.0  # what the method pays every step to be fault tolerant
-    degraded_extra: float = 0.0  # the slowest worker's extra work while degraded
-
-    @property
-    def total(self) -> float:
-        return self.compute + self.comm + self.ft_overhead + self.degraded_extra
-
-    def as_dict(self) -> Dict[str, float]:
-        return {"compute": self.compute, "comm": self.comm, "ft_overhead": self.ft_overhead,
-                "degraded_extra": self.degraded_extra}
 
 
 class CostModel:
@@ -77,6 +60,9 @@ class CostModel:
                 raise ValueError("a profile with a hybrid layout's step needs the layout's shape (parallel.tp/pp/dp)")
         if self.hw.get("compute") == "table":
             self.table = table_for(self.hw.tables, method, self.hw.samples_per_step, self.hw.step_ms_integer)
+        # the formulas of a step, chosen once: methods describe a step, never which clock prices it
+        kind = TableSteps if self.table is not None else LayoutSteps if self.layout is not None else DataParallelSteps
+        self.steps = kind(self)
 
     def table_step(self, nodes: int, slowdown: float = 1.0, ft_overhead: float = 0.0) -> StepCost:
         """compute=table: a step on `nodes` nodes; what `slowdown` adds is `degraded_extra`."""
@@ -144,33 +130,38 @@ class CostModel:
                                         degraded_extra=extra)
         return self._steps[key]
 
+    # ------------------------------------------------------- a step, by the clock chosen once
     def failure_free_step(self, n_workers: int) -> StepCost:
-        if self.table is not None:
-            return self.table_step(n_workers)
-        if self.layout is not None:
-            return self.layout
-        return self.synchronous_step(self.profile["mb:normal"], 1, n_workers)
+        return self.steps.failure_free(n_workers)
 
-    def step(self, special: Dict[int, Sequence[str]], first_normal: Optional[int], n_computing: int,
-             ft_overhead: float = 0.0) -> StepCost:
-        """A step of `n_computing` workers: those in `special` run the given modes, one micro-batch
-        each; every other computing worker runs one normal micro-batch (`first_normal` is the lowest
-        of them, None if there is none). Under a throughput table: the table's step at
-        `n_computing` workers. The cost reads only the workers that differ (65,536-worker plans)."""
-        if self.table is not None:
-            return self.table_step(n_computing, ft_overhead=ft_overhead)
-        if self.layout is not None:  # each GPU at its place in the layout; one doing more slows its stage
-            normal = self.worker_s(("normal",))
-            factors: Dict[int, float] = {}
-            for w, m in special.items():
-                stage = self.shape.stage(w)
-                factors[stage] = max(factors.get(stage, 1.0), self.worker_s(m) / normal)
-            return self.layout_step(factors, ft_overhead=ft_overhead)
-        candidates = sorted(special.items())  # in worker order: the lowest of equally slow workers counts
-        if first_normal is not None:
-            candidates.insert(sum(1 for w, _ in candidates if w < first_normal), (first_normal, ("normal",)))
-        slowest = max((tuple(m) for _, m in candidates), key=self.worker_s, default=())
-        return self.synchronous_step(self.worker_s(slowest), len(slowest), n_computing, ft_overhead)
+    def step(self, plan, helpers: Optional[Dict[int, Help]] = None, slots: Optional[int] = None,
+             model_work_s: float = 0.0, redundant: Optional[RedundantForward] = None) -> StepCost:
+        """The step of `plan`: the workers that differ from one normal micro-batch run their modes
+        (read in O(changes), for 65,536-worker plans). `helpers`: workers covering a failed one
+        (steps.Help); `slots`: the job's size, the workers whose places the configuration keeps
+        (default: the computing ones); `model_work_s`: whole-model work added to the step (an SVD
+        refresh); `redundant`: Bamboo's redundant forwards. steps.py has the formulas."""
+        if not helpers and redundant is None and not model_work_s and slots is None:
+            return self.steps.workers(plan.special_modes(), plan.first_normal_worker(), plan.n_computing, 0.0)
+        return self.steps.helped(plan, helpers or {}, plan.n_computing if slots is None else slots,
+                                 model_work_s, redundant)
+
+    def spread_step(self, n_workers: int, n_computing: int) -> StepCost:
+        """Elastic data parallelism: the global batch of `n_workers` spread evenly over `n_computing`."""
+        return self.steps.spread(n_workers, n_computing)
+
+    def rest_of_step(self, full: StepCost, done_s: float, slowed_in_flight: Optional[Help] = None) -> StepCost:
+        """What is left of a step after `done_s` seconds of it (a failure it survives interrupted
+        it); `slowed_in_flight`: the help that slowed it in flight, if it began unslowed."""
+        return self.steps.rest(full, done_s, slowed_in_flight)
+
+    def redundant_s(self, redundant: RedundantForward) -> float:
+        """Seconds Bamboo's redundant forwards add to a step."""
+        return self.steps.redundant_s(redundant)
+
+    def bubble_s(self, stages: int, microbatches: int) -> float:
+        """Idle pipeline seconds per step (a layout's own; else a modelled stages x microbatches 1F1B)."""
+        return self.steps.bubble_s(stages, microbatches)
 
     # ------------------------------------------------------------------ paper time
     @property
