@@ -44,7 +44,7 @@ def validate_run(cfg) -> None:
     from .methods import check_variant
 
     validate(cfg)
-    check_variant(cfg.method, cfg.trainer.numerics)
+    check_variant(cfg.method, cfg)
 
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")

@@ -11,8 +11,9 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
-from .config import (METHOD_SCHEMAS, ClusterConfig, Config, DataConfig, FailureConfig, HardwareConfig, LoggerConfig,
+from .config import (ClusterConfig, Config, DataConfig, FailureConfig, HardwareConfig, LoggerConfig,
                      ModelConfig)
+from .registry import REGISTRY, method_config
 
 
 def run_name(overrides: str, limit: int = 120) -> str:
@@ -98,5 +99,5 @@ def register_configs() -> None:
     cs.store(group="schema/cluster", name="base", node=ClusterConfig)
     cs.store(group="schema/logger", name="base", node=LoggerConfig)
     cs.store(group="schema/hardware", name="base", node=HardwareConfig)
-    for name, schema in METHOD_SCHEMAS.items():
-        cs.store(group="schema/method", name=name, node=schema)
+    for name in REGISTRY:  # each method's own settings class, beside it in mecefo_exp/methods/
+        cs.store(group="schema/method", name=name, node=method_config(name))

@@ -81,7 +81,7 @@ def test_bamboo_by_hand(tmp_path, two_removals):
     # rebalance (2 s, to 15) on 3 nodes: 18.33; node4 fails 1.67 s into the next step: the rest
     # (1.67 s) at 1.5x ends at 22.5; rebalance to 24.5 on 2 nodes: 29.5, 34.5, 39.5. 9 steps.
     s, _ = run(tmp_path, two_removals, "method=bamboo", "method.fallback_slowdown=1.5", "method.rebalance_after_steps=1",
-               "method.rebalance_stall_s=2", "method.fatal_restart_s=1", "method.charge_initial_checkpoint=false")
+               "method.rebalance_stall_s=2", "method.restart_s=1", "method.charge_initial_checkpoint=false")
     w = s["window"]
     assert s["steps"] == 9 and s["rebalances"] == 2 and s["fatal"] == 0 and s["survived_interruptions"] == 2
     assert w["train_start_s"] == pytest.approx(2.0) and w["last_step_end_s"] == pytest.approx(39.5)
@@ -237,7 +237,7 @@ def test_bamboo_pipelines_with_a_spare_by_hand(tmp_path, quirks):
     trace = trace_file(tmp_path, rows)
     s, run_dir = run(tmp_path, trace, "cluster.n_workers=5", "+hardware.tables.default={5: 50, 4: 40, 3: 30}",
                      "method=bamboo", "method.pipeline_stages=2", "method.fallback_slowdown=1.5",
-                     "method.rebalance_stall_s=2", "method.fatal_restart_s=1", "method.charge_initial_checkpoint=false",
+                     "method.rebalance_stall_s=2", "method.restart_s=1", "method.charge_initial_checkpoint=false",
                      *(["method.variant=mecefo_exp.replay.pipelines:BambooArtifact",
                         "+method.variant_options.heap_order=false"] if quirks else []))
     w = s["window"]
@@ -263,7 +263,7 @@ def test_bamboo_pipelines_two_adjacent_removals_are_fatal(tmp_path):
     rows = [(0, "add", n) for n in "abcde"] + [(5000, "remove", "b"), (6000, "remove", "a"), (40000, "remove", "c")]
     s, _ = run(tmp_path, trace_file(tmp_path, rows), "cluster.n_workers=5", "+hardware.tables.default={5: 50, 3: 30}",
                "method=bamboo", "method.pipeline_stages=2", "method.fallback_slowdown=1.5",
-               "method.rebalance_stall_s=20", "method.fatal_restart_s=1", "method.charge_initial_checkpoint=false")
+               "method.rebalance_stall_s=20", "method.restart_s=1", "method.charge_initial_checkpoint=false")
     assert s["fatal"] == 1
 
 
@@ -301,7 +301,7 @@ def test_bamboo_pipelines_take_an_added_node_when_it_completes_a_pipeline(tmp_pa
     # completes a second pipeline: the step ending at 21.67 s is followed by a re-formation to 4 nodes
     rows = [(0, "add", n) for n in "abcd"] + [(10000, "remove", "d"), (20000, "add", "e"), (40000, "remove", "a")]
     s, run_dir = run(tmp_path, trace_file(tmp_path, rows), "method=bamboo", "method.pipeline_stages=2",
-                     "method.fallback_slowdown=1.5", "method.rebalance_stall_s=2", "method.fatal_restart_s=1",
+                     "method.fallback_slowdown=1.5", "method.rebalance_stall_s=2", "method.restart_s=1",
                      "method.charge_initial_checkpoint=false")
     costs = {round(r["sim_time_s"], 3): r["step_cost_s"] for r in map(json.loads, open(run_dir / "metrics.jsonl"))}
     # 4.5, 7, 9.5; the step in flight ends at 13 (its last 2 s at 1.5x); re-form to 15; 18.33, 21.67 on

@@ -6,23 +6,22 @@ the wrong type fails while composing. Values that are well typed but impossible
 the entry point calls before any compute and which raises `ConfigError` with one line
 naming the key, the bad value and what is allowed.
 
-Each method has its own schema (a subclass of `MethodConfig`) so that `method.rank` is a
+Each method has its own schema (a subclass of `MethodConfig`, beside the method in
+mecefo_exp/methods/, found through mecefo_exp/registry.py) so that `method.rank` is a
 key of `method=mecefo` and a typo in it is an error, not a silently ignored extra.
 """
 
 # schema.py: the dataclasses, their field rules and what a config implies; checks.py: validate
 from .checks import (validate, is_loopback, split_host_port, model_presets)
 from .schema import (ConfigError, choices, at_least, above, within, check_fields, ModelConfig, DataConfig,
-                     MethodConfig, CheckpointMethodConfig, ReftMethodConfig, BaftMethodConfig,
-                     MecefoMethodConfig, BambooMethodConfig, OobleckMethodConfig, FailureConfig,
+                     MethodConfig, FailureConfig,
                      ClusterConfig, HardwareConfig, ParallelConfig, TrainerConfig, LoggerConfig, Config,
-                     MAX_WORKERS, METHOD_SCHEMAS, with_new_defaults, AttrDict, plain, is_hybrid,
+                     MAX_WORKERS, with_new_defaults, AttrDict, plain, is_hybrid,
                      data_parallel_size, sequences_per_step, stage_layers)
 
-__all__ = ["AttrDict", "BaftMethodConfig", "BambooMethodConfig", "CheckpointMethodConfig", "ClusterConfig",
+__all__ = ["AttrDict", "ClusterConfig",
            "Config", "ConfigError", "DataConfig", "FailureConfig", "HardwareConfig", "LoggerConfig",
-           "MAX_WORKERS", "METHOD_SCHEMAS", "MecefoMethodConfig", "MethodConfig", "ModelConfig",
-           "OobleckMethodConfig", "ParallelConfig", "ReftMethodConfig", "TrainerConfig", "above", "at_least",
+           "MAX_WORKERS", "MethodConfig", "ModelConfig", "ParallelConfig", "TrainerConfig", "above", "at_least",
            "check_fields", "choices", "data_parallel_size", "is_hybrid", "is_loopback", "model_presets",
            "plain", "sequences_per_step", "split_host_port", "stage_layers", "validate", "with_new_defaults",
            "within"]

@@ -9,7 +9,8 @@ import math
 import os
 from typing import Any, List
 
-from .schema import (MAX_WORKERS, METHOD_SCHEMAS, ClusterConfig, ConfigError, DataConfig, FailureConfig,
+from ..registry import REGISTRY, method_class
+from .schema import (MAX_WORKERS, ClusterConfig, ConfigError, DataConfig, FailureConfig,
                      HardwareConfig, LoggerConfig, ModelConfig, ParallelConfig, TrainerConfig, check_fields,
                      data_parallel_size, is_hybrid)
 
@@ -92,7 +93,7 @@ def validate(cfg: Any) -> None:
         _check(c.name == "local", "trainer.numerics=false runs in one process: use cluster=local")
     _validate_parallel(cfg)
     _validate_failure(f, c.n_workers)
-    _validate_method(cfg.method, c.n_workers, numerics=t.numerics)
+    _validate_method(cfg)
     _validate_table_fits(cfg)
     if c.name == "torchft":
         _validate_torchft(cfg)
@@ -324,23 +325,8 @@ def _validate_failure(f: Any, n_workers: int) -> None:
         _check(not bad, f"failure.workers={list(f.workers)}: workers {bad} do not exist (0..{n_workers - 1})")
 
 
-def _validate_bamboo_pipelines(cfg: Any) -> None:
-    """Bamboo's pipelines with spares: the table clock only; the orders list every worker slot once."""
-    m, n = cfg.method, cfg.cluster.n_workers
-    if m.name != "bamboo" or m.get("pipeline_stages") is None:
-        return
-    _check(cfg.hardware.compute == "table", f"method.pipeline_stages={m.pipeline_stages} needs hardware=table "
-                                            "(only the throughput-table clock times pipelines); or leave it null")
-    _check(m.pipeline_stages <= n, f"method.pipeline_stages={m.pipeline_stages}: more stages than cluster.n_workers={n}")
-    for key in ("start_order", "node_order"):
-        order = m.get(key)
-        _check(order is None or sorted(order) == list(range(n)),
-               f"method.{key}: must list each worker slot 0..{n - 1} once (got {None if order is None else list(order)})")
-
-
 def _validate_table_fits(cfg: Any) -> None:
     """compute=table: the method must have a table, and fit at the run's starting node count."""
-    _validate_bamboo_pipelines(cfg)
     h = cfg.hardware
     if h.compute != "table":
         return
@@ -354,50 +340,15 @@ def _validate_table_fits(cfg: Any) -> None:
            f"{cfg.cluster.n_workers} nodes")
 
 
-def _validate_method(m: Any, n_workers: int, numerics: bool) -> None:
-    allowed = ", ".join(METHOD_SCHEMAS)
-    _check(m.name in METHOD_SCHEMAS, f"method.name={m.name!r}: allowed: {allowed}")
-    for key in ("interval", "checkpoint_interval"):
-        if key in m:
-            _check_interval(f"method.{key}", m[key])
-    if m.name == "reft":
-        _check(m.restart_on in ("spares", "survivors"), f"method.restart_on={m.restart_on!r}: allowed: spares, survivors")
-        _check(m.snapshot_every >= 1, f"method.snapshot_every={m.snapshot_every}: must be >= 1")
-        _check(m.parity_group >= 2, f"method.parity_group={m.parity_group}: must be >= 2 workers")
-        _check(0.0 <= m.overlap <= 1.0, f"method.overlap={m.overlap}: must be in [0, 1]")
-    if m.name == "baft":
-        _check(m.checkpoint_every >= 1, f"method.checkpoint_every={m.checkpoint_every}: must be >= 1")
-        _check(m.stages >= 1 and m.microbatches >= 1,
-               f"method.stages={m.stages}, microbatches={m.microbatches}: must be >= 1")
-    if m.name == "checkpoint":
-        _check(m.restart_on in ("spares", "survivors"), f"method.restart_on={m.restart_on!r}: allowed: spares, survivors")
-        _check(m.restart_s is None or m.restart_s >= 0, f"method.restart_s={m.restart_s}: must be >= 0 seconds")
-        if m.restart_s_by_nodes:
-            _check(m.restart_on == "survivors", "method.restart_s_by_nodes times a restart by the nodes it restarted "
-                                                "on last: it needs method.restart_on=survivors")
-            bad = {k: v for k, v in m.restart_s_by_nodes.items() if not (int(k) >= 1 and float(v) >= 0)}
-            _check(not bad, f"method.restart_s_by_nodes={dict(bad)}: node counts >= 1, seconds >= 0")
-    if m.name == "oobleck":
-        _check(m.admit_nodes in ("on_recover", "next_reconfiguration"),
-               f"method.admit_nodes={m.admit_nodes!r}: allowed: on_recover, next_reconfiguration")
-    if m.name == "bamboo":
-        _check(m.fallback_slowdown is None or m.fallback_slowdown >= 1,
-               f"method.fallback_slowdown={m.fallback_slowdown}: must be >= 1 (a multiple of the failure-free step)")
-        _check(m.rebalance_after_steps is None or m.rebalance_after_steps >= 1,
-               f"method.rebalance_after_steps={m.rebalance_after_steps}: must be >= 1")
-        _check(m.fatal_restart_s is None or m.fatal_restart_s >= 0,
-               f"method.fatal_restart_s={m.fatal_restart_s}: must be >= 0 seconds")
-    if m.name == "mecefo":
-        _check(m.rank >= 1, f"method.rank={m.rank}: must be >= 1")  # above the model's widths: a warning (methods/mecefo.py)
-        _check(m.svd_every >= 1, f"method.svd_every={m.svd_every}: must be >= 1")
-        _check(m.grad_error_every >= 0, f"method.grad_error_every={m.grad_error_every}: must be >= 0")
-        bad = [x for x in m.lowrank_modules if x not in ("gate_proj", "up_proj", "down_proj")]
-        _check(not bad, f"method.lowrank_modules: unknown {bad}; allowed: gate_proj, up_proj, down_proj")
-    if m.name == "bamboo":
-        _check(m.mode in ("eager", "lazy"), f"method.mode={m.mode!r}: allowed: eager, lazy")
-        _check(m.rebalance_stall_s >= 0, f"method.rebalance_stall_s={m.rebalance_stall_s}: must be >= 0")
-        _check(m.rebalance_after_s is None or m.rebalance_after_s >= 0,
-               f"method.rebalance_after_s={m.rebalance_after_s}: must be >= 0 paper seconds (null: never)")
-    if m.name == "oobleck":
-        _check(m.reconfigure_s is None or m.reconfigure_s >= 0,
-               f"method.reconfigure_s={m.reconfigure_s}: must be >= 0 paper seconds (null: cluster.reconfigure_s)")
+def _validate_method(cfg: Any) -> None:
+    """The method's own settings: the rules on its fields (its class's `Config`), its interval, and
+    what its class checks across fields (`check_config`), read through the registry."""
+    m = cfg.method
+    _check(m.name in REGISTRY, f"method.name={m.name!r}: allowed: {', '.join(REGISTRY)}")
+    cls = method_class(m.name)
+    check_fields(m, cls.Config, "method")
+    key = getattr(cls, "interval_key", None)
+    if key is not None and key in m:
+        _check_interval(f"method.{key}", m[key])
+    problem = cls.check_config(m, cfg)
+    _check(problem is None, problem)

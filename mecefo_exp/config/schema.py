@@ -106,88 +106,13 @@ class DataConfig:
 # ---------------------------------------------------------------------------- method
 @dataclass
 class MethodConfig:
+    """What every method's settings have; each method's own dataclass (its class's `Config`, beside
+    it in mecefo_exp/methods/) adds its fields and their rules."""
     name: str = MISSING
     # "module:Class", a subclass of the method's class that runs in its place (a study that replays
     # another simulator's rules: conf/scenario_method/); None: the method itself
     variant: Optional[str] = None
     variant_options: Dict[str, Any] = field(default_factory=dict)  # settings the variant reads and checks
-
-
-@dataclass
-class CheckpointMethodConfig(MethodConfig):
-    # steps between checkpoints, or "auto" for Young/Daly sqrt(2 * C * MTBF)
-    interval: Any = "auto"
-    backend: str = "torch"  # torch (torch.save) | dcp (torch.distributed.checkpoint)
-    keep: int = 2  # checkpoints kept on disk
-    # where the job restarts after a failure: on spares for the failed workers (the global batch
-    # on n workers) | on the survivors (Varuna's job morphing: the global batch on fewer workers)
-    restart_on: str = "spares"
-    checkpoint_after_failure: bool = False  # Varuna: also checkpoint on the first step after a restart
-    charge_initial_checkpoint: bool = True  # false: the step-0 state (the seeded initialisation) costs no write
-    restart_s: Optional[float] = None  # seconds of a restart (None: cluster.detection_s + cluster.restart_s)
-    # restart_on=survivors: a restart's seconds by the ready nodes the job restarted on last;
-    # outside the listed counts the nearest end, as a throughput table; empty: method.restart_s throughout
-    restart_s_by_nodes: Dict[int, float] = field(default_factory=dict)
-
-
-@dataclass
-class ReftMethodConfig(MethodConfig):
-    snapshot_every: int = 5  # steps between in-memory snapshots
-    parity_group: int = 4  # workers per XOR parity group (tolerates one loss per group)
-    checkpoint_interval: Any = "auto"  # disk checkpoints, the fallback when parity cannot help
-    overlap: float = 0.9  # share of the snapshot copy hidden behind compute (REFT is asynchronous)
-    # where the job restarts after a failure: on spares for the failed workers | on the survivors (the
-    # global batch re-split over them; the snapshot re-sharded over them), for traces whose nodes never return
-    restart_on: str = "spares"
-    charge_initial_checkpoint: bool = True  # false: the step-0 state (the seeded initialisation) costs no write
-
-
-@dataclass
-class BaftMethodConfig(MethodConfig):
-    checkpoint_every: int = 5
-    stages: int = 4  # pipeline stages p of the modelled 1F1B schedule
-    microbatches: int = 8  # micro-batches m per pipeline flush
-
-
-@dataclass
-class MecefoMethodConfig(MethodConfig):
-    skip_attention: bool = True
-    recompute_ffn: bool = True
-    lowrank_ffn: bool = True
-    rank: int = 64  # r of the low-rank FFN weight gradient
-    svd_every: int = 200  # tau: steps between SVD refreshes of the projection
-    lowrank_modules: List[str] = field(default_factory=lambda: ["gate_proj", "up_proj", "down_proj"])
-    grad_error_every: int = 10  # degraded steps between gradient-error measurements (0: off)
-    checkpoint_interval: Any = "auto"  # the fallback when no neighbour is eligible
-    charge_initial_checkpoint: bool = True  # false: the step-0 state (the seeded initialisation) costs no write
-
-
-@dataclass
-class BambooMethodConfig(MethodConfig):
-    mode: str = "eager"  # eager: redundant forward every step | lazy: recompute on failure
-    rebalance_after_s: Optional[float] = None  # paper seconds degraded before a rebalance (None: never)
-    rebalance_stall_s: float = 20.0  # Bamboo simulator, GPT-2/BERT class (docs/METHODS.md)
-    checkpoint_interval: Any = "auto"
-    # under a throughput table (hardware.compute=table): the step time while a shadow covers a
-    # failed node, as a multiple of the failure-free one (None: the shadow's two micro-batches)
-    fallback_slowdown: Optional[float] = None
-    rebalance_after_steps: Optional[int] = None  # steps degraded before a rebalance (None: rebalance_after_s)
-    fatal_restart_s: Optional[float] = None  # seconds of the restart after adjacent failures (None: cluster's)
-    charge_initial_checkpoint: bool = True  # false: the step-0 state (the seeded initialisation) costs no write
-    # under a throughput table: pipelines of this many stages with idle spares (None: the ring of all workers)
-    pipeline_stages: Optional[int] = field(default=None, metadata=at_least(1, "stages"))
-    start_order: Optional[List[int]] = None  # worker slots in the order the first pipelines take them (None: 0..n-1)
-    node_order: Optional[List[int]] = None  # worker slots in the order later re-formations take them (None: 0..n-1)
-
-
-@dataclass
-class OobleckMethodConfig(MethodConfig):
-    reconfigure_s: Optional[float] = None  # None: cluster.reconfigure_s
-    checkpoint_interval: Any = "auto"
-    # a recovered (or added) worker joins: at once, with a reconfiguration (on_recover) | at the
-    # next failure's reconfiguration (new nodes wait)
-    admit_nodes: str = "on_recover"
-    charge_initial_checkpoint: bool = True  # false: the step-0 state (the seeded initialisation) costs no write
 
 
 # --------------------------------------------------------------------------- failure
@@ -418,16 +343,6 @@ class Config:
 #: measured.
 MAX_WORKERS = 1_048_576
 
-METHOD_SCHEMAS = {
-    "checkpoint": CheckpointMethodConfig,
-    "reft": ReftMethodConfig,
-    "baft": BaftMethodConfig,
-    "mecefo": MecefoMethodConfig,
-    "bamboo": BambooMethodConfig,
-    "oobleck": OobleckMethodConfig,
-}
-
-
 def with_new_defaults(stored: Any) -> Any:
     """A run's stored config.yaml with the keys the schemas gained since it was written, at their
     defaults (a folder written by an older version still resumes; a stored value always wins)."""
@@ -436,8 +351,10 @@ def with_new_defaults(stored: Any) -> Any:
     sections = {"model": ModelConfig, "data": DataConfig, "failure": FailureConfig, "cluster": ClusterConfig,
                 "hardware": HardwareConfig, "logger": LoggerConfig, "trainer": TrainerConfig,
                 "parallel": ParallelConfig}
-    if "method" in stored and OmegaConf.select(stored, "method.name") in METHOD_SCHEMAS:
-        sections["method"] = METHOD_SCHEMAS[stored.method.name]
+    from ..registry import REGISTRY, method_config
+
+    if "method" in stored and OmegaConf.select(stored, "method.name") in REGISTRY:
+        sections["method"] = method_config(stored.method.name)
     for key, schema in [(None, Config)] + list(sections.items()):
         node = stored if key is None else stored.get(key)
         if node is None:

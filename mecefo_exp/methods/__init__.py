@@ -2,22 +2,7 @@
 
 import importlib
 
-# method name -> "module:Class" (imported on demand so one method's imports never slow another)
-REGISTRY = {
-    "checkpoint": "checkpoint:CheckpointRestart",
-    "reft": "reft:Reft",
-    "baft": "baft:Baft",
-    "mecefo": "mecefo:Mecefo",
-    "bamboo": "bamboo:Bamboo",
-    "oobleck": "oobleck:Oobleck",
-}
-
-
-def method_class(name: str) -> type:
-    if name not in REGISTRY:
-        raise ValueError(f"method={name!r}: allowed: {', '.join(REGISTRY)}")
-    module, cls = REGISTRY[name].split(":")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), cls)
+from ..registry import REGISTRY, method_class, method_config  # noqa: F401  (the registry: one line per method)
 
 
 def variant_class(path: str) -> type:
@@ -28,12 +13,13 @@ def variant_class(path: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
-def check_variant(method_cfg, numerics: bool) -> None:
+def check_variant(method_cfg, cfg=None) -> None:
     """method.variant: an importable subclass of the method's class, with the options it reads and
-    its own check; ConfigError in one line otherwise. Called with the other checks, before any compute."""
+    (given the whole config `cfg`) its own check; ConfigError in one line otherwise. Called with the
+    other checks, before any compute."""
     from ..config import ConfigError
 
-    path = method_cfg.get("variant")
+    path = method_cfg.variant
     if not path:
         return
     try:
@@ -44,16 +30,15 @@ def check_variant(method_cfg, numerics: bool) -> None:
     if not issubclass(cls, base):
         raise ConfigError(f"method.variant={path!r} is not a subclass of {base.__name__} (method={method_cfg.name})")
     known = getattr(cls, "OPTIONS", {})
-    unknown = sorted(set(method_cfg.get("variant_options") or {}) - set(known))
+    unknown = sorted(set(method_cfg.variant_options or {}) - set(known))
     if unknown:
         raise ConfigError(f"method.variant_options: unknown {unknown}; {cls.__name__} reads: {', '.join(known) or 'none'}")
-    check = getattr(cls, "check_config", None)
-    problem = check(method_cfg, numerics) if check is not None else None
+    problem = cls.check_config(method_cfg, cfg) if cfg is not None else None
     if problem is not None:
         raise ConfigError(f"method.variant={path}: {problem}")
 
 
 def build_method(cfg, run):
-    check_variant(cfg, run.numerics)
-    cls = variant_class(cfg.variant) if cfg.get("variant") else method_class(cfg.name)
+    check_variant(cfg)
+    cls = variant_class(cfg.variant) if cfg.variant else method_class(cfg.name)
     return cls(cfg, run)

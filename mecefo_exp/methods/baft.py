@@ -22,11 +22,22 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
-from .base import RollbackMethod, steps_before_multiple
+from dataclasses import dataclass, field
+
+from ..config import at_least
+from .base import RestartConfig, RollbackMethod, steps_before_multiple
+
+
+@dataclass
+class BaftConfig(RestartConfig):
+    checkpoint_every: int = field(default=5, metadata=at_least(1, "steps"))
+    stages: int = field(default=4, metadata=at_least(1))  # pipeline stages p of the modelled 1F1B schedule
+    microbatches: int = field(default=8, metadata=at_least(1))  # micro-batches m per pipeline flush
 
 
 class Baft(RollbackMethod):
     name = "baft"
+    Config = BaftConfig
     interval_key = "checkpoint_every"
 
     @property

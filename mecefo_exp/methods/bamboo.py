@@ -81,7 +81,7 @@ pipelines) the table already holds the redundant computation, so no forward is a
 runs at the table's throughput for the node count of the last (re)configuration, times
 `method.fallback_slowdown` while a shadow covers a failed node; the part of the interrupted
 step after the failure runs at that slowdown too; `rebalance_after_steps` rebalances after that
-many degraded steps, and `fatal_restart_s` is the restart after adjacent failures.
+many degraded steps, and `restart_s` is the restart after adjacent failures (the fall-back).
 
 `pipeline_stages` (table clock only) replaces the ring by pipelines with spares: the alive
 nodes, in `start_order` at the first formation and `node_order` at every later one, fill
@@ -99,12 +99,34 @@ during a re-formation's stall is not modelled.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..config import at_least, choices
 
 from ..timing.clock import StepCost, steps_ending_by
 from ..timing.steps import Help, RedundantForward
 from ..plan import FORWARD, NORMAL, FailureFreePlan, Mode, Plan, Sample, SparsePlan, WorkItem
-from .base import InPlaceMethod, resplit_plan
+from .base import CheckpointedConfig, InPlaceMethod, resplit_plan
+
+
+@dataclass
+class BambooConfig(CheckpointedConfig):
+    # eager: redundant forward every step | lazy: recompute on failure
+    mode: str = field(default="eager", metadata=choices("eager", "lazy"))
+    # paper seconds degraded before a rebalance (None: never)
+    rebalance_after_s: Optional[float] = field(default=None, metadata=at_least(0, "paper seconds (null: never)"))
+    # Bamboo simulator, GPT-2/BERT class (docs/METHODS.md)
+    rebalance_stall_s: float = field(default=20.0, metadata=at_least(0, "paper seconds"))
+    rebalance_after_steps: Optional[int] = field(default=None, metadata=at_least(1, "steps"))  # None: rebalance_after_s
+    checkpoint_interval: Any = "auto"
+    # under a throughput table (hardware.compute=table): the step time while a shadow covers a
+    # failed node, as a multiple of the failure-free one (None: the shadow's two micro-batches)
+    fallback_slowdown: Optional[float] = field(default=None, metadata=at_least(1, "(a multiple of the failure-free step)"))
+    # under a throughput table: pipelines of this many stages with idle spares (None: the ring of all workers)
+    pipeline_stages: Optional[int] = field(default=None, metadata=at_least(1, "stages"))
+    start_order: Optional[List[int]] = None  # worker slots in the order the first pipelines take them (None: 0..n-1)
+    node_order: Optional[List[int]] = None  # worker slots in the order later re-formations take them (None: 0..n-1)
 
 
 
@@ -112,7 +134,24 @@ class Bamboo(InPlaceMethod):
     #: pipelines with spares: whether losing an idle spare starts the fallback slowdown
     spare_loss_slows = False
     name = "bamboo"
-    interval_key = "checkpoint_interval"
+    Config = BambooConfig
+
+    @classmethod
+    def check_config(cls, m, cfg) -> Optional[str]:
+        """Pipelines with spares: the table clock only; the orders list every worker slot once."""
+        n = cfg.cluster.n_workers
+        if m.pipeline_stages is None:
+            return None
+        if cfg.hardware.compute != "table":
+            return (f"method.pipeline_stages={m.pipeline_stages} needs hardware=table (only the throughput-table "
+                    "clock times pipelines); or leave it null")
+        if m.pipeline_stages > n:
+            return f"method.pipeline_stages={m.pipeline_stages}: more stages than cluster.n_workers={n}"
+        for key in ("start_order", "node_order"):
+            order = m[key]
+            if order is not None and sorted(order) != list(range(n)):
+                return f"method.{key}: must list each worker slot 0..{n - 1} once (got {list(order)})"
+        return None
 
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
@@ -122,17 +161,17 @@ class Bamboo(InPlaceMethod):
         self.degraded_since_cover = 0  # degraded steps since the current cover began
         self.counts.update(neighbor_assignments=0, rebalances=0, survived_interruptions=0)
         self._reset_ring()
-        self.stages: Optional[int] = cfg.get("pipeline_stages")  # None: the ring of all workers
+        self.stages: Optional[int] = cfg.pipeline_stages  # None: the ring of all workers
         if self.stages:
             self.counts.update(spares_lost=0)
             self.fallback_step: Optional[int] = None  # the step in flight when the fallback slowdown began
-            self.node_order: List[int] = list(cfg.get("node_order") or range(self.n))
-            self._form_pipelines(cfg.get("start_order") or list(range(self.n)))
+            self.node_order: List[int] = list(cfg.node_order or range(self.n))
+            self._form_pipelines(cfg.start_order or list(range(self.n)))
 
     def begin_without(self, workers: List[int]) -> None:
         super().begin_without(workers)
         if self.stages:  # the first pipelines are formed from the nodes there
-            self._form_pipelines(self.cfg.get("start_order") or list(range(self.n)))
+            self._form_pipelines(self.cfg.start_order or list(range(self.n)))
 
     @property
     def layout(self):
@@ -150,14 +189,6 @@ class Bamboo(InPlaceMethod):
         self.cover_since = None
         self.table_nodes = self.n  # compute=table: nodes at the last (re)configuration
         self.degraded_since_cover = 0
-
-    def job_start_s(self) -> float:
-        own = self.cfg.get("fatal_restart_s")
-        return super().job_start_s() if own is None else self.run.costs.stall_s(own)
-
-    def restart_s(self) -> float:
-        own = self.cfg.get("fatal_restart_s")
-        return super().restart_s() if own is None else self.run.costs.stall_s(own)
 
     def modes(self) -> Dict[str, Mode]:
         return {"normal": NORMAL, "forward": FORWARD}
@@ -499,7 +530,7 @@ class Bamboo(InPlaceMethod):
             return 0
         quiet = super().steady_steps(plan, step_s)
         if self.cover:
-            after_steps = self.cfg.get("rebalance_after_steps")
+            after_steps = self.cfg.rebalance_after_steps
             if after_steps is not None and plan.degraded:
                 quiet = min(quiet, max(0, after_steps - self.degraded_since_cover - 1))
             if self.cfg.rebalance_after_s is not None:
@@ -521,7 +552,7 @@ class Bamboo(InPlaceMethod):
             if self._should_reform():
                 self._reform()
             return
-        after, after_steps = self.cfg.rebalance_after_s, self.cfg.get("rebalance_after_steps")
+        after, after_steps = self.cfg.rebalance_after_s, self.cfg.rebalance_after_steps
         rebalance = self._layout_rebalance if self.layout is not None else self._rebalance
         if self.cover and after_steps is not None and self.degraded_since_cover >= after_steps:
             rebalance("degraded steps", None)

@@ -21,8 +21,10 @@ import copy
 import itertools
 import math
 from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Protocol
 
+from ..config import MethodConfig, at_least, choices
 from ..timing.clock import CostModel, SimClock, StepCost
 from ..plan import NORMAL, FailureFreePlan, Mode, Plan, Sample, SparsePlan, WorkItem
 from .checkpointing import CheckpointStore
@@ -86,6 +88,8 @@ def run_context_members() -> set:
 
 class Method:
     name = "base"
+    #: the dataclass of the method's settings (conf/method/<name>.yaml is composed onto it)
+    Config = MethodConfig
     #: plain methods never change the math; approximate ones (MeCeFO) do while degraded
     exact = True
 
@@ -94,6 +98,12 @@ class Method:
         self.run = run
         self.n = run.n_workers
         self.down: set = set()  # workers down in the trace (hardware view)
+
+    @classmethod
+    def check_config(cls, method_cfg, cfg) -> Optional[str]:
+        """What is wrong with the method's settings (`method_cfg`) that its fields' own rules cannot
+        say, given the whole config `cfg`, in one line; None: nothing. Checked before any compute."""
+        return None
 
     # ---- what the cluster needs to know
     def modes(self) -> Dict[str, Mode]:
@@ -219,21 +229,41 @@ def _is_plain(value) -> bool:
     return False
 
 
-class RollbackMethod(Method):
-    """A method that recovers by rolling back to saved state (checkpoint-restart and kin).
+@dataclass
+class CheckpointedConfig(MethodConfig):
+    """What every method that keeps disk checkpoints reads (each adds its interval under its own
+    name, `interval_key`: steps or "auto" for Young/Daly)."""
+    backend: str = field(default="torch", metadata=choices("torch", "dcp"))  # torch.save | torch.distributed.checkpoint
+    keep: int = field(default=2, metadata=at_least(1, "checkpoints kept"))
+    # seconds of a job restart from the checkpoint (None: cluster.detection_s + cluster.restart_s)
+    restart_s: Optional[float] = field(default=None, metadata=at_least(0, "seconds (null: the cluster's)"))
+    charge_initial_checkpoint: bool = True  # false: the step-0 state (the seeded initialisation) costs no write
 
-    Holds a disk `CheckpointStore`; `interval` is in steps or "auto" (Young/Daly).
-    A failure stops the whole job: detection + restart + load, then replay from the saved
-    step with a replacement for the failed worker (so the plan stays failure-free).
+
+@dataclass
+class RestartConfig(CheckpointedConfig):
+    """Methods whose every failure restarts the job."""
+    # where: on spares for the failed workers (the global batch on n workers) | on the survivors (the
+    # global batch re-split over them; a recovered worker joins at the next restart)
+    restart_on: str = field(default="spares", metadata=choices("spares", "survivors"))
+
+
+class CheckpointedMethod(Method):
+    """A method that keeps disk checkpoints (a real `CheckpointStore`) and can roll back to one:
+    every method here, for its own recovery or as the fall-back when its mechanism cannot help.
+
+    `interval` is in steps or "auto" (Young/Daly). A rollback stops the whole job: detection +
+    restart + load, then replay from the saved step.
     """
 
+    Config = CheckpointedConfig
     interval_key = "checkpoint_interval"
 
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
-        self.store = CheckpointStore(run, keep=cfg.get("keep", 2), backend=cfg.get("backend", "torch"))
+        self.store = CheckpointStore(run, keep=cfg.keep, backend=cfg.backend)
         self.interval = 0
-        self.checkpoint_due = False  # checkpoint_after_failure: save after the first step of a restart
+        self.checkpoint_due = False  # a checkpoint after the first step of a restart (checkpoint_after_restart)
         self.last_write = (0, 0.0, 0.0)
 
     def setup(self) -> None:
@@ -260,16 +290,16 @@ class RollbackMethod(Method):
 
     def start(self) -> None:
         # the initial state is the seeded initialisation: a preset may say it costs no write
-        self.save_checkpoint(step=0, charge_s=None if self.cfg.get("charge_initial_checkpoint", True) else 0.0)
+        self.save_checkpoint(step=0, charge_s=None if self.cfg.charge_initial_checkpoint else 0.0)
 
     def restart_s(self) -> float:
         """A job restart: method.restart_s where the method states it, else detection + restart."""
-        own = self.cfg.get("restart_s")
+        own = self.cfg.restart_s
         cc = self.run.cluster_cfg
         return self.run.costs.stall_s(cc.detection_s + cc.restart_s if own is None else own)
 
     def job_start_s(self) -> float:
-        own = self.cfg.get("restart_s")
+        own = self.cfg.restart_s
         return super().job_start_s() if own is None else self.run.costs.stall_s(own)
 
     def save_checkpoint(self, step: int, charge_s: Optional[float] = None) -> None:
@@ -296,32 +326,83 @@ class RollbackMethod(Method):
         """Quiet until the next step that ends on a multiple of the interval (its checkpoint)."""
         return 0 if self.checkpoint_due else steps_before_multiple(plan.step, self.interval)
 
-    def on_failure(self, worker: int) -> None:
-        super().on_failure(worker)
-        self.restart_from_checkpoint(worker, reason="failure")
-
-    def on_failures(self, workers: List[int]) -> None:
-        """One restart for failures at the same instant: the job restarts once, on spares for
-        all of them (charging one restart per worker would bill a machine failure 8 times)."""
-        for worker in workers:
-            Method.on_failure(self, worker)
-        self.restart_from_checkpoint(workers[0], reason="failure")
-
-    def on_recover(self, worker: int) -> None:
-        super().on_recover(worker)  # the job already runs on a replacement
-
     def summary(self) -> Dict[str, object]:
         return {"checkpoint_interval": self.interval}
 
+    def checkpoint_after_restart(self) -> bool:
+        """Whether to checkpoint again after the first step of a restart (Varuna does)."""
+        return False
+
     def restart_from_checkpoint(self, worker: int, reason: str) -> None:
         self.run.clock.charge("stall", self.restart_s() + self.run.costs.storage_read_s())
-        self.checkpoint_due = bool(self.cfg.get("checkpoint_after_failure", False))
+        self.checkpoint_due = self.checkpoint_after_restart()
         saved = self.store.latest_step()
         self.run.restore(self.store.load(saved), to_step=saved, reason=reason, worker=worker)
         self.run.event("restart", worker, {"from_step": saved})
 
 
-class InPlaceMethod(RollbackMethod):
+class RollbackMethod(CheckpointedMethod):
+    """A method whose every failure restarts the job (checkpoint-restart, REFT, BAFT).
+
+    Where the job restarts is `method.restart_on`, written here once:
+
+    - `spares` (default): a spare replaces each failed worker, so the plan stays failure-free and
+      the loss curve is the failure-free one, bit for bit; a recovery changes nothing.
+    - `survivors` (Varuna's job morphing; REFT on a node trace): the job restarts on the workers
+      still up, the global batch re-split over them (the same samples: still bit for bit); a
+      recovered worker waits for the next restart to join.
+    """
+
+    Config = RestartConfig
+
+    def __init__(self, cfg, run):
+        super().__init__(cfg, run)
+        self.on_survivors = cfg.restart_on == "survivors"
+        self.running_without: List[int] = []  # restart_on=survivors: the workers the job restarted without
+        self.waiting: List[int] = []  # recovered since, joining at the next restart
+
+    def begin_without(self, workers: List[int]) -> None:
+        super().begin_without(workers)
+        if self.on_survivors:
+            self.running_without = sorted(self.down)
+
+    def on_failure(self, worker: int) -> None:
+        self.on_failures([worker])
+
+    def on_failures(self, workers: List[int]) -> None:
+        """One restart for failures at the same instant (charging one restart per worker would
+        bill a machine failure 8 times)."""
+        for worker in workers:
+            super().on_failure(worker)  # mark down
+        if self.on_survivors:
+            admit_waiting(self.down, self.waiting, workers)  # the workers that came back join this restart
+        self.restart_after(workers)
+        if self.on_survivors:
+            self.running_without = sorted(self.down)
+
+    def restart_after(self, workers: List[int]) -> None:
+        """The job restarts after the failures of `workers`: from the latest checkpoint."""
+        self.restart_from_checkpoint(workers[0], reason="failure")
+
+    def on_recover(self, worker: int) -> None:
+        if self.on_survivors and worker in self.running_without:
+            self.waiting.append(worker)
+            self.run.event("waiting", worker, {"down": self.running_without})
+            return
+        super().on_recover(worker)  # on spares: the job already runs on a replacement
+
+    def plan(self, step: int) -> Plan:
+        if self.running_without:
+            return resplit_plan(step, self.n, set(self.running_without))
+        return super().plan(step)
+
+    def step_cost(self, plan: Plan) -> StepCost:
+        if self.running_without:
+            return self.run.costs.spread_step(self.n, plan.n_computing)
+        return super().step_cost(plan)
+
+
+class InPlaceMethod(CheckpointedMethod):
     """A method that survives failures in place (MeCeFO, Bamboo, Oobleck).
 
     A failure does not stop the job; only when the method's own mechanism cannot cover it
@@ -335,13 +416,11 @@ class InPlaceMethod(RollbackMethod):
         self.replaced: set = set()  # failed workers a fatal restart replaced by spares
         self.counts: Dict[str, int] = {"fatal": 0}
 
-    on_failures = Method.on_failures  # each failure is covered in place, one by one
-
     def needs_workers(self) -> set:
         return set(range(self.n)) - self.down  # the survivors cover the failed workers' work
 
     def on_failure(self, worker: int) -> None:
-        Method.on_failure(self, worker)  # mark down; RollbackMethod would restart the job
+        super().on_failure(worker)  # mark down
         self.replaced.discard(worker)
 
     def rejoins(self, worker: int) -> bool:
@@ -349,7 +428,7 @@ class InPlaceMethod(RollbackMethod):
         if worker in self.replaced:
             self.replaced.discard(worker)
             return False
-        Method.on_recover(self, worker)
+        super().on_recover(worker)
         return True
 
     def fall_back(self, worker: int, detail: Dict[str, object]) -> None:

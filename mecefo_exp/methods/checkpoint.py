@@ -16,66 +16,54 @@ Where the job restarts (`method.restart_on`):
   restarted on last.
 """
 
-from typing import List, Optional
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
 
-from ..plan import Plan
 from ..throughput import entry_at
-from ..timing.clock import StepCost
-from .base import Method, RollbackMethod, admit_waiting, resplit_plan
+from .base import RestartConfig, RollbackMethod
+
+
+@dataclass
+class CheckpointConfig(RestartConfig):
+    interval: Any = "auto"  # steps between checkpoints, or "auto" for Young/Daly sqrt(2 * C * MTBF)
+    checkpoint_after_failure: bool = False  # Varuna: also checkpoint on the first step after a restart
+    # restart_on=survivors: a restart's seconds by the ready nodes the job restarted on last;
+    # outside the listed counts the nearest end, as a throughput table; empty: method.restart_s throughout
+    restart_s_by_nodes: Dict[int, float] = field(default_factory=dict)
 
 
 class CheckpointRestart(RollbackMethod):
     name = "checkpoint"
+    Config = CheckpointConfig
     interval_key = "interval"
+
+    @classmethod
+    def check_config(cls, m, cfg) -> Optional[str]:
+        if m.restart_s_by_nodes:
+            if m.restart_on != "survivors":
+                return ("method.restart_s_by_nodes times a restart by the nodes it restarted on last: it needs "
+                        "method.restart_on=survivors")
+            bad = {k: v for k, v in m.restart_s_by_nodes.items() if not (int(k) >= 1 and float(v) >= 0)}
+            if bad:
+                return f"method.restart_s_by_nodes={dict(bad)}: node counts >= 1, seconds >= 0"
+        return None
 
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
-        self.on_survivors = cfg.get("restart_on", "spares") == "survivors"
-        self.running_without: List[int] = []  # restart_on=survivors: the workers the job restarted without
-        self.waiting: List[int] = []  # recovered since, joining at the next restart
         self.nodes_at_restart: Optional[int] = None  # ready nodes at the last restart (restart_s_by_nodes)
-        by_nodes = cfg.get("restart_s_by_nodes")
+        by_nodes = cfg.restart_s_by_nodes
         self.restart_by_nodes = {int(k): float(v) for k, v in by_nodes.items()} if by_nodes else None
-
-    def begin_without(self, workers: List[int]) -> None:
-        super().begin_without(workers)
-        if self.on_survivors:
-            self.running_without = sorted(self.down)
 
     def start(self) -> None:
         super().start()
         self.nodes_at_restart = self.n - len(self.down)  # the job's start is its first rendezvous
 
-    def on_failures(self, workers: List[int]) -> None:
-        if not self.on_survivors:
-            return super().on_failures(workers)
-        for worker in workers:
-            Method.on_failure(self, worker)
-        admit_waiting(self.down, self.waiting, workers)  # the workers that came back join this restart
-        self.restart_on_survivors(workers[0])
-
-    def restart_on_survivors(self, worker: int) -> None:
-        self.running_without = sorted(self.down)
-        self.restart_from_checkpoint(worker, reason="failure")
+    def restart_after(self, workers) -> None:
+        super().restart_after(workers)
         self.nodes_at_restart = self.n - len(self.down)
 
-    def on_failure(self, worker: int) -> None:
-        self.on_failures([worker])
-
-    def on_recover(self, worker: int) -> None:
-        if self.on_survivors and worker in self.running_without:
-            self.waiting.append(worker)
-            self.run.event("waiting", worker, {"down": self.running_without})
-            return
-        super().on_recover(worker)
-
-    def plan(self, step: int) -> Plan:
-        if self.running_without:
-            return resplit_plan(step, self.n, set(self.running_without))
-        return super().plan(step)
-
-    def step_cost(self, plan: Plan) -> StepCost:
-        return self.run.costs.spread_step(self.n, plan.n_computing) if plan.degraded else super().step_cost(plan)
+    def checkpoint_after_restart(self) -> bool:
+        return self.cfg.checkpoint_after_failure
 
     def restart_s(self) -> float:
         if self.restart_by_nodes and self.nodes_at_restart is not None:

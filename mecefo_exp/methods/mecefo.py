@@ -34,13 +34,31 @@ grad_error.jsonl in the run folder; the measurement is not charged on the clock.
 from __future__ import annotations
 
 import logging
-from typing import Dict, List, Optional, Set
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Set
+
+from ..config import at_least
 
 from ..projections import LowRankProjections, is_attention_parameter, svd_flops
 from ..timing.clock import StepCost
 from ..timing.steps import Help
 from ..plan import NORMAL, Mode, Plan, Sample, SparsePlan, WorkItem
-from .base import InPlaceMethod, neighbors_on_ring
+from .base import CheckpointedConfig, InPlaceMethod, neighbors_on_ring
+
+FFN_MODULES = ("gate_proj", "up_proj", "down_proj")
+
+
+@dataclass
+class MecefoConfig(CheckpointedConfig):
+    skip_attention: bool = True
+    recompute_ffn: bool = True
+    lowrank_ffn: bool = True
+    rank: int = field(default=64, metadata=at_least(1))  # r of the low-rank FFN weight gradient
+    svd_every: int = field(default=200, metadata=at_least(1, "steps"))  # tau: steps between SVD refreshes
+    lowrank_modules: List[str] = field(default_factory=lambda: list(FFN_MODULES))
+    # degraded steps between gradient-error measurements (0: off)
+    grad_error_every: int = field(default=10, metadata=at_least(0, "(0: off)"))
+    checkpoint_interval: Any = "auto"  # the fallback when no neighbour is eligible
 
 MODE = "mecefo"
 log = logging.getLogger(__name__)
@@ -66,6 +84,14 @@ def warn_if_rank_saturates(cfg, model) -> Optional[str]:
 class Mecefo(InPlaceMethod):
     name = "mecefo"
     exact = False
+    Config = MecefoConfig
+
+    @classmethod
+    def check_config(cls, m, cfg) -> Optional[str]:
+        bad = [x for x in m.lowrank_modules if x not in FFN_MODULES]
+        if bad:
+            return f"method.lowrank_modules: unknown {bad}; allowed: {', '.join(FFN_MODULES)}"
+        return None  # a rank above the model's widths: a warning (warn_if_rank_saturates)
 
     def __init__(self, cfg, run):
         super().__init__(cfg, run)

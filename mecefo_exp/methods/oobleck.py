@@ -42,16 +42,29 @@ Readings where the papers are silent (ours):
 
 from __future__ import annotations
 
-from typing import Dict, List
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from ..config import at_least, choices
 
 from ..timing.clock import StepCost
 from ..plan import Plan
-from .base import InPlaceMethod, admit_waiting, resplit_plan
+from .base import CheckpointedConfig, InPlaceMethod, admit_waiting, resplit_plan
+
+
+@dataclass
+class OobleckConfig(CheckpointedConfig):
+    # paper seconds of a re-formation (None: cluster.reconfigure_s)
+    reconfigure_s: Optional[float] = field(default=None, metadata=at_least(0, "paper seconds (null: the cluster's)"))
+    checkpoint_interval: Any = "auto"
+    # a recovered (or added) worker joins: at once, with a reconfiguration (on_recover) | at the
+    # next failure's reconfiguration (new nodes wait)
+    admit_nodes: str = field(default="on_recover", metadata=choices("on_recover", "next_reconfiguration"))
 
 
 class Oobleck(InPlaceMethod):
     name = "oobleck"
-    interval_key = "checkpoint_interval"
+    Config = OobleckConfig
 
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
@@ -80,7 +93,7 @@ class Oobleck(InPlaceMethod):
     def on_failures(self, workers: List[int]) -> None:
         """One re-formation of the pipelines for the failures of one instant (a whole machine)."""
         for worker in workers:
-            InPlaceMethod.on_failure(self, worker)
+            super().on_failure(worker)
         admit_waiting(self.down, self.waiting, workers)  # nodes that waited for a reconfiguration join this one
         if len(self.down) >= self.n:
             self.fall_back(workers[0], {"reason": "no worker alive"})
@@ -94,7 +107,7 @@ class Oobleck(InPlaceMethod):
         """Nodes back at one instant (a replaced machine) join in one re-formation."""
         joined = []
         for worker in workers:
-            if worker in self.down and self.cfg.get("admit_nodes", "on_recover") == "next_reconfiguration":
+            if worker in self.down and self.cfg.admit_nodes == "next_reconfiguration":
                 self.waiting.append(worker)  # stays out of the plan until a failure reconfigures anyway
                 self.run.event("waiting", worker, {"n_down": len(self.down)})
             elif self.rejoins(worker):

@@ -58,7 +58,11 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from .base import Method, RollbackMethod, admit_waiting, resplit_plan, steps_before_multiple
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import at_least, is_hybrid, within
+from .base import RestartConfig, RollbackMethod, steps_before_multiple
 
 
 class UnrecoverableSnapshot(RuntimeError):
@@ -291,26 +295,39 @@ def ledger_index(groups: List[List[int]], holders: List[Optional[int]]) -> Dict:
     return index
 
 
+@dataclass
+class ReftConfig(RestartConfig):
+    snapshot_every: int = field(default=5, metadata=at_least(1, "steps"))  # steps between in-memory snapshots
+    # workers per XOR parity group (tolerates one loss per group)
+    parity_group: int = field(default=4, metadata=at_least(2, "workers"))
+    checkpoint_interval: Any = "auto"  # disk checkpoints, the fallback when parity cannot help
+    # share of the snapshot copy hidden behind compute (REFT is asynchronous)
+    overlap: float = field(default=0.9, metadata=within(0, 1))
+
+
 class Reft(RollbackMethod):
+    """restart_on=survivors (a node trace, whose nodes never return): the snapshot is sharded over
+    the survivors alone."""
+
     name = "reft"
+    Config = ReftConfig
+
+    @classmethod
+    def check_config(cls, m, cfg) -> Optional[str]:
+        if m.restart_on == "survivors" and is_hybrid(cfg):
+            return ("method.restart_on=survivors with REFT is modelled in pure data parallelism only "
+                    "(parallel.tp=1, parallel.pp=1)")
+        return None
 
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
         self.snapshot: Optional[ShardedSnapshot] = None
         self.counts = {"snapshots": 0, "memory_restores": 0, "shards_rebuilt": 0, "fatal": 0}
         self.heal_pending = False
-        # restart_on=survivors (nodes that never return): the job restarts on the workers still up,
-        # the global batch re-split over them, and the snapshot is sharded over them alone
-        self.on_survivors = cfg.get("restart_on", "spares") == "survivors"
-        self.running_without: List[int] = []  # the workers the job restarted without
-        self.waiting: List[int] = []  # recovered since, joining at the next restart
         self.members: Optional[List[int]] = None  # survivors: the worker holding each shard (None: shard w on w)
 
     def setup(self) -> None:
         super().setup()
-        if self.on_survivors and self.chains is not None:
-            raise ValueError("method.restart_on=survivors with REFT is modelled in pure data parallelism only "
-                             "(parallel.tp=1, parallel.pp=1)")
         every = self.cfg.snapshot_every
         # disk checkpoints only at snapshot steps: the fallback is never ahead of the memory state
         self.interval = every * math.ceil(self.interval / every)
@@ -318,11 +335,6 @@ class Reft(RollbackMethod):
     @property
     def snapshot_charge_s(self) -> float:
         return (1.0 - self.cfg.overlap) * self.run.costs.profile["state_copy"]
-
-    def begin_without(self, workers: List[int]) -> None:
-        super().begin_without(workers)
-        if self.on_survivors:
-            self.running_without = sorted(self.down)
 
     def start(self) -> None:
         super().start()  # the disk checkpoint of step 0
@@ -373,16 +385,9 @@ class Reft(RollbackMethod):
             return worker
         return self.members.index(worker) if worker in self.members else None  # joined since: holds no shard
 
-    def on_failure(self, worker: int) -> None:
-        self.on_failures([worker])
-
-    def on_failures(self, workers: List[int]) -> None:
+    def restart_after(self, workers: List[int]) -> None:
         """Workers of one instant (a whole server) lose their shards together; then one restart,
         from memory if every parity group lost at most one block, else from disk."""
-        for worker in workers:
-            Method.on_failure(self, worker)  # mark down
-        if self.on_survivors:
-            admit_waiting(self.down, self.waiting, workers)  # the workers that came back join this restart
         worker, snap = workers[0], self.snapshot
         if snap is None:
             self._fatal(worker, {"reason": "no in-memory snapshot since the last disk fallback"})
@@ -395,15 +400,6 @@ class Reft(RollbackMethod):
                                      "snapshot_step": snap.step, "lost": lost})
             else:
                 self.restart_from_memory(worker, lost)
-        if self.on_survivors:
-            self.running_without = sorted(self.down)
-
-    def on_recover(self, worker: int) -> None:
-        if self.on_survivors and worker in self.running_without:
-            self.waiting.append(worker)
-            self.run.event("waiting", worker, {"down": self.running_without})
-            return
-        super().on_recover(worker)
 
     def restart_from_memory(self, worker: int, lost: List[str]) -> None:
         """Restart every worker, rebuild the lost shards from parity, restore the snapshot."""
@@ -434,12 +430,7 @@ class Reft(RollbackMethod):
             else:  # the spares get the rebuilt shards; lost parity is re-encoded
                 self.snapshot.heal()
         self.heal_pending = False
-        if self.running_without:
-            return resplit_plan(step, self.n, set(self.running_without))
         return super().plan(step)
-
-    def step_cost(self, plan):
-        return self.run.costs.spread_step(self.n, plan.n_computing) if self.running_without else super().step_cost(plan)
 
     def state_dict(self) -> Dict[str, object]:
         # the snapshot lives in the workers' memory, not on disk; a resumed run must still

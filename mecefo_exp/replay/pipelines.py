@@ -69,7 +69,7 @@ class BambooArtifact(RendezvousTimeouts, Bamboo):
       re-formation, as any removal while running does (B:1100-1104);
     - every re-formation is a rendezvous with a timeout: a local one (`rebalance_stall_s`) after a
       step when a node holds two stages (B:1345), nothing training meanwhile; a global one
-      (`fatal_restart_s`, 30 s, B:212, B:921-927) after a fatal removal, the old pipelines
+      (`restart_s`, 30 s, B:212, B:921-927) after a fatal removal, the old pipelines
       training on, slowed no further, un-credited nothing (B:1253);
     - as for Varuna and Oobleck (restarts.py, the same timeouts), the first timeout to fire
       completes the rendezvous over every node there (B:1115-1120) and a later one finds no nodes
@@ -119,7 +119,7 @@ class BambooArtifact(RendezvousTimeouts, Bamboo):
             self.run.event("rendezvous_restarted", None, {"kind": "global", "until": formed_at})
 
     def _delay(self, kind: str) -> float:
-        own = self.cfg.get("fatal_restart_s") if kind == "global" else self.cfg.rebalance_stall_s
+        own = self.cfg.restart_s if kind == "global" else self.cfg.rebalance_stall_s
         return self.run.costs.stall_s(self.run.cluster_cfg.restart_s if own is None else own)
 
     def timeout_delay_s(self, kind: str, at: float) -> float:

@@ -87,14 +87,15 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
     OPTIONS = {"storage_order": True, "rollback": True, "min_nodes": 1}
 
     @classmethod
-    def check_config(cls, method_cfg, numerics: bool) -> Optional[str]:
+    def check_config(cls, method_cfg, cfg) -> Optional[str]:
         """What is wrong with the settings for this variant, in one line (None: nothing)."""
+        numerics = cfg.trainer.numerics
         if method_cfg.restart_on != "survivors":
             return "the artifact's Varuna restarts on the survivors: set method.restart_on=survivors"
         if numerics:
             return ("the artifact's Varuna un-credits steps no checkpoint holds (a failed checkpoint): "
                     "set trainer.numerics=false")
-        return None
+        return super().check_config(method_cfg, cfg)
 
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
