@@ -89,6 +89,8 @@ def register_configs() -> None:
         OmegaConf.register_new_resolver("mecefo_groups", user_groups)
     if not OmegaConf.has_resolver("when"):  # ${when:<bool>,<value>}: the value, or null when false
         OmegaConf.register_new_resolver("when", lambda flag, value: value if flag else None)
+    if not OmegaConf.has_resolver("either"):  # ${either:<bool>,<a>,<b>}: a when true, else b
+        OmegaConf.register_new_resolver("either", lambda flag, a, b: a if flag else b)
     if not OmegaConf.has_resolver("conf_file"):
         OmegaConf.register_new_resolver("conf_file", conf_file)
     cs = ConfigStore.instance()

@@ -14,6 +14,7 @@ REGISTRY = {
     "mecefo": "mecefo:Mecefo",
     "bamboo": "bamboo:Bamboo",
     "oobleck": "oobleck:Oobleck",
+    "jit": "jit:JustInTime",
 }
 
 

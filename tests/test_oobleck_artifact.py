@@ -22,6 +22,9 @@ COMMON = ["hardware=table", "hardware.samples_per_step=100", "failure=nodes", "f
           "trainer.eval_every=0", "trainer.progress=none", "model=llama_tiny", "model.vocab_size=512",
           "data.micro_batch=1", "data.seq_len=16"]
 
+#: Bamboo with pipelines and idle spares (the Oobleck authors' model; its options are the variant's)
+PIPELINES = "method.variant=mecefo_exp.replay.bamboo_pipelines:BambooPipelines"
+
 
 def trace_file(tmp_path, rows):
     path = tmp_path / "nodes.csv"
@@ -236,10 +239,11 @@ def test_bamboo_pipelines_with_a_spare_by_hand(tmp_path, quirks):
     rows = [(0, "add", n) for n in "abcde"] + [(11000, "remove", "e"), (21000, "remove", "b"), (40000, "remove", "a")]
     trace = trace_file(tmp_path, rows)
     s, run_dir = run(tmp_path, trace, "cluster.n_workers=5", "+hardware.tables.default={5: 50, 4: 40, 3: 30}",
-                     "method=bamboo", "method.pipeline_stages=2", "method.fallback_slowdown=1.5",
+                     "method=bamboo", "+method.variant_options.pipeline_stages=2", "method.fallback_slowdown=1.5",
                      "method.rebalance_stall_s=2", "method.restart_s=1", "method.charge_initial_checkpoint=false",
                      *(["method.variant=mecefo_exp.replay.pipelines:BambooArtifact",
-                        "+method.variant_options.heap_order=false"] if quirks else []))
+                        "+method.variant_options.heap_order=false"] if quirks
+                       else ["method.variant=mecefo_exp.replay.bamboo_pipelines:BambooPipelines"]))
     w = s["window"]
     if not quirks:
         # the spare's loss changes nothing: steps end 4, 6, ..., 20 (9); b falls 1 s into the next,
@@ -262,7 +266,7 @@ def test_bamboo_pipelines_two_adjacent_removals_are_fatal(tmp_path):
     # a (stage 0) absorbs b (stage 1) at 5 s; a falls at 6 s, before the re-formation: fatal
     rows = [(0, "add", n) for n in "abcde"] + [(5000, "remove", "b"), (6000, "remove", "a"), (40000, "remove", "c")]
     s, _ = run(tmp_path, trace_file(tmp_path, rows), "cluster.n_workers=5", "+hardware.tables.default={5: 50, 3: 30}",
-               "method=bamboo", "method.pipeline_stages=2", "method.fallback_slowdown=1.5",
+               "method=bamboo", PIPELINES, "+method.variant_options.pipeline_stages=2", "method.fallback_slowdown=1.5",
                "method.rebalance_stall_s=20", "method.restart_s=1", "method.charge_initial_checkpoint=false")
     assert s["fatal"] == 1
 
@@ -276,23 +280,26 @@ def test_the_bamboo_preset_orders_are_the_artifacts_heap_order():
     for trace in ("6h", "3h", "1h", "30m", "10m"):
         path = cfg.failure.path.replace("10m.csv", f"{trace}.csv")
         registered, joined = node_tie_order(path, ready_s=45.0, first_delay_s=30.0)
-        assert (joined, registered) == (list(cfg.method.start_order), list(cfg.method.node_order))
+        options = cfg.method.variant_options
+        assert (joined, registered) == (list(options.start_order), list(options.node_order))
     # not first-in first-out: node30 is handed out first
     assert joined[:3] == [29, 0, 24]
 
 
 @pytest.mark.parametrize("overrides,message", [
-    (["method.pipeline_stages=2"], "needs hardware=table"),
-    (["hardware=table", "hardware.samples_per_step=8", "+hardware.tables.default={4: 40}", "method.pipeline_stages=5"],
-     "more stages than"),
-    (["hardware=table", "hardware.samples_per_step=8", "+hardware.tables.default={4: 40}", "method.pipeline_stages=2",
-      "method.start_order=[0,1,1,3]"],
-     r"method.start_order: must list each worker slot 0..3 once"),
+    (["+method.variant_options.pipeline_stages=2"], "needs hardware=table"),
+    (["hardware=table", "hardware.samples_per_step=8", "+hardware.tables.default={4: 40}",
+      "+method.variant_options.pipeline_stages=5"], r"must be in \[1, cluster.n_workers=4\]"),
+    (["hardware=table", "hardware.samples_per_step=8", "+hardware.tables.default={4: 40}",
+      "+method.variant_options.pipeline_stages=2", "+method.variant_options.start_order=[0,1,1,3]"],
+     r"method.variant_options.start_order: must list each worker slot 0..3 once"),
 ])
 def test_bamboo_pipelines_bad_settings_are_one_line(overrides, message):
-    cfg = compose_cfg(["method=bamboo", "cluster.n_workers=4", *overrides])
+    from mecefo_exp.cli import validate_run
+
+    cfg = compose_cfg(["method=bamboo", "cluster.n_workers=4", PIPELINES, *overrides])
     with pytest.raises(ConfigError, match=message):
-        validate(cfg)
+        validate_run(cfg)
 
 
 def test_bamboo_pipelines_take_an_added_node_when_it_completes_a_pipeline(tmp_path):
@@ -300,7 +307,8 @@ def test_bamboo_pipelines_take_an_added_node_when_it_completes_a_pipeline(tmp_pa
     # step leaves one pipeline (a, b) and c idle; e, added at 20 s, is usable at 21 s and with c
     # completes a second pipeline: the step ending at 21.67 s is followed by a re-formation to 4 nodes
     rows = [(0, "add", n) for n in "abcd"] + [(10000, "remove", "d"), (20000, "add", "e"), (40000, "remove", "a")]
-    s, run_dir = run(tmp_path, trace_file(tmp_path, rows), "method=bamboo", "method.pipeline_stages=2",
+    s, run_dir = run(tmp_path, trace_file(tmp_path, rows), "method=bamboo", PIPELINES,
+                     "+method.variant_options.pipeline_stages=2",
                      "method.fallback_slowdown=1.5", "method.rebalance_stall_s=2", "method.restart_s=1",
                      "method.charge_initial_checkpoint=false")
     costs = {round(r["sim_time_s"], 3): r["step_cost_s"] for r in map(json.loads, open(run_dir / "metrics.jsonl"))}

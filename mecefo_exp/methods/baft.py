@@ -37,6 +37,7 @@ class BaftConfig(RestartConfig):
 
 class Baft(RollbackMethod):
     name = "baft"
+    label = "BAFT"
     Config = BaftConfig
     interval_key = "checkpoint_every"
 

@@ -1,100 +1,13 @@
 """Bamboo: redundant computation on a ring of workers (Thorpe et al., NSDI 2023).
 
-In Bamboo each pipeline stage holds a copy of the next stage's weights and runs that
-stage's forward redundantly inside the pipeline bubbles; when a node is preempted its
-shadow finishes the step (little work lost) and does both stages' work until the
-pipelines are rebalanced. Two adjacent failures lose a stage outright: restart from a
-checkpoint, so Bamboo still checkpoints.
-
-DP emulation (docs/METHODS.md). Pure data parallelism has no bubbles, so the redundancy is
-paid in full and Bamboo's bubble advantage, structural to pipeline parallelism, is gone:
-
-- Failure-free (method.mode=eager): every worker also runs the forward of the
-  micro-batch of the worker it shadows. Worker j's shadow is the next worker after j on
-  the ring (j+1, j+2, ... mod n among ring members), so worker k runs the forward of its
-  ring predecessor's micro-batch. That forward changes no number, so it is not run on the
-  model: it is charged on the clock from the profiled `mb:forward` kernel (the mode
-  "forward" exists only so that the profile measures it). The charge is
-  `ft_overhead` = how much the redundant forward lengthens the slowest worker, which is
-  exactly one `mb:forward` in a failure-free step. method.mode=lazy runs no redundant
-  forward (no overhead) and recomputes it after a failure instead.
-- A failure of worker j. Its shadow s takes j's micro-batches from then on: the plan
-  gives s a WorkItem(Sample(step, j)) in the normal mode beside its own, so the
-  gradients stay exact and the loss curve is the failure-free one, bit for bit. The step
-  the failure interrupts is not lost (`interrupted`): the time spent on it before the
-  failure is booked to that step and the step finishes under the new plan, whose cost
-  is the degraded step minus that time. Eager: the shadow already holds j's forward, so
-  finishing costs its own work plus j's backward. Lazy: it must run j's forward too. In
-  both cases the shadow's step totals two full micro-batches (forward and backward are
-  serial on one worker, so the eager forward buys no time in DP; only the failure-free
-  overhead differs).
-- Degraded steps are charged by CostModel.step from the plan: the shadow's second
-  normal micro-batch is `degraded_extra` (2x compute, against the 1.5x Bamboo's own
-  simulator charges for a pipeline). The redundant forwards of the other workers still
-  run; they are charged only where they would lengthen the step (the shadow, doing two
-  full micro-batches and no redundant forward, is the slowest).
-- Two adjacent failures are fatal: a worker fails while its ring successor (its shadow)
-  is down, or while its ring predecessor is down (it was that worker's shadow, and its
-  own shadow would have to cover two). Also fatal: no other ring member is alive. Fatal
-  -> a `fatal` event and a rollback through the checkpoint path (detection + restart +
-  load, spares replace every failed worker, the steps since the checkpoint are redone).
-- Rebalance: after method.rebalance_after_s paper seconds of degradation (null: never)
-  the ring is rebuilt over the alive workers, which restores redundancy (the former
-  shadow may fail without it being fatal): each worker then shadows its new ring
-  predecessor's whole load (one forward per micro-batch it holds). The stall is
-  method.rebalance_stall_s paper seconds (Bamboo's simulator: 20 s for GPT-2/BERT
-  class) through the paper-time map.
-
-Readings where the papers are silent (ours):
-
-- Ring direction: the shadow is the *next* worker on the ring (base.neighbors_on_ring),
-  as for MeCeFO's neighbour; Bamboo's predecessor-holds-successor is the same ring read
-  backwards.
-- A rebalance in DP: down workers leave the ring; every alive worker keeps its own
-  micro-batch and each orphaned one (a down worker's) goes to the least-loaded alive
-  worker, ties to the nearest after the orphan on the ring. With whole micro-batches the
-  slowest worker then holds ceil(n / alive), like Oobleck's re-split.
-- A recovered worker rejoins through a rebalance (Bamboo adds nodes by reconfiguring),
-  charged the same stall and logged as a `rebalance` with reason `rejoin`; the workers back at
-  one instant (a machine, a repair tick) rejoin in one. A failed
-  worker's cover therefore ends when it recovers or at a timed rebalance.
-- No detection stall on a survivable failure: the shadow notices the failure through
-  the collective's timeout and carries on, as MeCeFO's neighbour does in this harness.
-- The redundant forward's activation memory is not modelled (no memory limit here).
-- A step interrupted twice accumulates both elapsed parts; the rest is clamped at zero.
-- method.checkpoint_interval=auto: Young/Daly with the mean time between *fatal*
-  failures, the cluster MTBF over `rollback_share` (a neighbour down at failure time).
-
-In a hybrid layout (parallel.pp >= 2; timing/layout.py) Bamboo is the real thing, not an
-emulation: GPU g's shadow is the GPU at the same tensor rank of the same replica one stage before
-(the last stage for stage 0), which holds g's stage's weights. Failure-free, every stage runs the
-next stage's forward in its 1F1B idle time: only what does not fit is charged
-(`timing/layout.redundant_forward_s`, 0 at m = p = 16 for 405B; lazy mode: none). A failure of g: its
-shadow's slot does both stages' work from then on (`timing/layout.shadow_factor`, paced by the slowest
-stage of the slowest replica); fatal when g's shadow is down, or the GPU g shadows is (g was
-covering it). A rebalance (timer, or a rejoin: the failures or recoveries of one instant are one
-re-formation, one stall) re-forms the pipelines without the nodes then down: their batch is
-spread over the rest as for Oobleck (the pipeline part n / alive longer) and no cover is left.
-
-Under a throughput table (hardware.compute=table, the Oobleck authors' model of Bamboo's
-pipelines) the table already holds the redundant computation, so no forward is added; a step
-runs at the table's throughput for the node count of the last (re)configuration, times
-`method.fallback_slowdown` while a shadow covers a failed node; the part of the interrupted
-step after the failure runs at that slowdown too; `rebalance_after_steps` rebalances after that
-many degraded steps, and `restart_s` is the restart after adjacent failures (the fall-back).
-
-`pipeline_stages` (table clock only) replaces the ring by pipelines with spares: the alive
-nodes, in `start_order` at the first formation and `node_order` at every later one, fill
-floor(alive / stages) pipelines stage by stage; the rest are idle spares. A removed pipeline
-node's stage goes to the holder of the previous stage of its pipeline (stage 0 wraps to the
-last); a removal is fatal when the removed node or that holder already holds two stages. The
-first removal that a holder absorbs starts the fallback slowdown; after each completed step
-the pipelines re-form (`rebalance_stall_s`) when a node holds two stages and the spares can
-relieve it or a doubled node is more than 5% of the active ones (2 x doubled / active > 0.05),
-or when the waiting nodes would complete another pipeline. Losing an idle spare changes
-nothing (a subclass may say otherwise: `spare_loss_slows`). A fatal removal goes through the
-harness's fall-back (spares for every failed node, pipelines re-formed over all slots); a removal
-during a re-formation's stall is not modelled.
+Each stage holds a copy of the next stage's weights and runs its forward redundantly; when a node
+fails its shadow finishes the step and does both stages' work until the pipelines are rebalanced.
+Two adjacent failures lose a stage outright: restart from a checkpoint. Here in two settings,
+with the same shadow rule: the data-parallel ring (an emulation: no bubbles, the redundancy paid
+in full) and a hybrid layout's real pipelines (the redundant forward in the 1F1B idle slots); the
+Oobleck authors' pipelines with idle spares are a study of their own (replay/bamboo_pipelines.py).
+docs/METHODS.md ("Bamboo in the harness") has every rule and each reading where the papers are
+silent.
 """
 
 from __future__ import annotations
@@ -123,35 +36,13 @@ class BambooConfig(CheckpointedConfig):
     # under a throughput table (hardware.compute=table): the step time while a shadow covers a
     # failed node, as a multiple of the failure-free one (None: the shadow's two micro-batches)
     fallback_slowdown: Optional[float] = field(default=None, metadata=at_least(1, "(a multiple of the failure-free step)"))
-    # under a throughput table: pipelines of this many stages with idle spares (None: the ring of all workers)
-    pipeline_stages: Optional[int] = field(default=None, metadata=at_least(1, "stages"))
-    start_order: Optional[List[int]] = None  # worker slots in the order the first pipelines take them (None: 0..n-1)
-    node_order: Optional[List[int]] = None  # worker slots in the order later re-formations take them (None: 0..n-1)
 
 
 
 class Bamboo(InPlaceMethod):
-    #: pipelines with spares: whether losing an idle spare starts the fallback slowdown
-    spare_loss_slows = False
     name = "bamboo"
+    label = "Bamboo"
     Config = BambooConfig
-
-    @classmethod
-    def check_config(cls, m, cfg) -> Optional[str]:
-        """Pipelines with spares: the table clock only; the orders list every worker slot once."""
-        n = cfg.cluster.n_workers
-        if m.pipeline_stages is None:
-            return None
-        if cfg.hardware.compute != "table":
-            return (f"method.pipeline_stages={m.pipeline_stages} needs hardware=table (only the throughput-table "
-                    "clock times pipelines); or leave it null")
-        if m.pipeline_stages > n:
-            return f"method.pipeline_stages={m.pipeline_stages}: more stages than cluster.n_workers={n}"
-        for key in ("start_order", "node_order"):
-            order = m[key]
-            if order is not None and sorted(order) != list(range(n)):
-                return f"method.{key}: must list each worker slot 0..{n - 1} once (got {list(order)})"
-        return None
 
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
@@ -161,17 +52,6 @@ class Bamboo(InPlaceMethod):
         self.degraded_since_cover = 0  # degraded steps since the current cover began
         self.counts.update(neighbor_assignments=0, rebalances=0, survived_interruptions=0)
         self._reset_ring()
-        self.stages: Optional[int] = cfg.pipeline_stages  # None: the ring of all workers
-        if self.stages:
-            self.counts.update(spares_lost=0)
-            self.fallback_step: Optional[int] = None  # the step in flight when the fallback slowdown began
-            self.node_order: List[int] = list(cfg.node_order or range(self.n))
-            self._form_pipelines(cfg.start_order or list(range(self.n)))
-
-    def begin_without(self, workers: List[int]) -> None:
-        super().begin_without(workers)
-        if self.stages:  # the first pipelines are formed from the nodes there
-            self._form_pipelines(self.cfg.start_order or list(range(self.n)))
 
     @property
     def layout(self):
@@ -187,7 +67,6 @@ class Bamboo(InPlaceMethod):
         self.heavy = 0
         self.cover: Dict[int, int] = {}  # failed ring member -> its shadow
         self.cover_since = None
-        self.table_nodes = self.n  # compute=table: nodes at the last (re)configuration
         self.degraded_since_cover = 0
 
     def modes(self) -> Dict[str, Mode]:
@@ -229,8 +108,6 @@ class Bamboo(InPlaceMethod):
     def on_failures(self, workers: List[int]) -> None:
         """The failures of one instant (a whole machine): all are down before any is covered, since
         they cannot shadow each other, and a fatal one is one fall-back for all of them."""
-        if self.stages:  # pipelines with spares
-            return super().on_failures(workers)
         self.down.update(workers)
         fatal = self.counts["fatal"]
         for worker in workers:
@@ -240,8 +117,6 @@ class Bamboo(InPlaceMethod):
 
     def _lose(self, worker: int) -> None:
         """`worker` is down: its shadow covers it, or the failure is fatal."""
-        if self.stages:
-            return self._pipeline_failure(worker)
         if self.layout is not None:
             return self._layout_failure(worker)
         pred, succ = self._ring_neighbors(worker)
@@ -262,11 +137,6 @@ class Bamboo(InPlaceMethod):
 
     def on_recoveries(self, workers: List[int]) -> None:
         """Workers back at one instant (a replaced machine, a repair tick) rejoin in one rebalance."""
-        if self.stages:  # pipelines with spares: all of them wait, then one decision
-            back = [w for w in workers if self._wait_as_spare(w)]
-            if back and self.credit is None and self._should_reform():
-                self._reform()
-            return
         back = [w for w in workers if self.rejoins(w)]
         if not back:
             return
@@ -278,22 +148,10 @@ class Bamboo(InPlaceMethod):
     def on_recover(self, worker: int) -> None:
         self.on_recoveries([worker])
 
-    def _wait_as_spare(self, worker: int) -> bool:
-        """A new node waits, idle, until a re-formation takes it. The loop hands a recovery over at
-        the end of the step it fell in, so the caller decides then, as the Oobleck authors' Bamboo
-        simulator does at that step's completion; never inside a step in flight."""
-        if not self.rejoins(worker):
-            return False
-        self.node_order = [w for w in self.node_order if w != worker] + [worker]
-        self.run.event("waiting", worker, {"spares": self._spares()})
-        return True
-
     def after_fall_back(self) -> None:
         """Adjacent failures: spares replace every failed worker, the ring is whole again."""
         self._reset_ring()
         self.credit = None  # the interrupted step, if any, is rolled back with the rest
-        if self.stages:
-            self._form_pipelines(self.node_order)
 
     # ------------------------------------------------------------ a hybrid layout
     def _stage_neighbours(self, gpu: int) -> Tuple[int, int]:
@@ -351,75 +209,6 @@ class Bamboo(InPlaceMethod):
             return out
         return SparsePlan(step, self.n, changes, degraded=True, notes={"cover": cover, "retired": len(retired)})
 
-    # ------------------------------------------------------------ pipelines with spares
-    def _form_pipelines(self, order: List[int]) -> None:
-        """Fill floor(alive / stages) pipelines stage by stage in `order`; the rest are spares."""
-        alive = [w for w in order if w not in self.down]
-        pipes = len(alive) // self.stages
-        self.holds: Dict[int, List[Tuple[int, int]]] = {
-            w: [(i // self.stages, i % self.stages)] for i, w in enumerate(alive[:pipes * self.stages])}
-        self.pipes = pipes
-        self.table_nodes = len(alive)  # the table counts every usable node, spares included
-        self.fallback_step = None
-
-    def _spares(self) -> List[int]:
-        return [w for w in range(self.n) if w not in self.down and w not in self.holds]
-
-    def _pipeline_failure(self, worker: int) -> None:
-        held = self.holds.pop(worker, [])
-        if held:
-            pipe, stage = held[0]
-            before = (pipe, (stage - 1) % self.stages)
-            holder = None if len(held) > 1 else next(
-                (w for w in self.node_order if before in self.holds.get(w, ())), None)
-            if holder is None or len(self.holds[holder]) > 1:  # it held two stages, or its shadow does
-                self.holds[worker] = held  # fall_back re-forms from scratch
-                return self.fall_back(worker, {"reason": "adjacent failures", "stage": [pipe, stage],
-                                               "holder": holder})
-            self.holds[holder].append((pipe, stage))
-            self.counts["neighbor_assignments"] += 1
-            self.run.event("neighbor", worker, {"neighbor": holder, "stage": [pipe, stage]})
-        else:
-            self.counts["spares_lost"] += 1
-            self.run.event("spare_lost", worker, {"spares": self._spares()})
-            if not self.spare_loss_slows:
-                return  # an idle spare did no work: nothing slows down
-        if self.fallback_step is None:
-            self.fallback_step = self.run.step
-
-    def _should_reform(self) -> bool:
-        doubled = sum(1 for held in self.holds.values() if len(held) > 1)
-        active = self.stages * self.pipes - doubled
-        waiting = len(self._spares())
-        if doubled and (waiting >= doubled or 2 * doubled / active > 0.05):
-            return True
-        return (active + waiting) // self.stages > self.pipes
-
-    def _reform(self) -> None:
-        stall = self.run.costs.stall_s(self.cfg.rebalance_stall_s)
-        self.run.clock.charge("stall", stall)
-        self._form_pipelines(self.node_order)
-        self.counts["rebalances"] += 1
-        self.run.event("rebalance", None, {"pipelines": self.pipes, "spares": self._spares(), "stall_s": stall})
-
-    def _pipeline_plan(self, step: int) -> Plan:
-        if not self.holds:
-            return Plan(step, {})  # fewer nodes than one pipeline: nobody trains until a node arrives
-        idle = set(range(self.n)) - set(self.holds)
-        work = resplit_plan(step, self.n, idle).work  # the spares' and failed nodes' samples, dealt out
-        return Plan(step, work, degraded=self.fallback_step is not None)
-
-    def _pipeline_step_cost(self, plan: Plan) -> StepCost:
-        """The table's step, slowed while the fallback lasts; the step in flight when it began
-        runs its remaining part slowed, a step begun slowed keeps its cost."""
-        costs = self.run.costs
-        slowed = Help(slowdown=self.cfg.fallback_slowdown) if self.fallback_step is not None else None
-        # which slot helps does not matter to a table: the whole step is slowed
-        cost = costs.step(plan, helpers={-1: slowed} if slowed else None, slots=self.table_nodes)
-        if not (self.credit and self.credit[0] == plan.step):
-            return cost
-        return costs.rest_of_step(cost, self.credit[1], slowed if self.fallback_step == plan.step else None)
-
     def _rebalance(self, reason: str, worker: Optional[int]) -> None:
         stall = self.run.costs.stall_s(self.cfg.rebalance_stall_s)
         self.run.clock.charge("stall", stall)
@@ -429,15 +218,12 @@ class Bamboo(InPlaceMethod):
         self.cover = {}
         self.cover_since = None
         self.degraded_since_cover = 0
-        self.table_nodes = self.n - len(self.down)
         self.counts["rebalances"] += 1
         self.run.event("rebalance", worker, {"reason": reason, "left_out": sorted(self.down), "stall_s": stall,
                                              "extra": {w: self.load[w][1:] for w in sorted(self.load)}})
 
     # ------------------------------------------------------------ the step
     def plan(self, step: int) -> Plan:
-        if self.stages:
-            return self._pipeline_plan(step)
         if self.layout is not None:
             return self._layout_plan(step)
         def changes() -> Dict[int, List[WorkItem]]:  # read by the numerics only
@@ -495,8 +281,6 @@ class Bamboo(InPlaceMethod):
         stage in a pipeline); the job keeps every slot but those left out at the last re-formation;
         eager mode adds the redundant forwards. The part of an interrupted step done before the
         failure was done at the speed it started at (the clock says what is left)."""
-        if self.stages:
-            return self._pipeline_step_cost(plan)
         costs = self.run.costs
         shadow = Help(slowdown=self.cfg.fallback_slowdown)
         cover = plan.notes.get("cover", {})
@@ -524,8 +308,6 @@ class Bamboo(InPlaceMethod):
     def steady_steps(self, plan: Plan, step_s: float) -> Optional[int]:
         """Quiet until the next checkpoint or rebalance (after so many degraded steps, or once the
         cover is old enough); a step that survived a failure is an event of its own."""
-        if self.stages:
-            return None  # the pipelines' re-formation rule is read after every step: stepped one at a time
         if self.credit:
             return 0
         quiet = super().steady_steps(plan, step_s)
@@ -548,10 +330,6 @@ class Bamboo(InPlaceMethod):
             self.credit = None
             self.counts["survived_interruptions"] += 1
         super().after_step(step)  # checkpoints
-        if self.stages:
-            if self._should_reform():
-                self._reform()
-            return
         after, after_steps = self.cfg.rebalance_after_s, self.cfg.rebalance_after_steps
         rebalance = self._layout_rebalance if self.layout is not None else self._rebalance
         if self.cover and after_steps is not None and self.degraded_since_cover >= after_steps:

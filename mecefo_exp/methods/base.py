@@ -88,6 +88,7 @@ def run_context_members() -> set:
 
 class Method:
     name = "base"
+    label = "base"  # how tables and figures name the method
     #: the dataclass of the method's settings (conf/method/<name>.yaml is composed onto it)
     Config = MethodConfig
     #: plain methods never change the math; approximate ones (MeCeFO) do while degraded

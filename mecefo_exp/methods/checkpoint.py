@@ -34,6 +34,7 @@ class CheckpointConfig(RestartConfig):
 
 class CheckpointRestart(RollbackMethod):
     name = "checkpoint"
+    label = "checkpoint-restart"
     Config = CheckpointConfig
     interval_key = "interval"
 

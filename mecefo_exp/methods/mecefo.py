@@ -83,6 +83,7 @@ def warn_if_rank_saturates(cfg, model) -> Optional[str]:
 
 class Mecefo(InPlaceMethod):
     name = "mecefo"
+    label = "MeCeFO"
     exact = False
     Config = MecefoConfig
 

@@ -64,6 +64,7 @@ class OobleckConfig(CheckpointedConfig):
 
 class Oobleck(InPlaceMethod):
     name = "oobleck"
+    label = "Oobleck"
     Config = OobleckConfig
 
     def __init__(self, cfg, run):

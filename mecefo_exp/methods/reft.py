@@ -310,6 +310,7 @@ class Reft(RollbackMethod):
     the survivors alone."""
 
     name = "reft"
+    label = "REFT"
     Config = ReftConfig
 
     @classmethod

@@ -48,7 +48,7 @@ def overrides(model: str, system: str, setting: str) -> List[str]:
            "trainer.progress=none", "trainer.log_events=0", "trainer.threads=1",
            "hardware.timing_model=null"]  # the table times every step: no model shape to count
     if system == "bamboo":  # the preset's orders are the five standard traces'; the variant derives its own
-        out += ["method.start_order=null", "method.node_order=null"]
+        out += ["++method.variant_options.start_order=null", "++method.variant_options.node_order=null"]
     if setting == "spot" and system == "varuna" and model == "bert_large":  # no_small_model_fallback (V:267-268)
         out.append("method.variant_options.rollback=false")
     return out

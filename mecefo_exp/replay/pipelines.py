@@ -4,6 +4,7 @@ subclasses of our methods."""
 from typing import List, Optional
 
 from ..methods.bamboo import Bamboo
+from .bamboo_pipelines import BambooPipelines
 from ..methods.base import resplit_plan
 from ..methods.oobleck import Oobleck
 from ..plan import Plan
@@ -59,7 +60,7 @@ class OobleckArtifact(ArtifactRestarts, Oobleck):
         super().after_step(step)
 
 
-class BambooArtifact(RendezvousTimeouts, Bamboo):
+class BambooArtifact(RendezvousTimeouts, BambooPipelines):
     """Bamboo's pipelines as the artifact books them (B:1043-1351):
 
     - the first pipelines take the nodes in the order the artifact's event heap hands them out,
@@ -79,11 +80,11 @@ class BambooArtifact(RendezvousTimeouts, Bamboo):
 
     spare_loss_slows = True
     #: heap_order: take the first pipelines' nodes in the artifact's heap order (false: the configured orders)
-    OPTIONS = {"heap_order": True}
+    OPTIONS = {**BambooPipelines.OPTIONS, "heap_order": True}
 
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
-        self.heap_order = bool({**self.OPTIONS, **(cfg.get("variant_options") or {})}["heap_order"])
+        self.heap_order = bool({**self.OPTIONS, **(cfg.variant_options or {})}["heap_order"])
         self._init_timeouts()
         self.stopped = False
         self.trained = False  # a configuration has trained: the window is open

@@ -1,0 +1,73 @@
+"""JIT checkpointing: checkpoint just in time, after the failure (Gupta et al., EuroSys 2024).
+
+In data parallelism every healthy replica holds the whole training state. So no checkpoint is
+written while training runs; when a worker fails, the job stops, a healthy replica writes the
+state of the start of the step in flight, and the job restarts (a spare in the failed worker's
+place) from that checkpoint: only the step in flight is lost and redone. The paper: recovery
+"with just a single minibatch iteration of work replayed by all GPUs", "nearly zero steady
+state overhead" (docs/METHODS.md).
+
+Costs (our reading): the step in flight is lost work; the recovery is a stall of detection +
+the checkpoint write + restart + load (`method.restart_s` replaces detection + restart, as for
+checkpoint-restart). The state written is the one every replica holds, so the loss curve is
+the failure-free one, bit for bit.
+
+When no healthy replica is left (every worker of the job fails at one instant; in a hybrid
+layout, every data-parallel replica loses a GPU), nothing holds the state: the job restarts from
+the last checkpoint there is, the previous just-in-time one or the seeded initial state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+from .base import RestartConfig, RollbackMethod
+
+
+@dataclass
+class JitConfig(RestartConfig):
+    charge_initial_checkpoint: bool = False  # the step-0 state is the seeded initialisation: nothing to write
+
+
+class JustInTime(RollbackMethod):
+    name = "jit"
+    label = "JIT checkpointing"
+    Config = JitConfig
+    interval_key = None  # no periodic checkpoint
+
+    @classmethod
+    def check_config(cls, m, cfg) -> Optional[str]:
+        if m.restart_on == "survivors" and cfg.parallel.tp * cfg.parallel.pp > 1:
+            return "method.restart_on=survivors with JIT checkpointing is modelled in pure data parallelism only"
+        return None
+
+    def __init__(self, cfg, run):
+        super().__init__(cfg, run)
+        self.just_in_time = 0  # checkpoints written after a failure
+
+    def setup(self) -> None:
+        self.interval = self.run.max_steps + 1  # after_step never writes
+
+    def restart_after(self, workers: List[int]) -> None:
+        if self.healthy_replica(workers):
+            cost = self.run.costs.storage_write_s()
+            self.run.clock.charge("stall", cost)  # the job is stopped: the write is part of the recovery
+            self.store.save(self.run.step)
+            self.just_in_time += 1
+            self.run.event("checkpoint", detail={"step": self.run.step, "cost_s": cost, "just_in_time": True})
+        super().restart_after(workers)
+
+    def healthy_replica(self, failed: List[int]) -> bool:
+        """Whether a data-parallel replica that trained the step in flight lost no GPU."""
+        placement = self.run.placement
+        running = set(range(self.n)) - set(self.running_without)
+        if placement is None:
+            return bool(running - set(failed))
+        return len({placement.replica(w) for w in failed}) < placement.dp
+
+    def summary(self):
+        return {"checkpoint_interval": None, "just_in_time_checkpoints": self.just_in_time}
+
+    def rollback_share(self, p_down: float) -> float:
+        return 0.0  # a rollback beyond the step in flight needs every replica down at once
