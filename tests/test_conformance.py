@@ -359,6 +359,18 @@ def test_a_refused_setting_is_one_line_before_any_compute(method, capsys, tmp_pa
 Oobleck = method_class("oobleck")
 
 
+class AveragesOverTheSurvivors(Oobleck):
+    """Still claims to be exact, but scales the gradient of a step run without every worker by
+    the survivors' share, as if the global batch had shrunk with them."""
+
+    def before_optimizer(self, plan, result):
+        super().before_optimizer(plan, result)
+        if plan.degraded:
+            for p in self.run.model.parameters():
+                if p.grad is not None:
+                    p.grad.mul_(0.75)
+
+
 class ForgetsWhoIsDown(Oobleck):
     """Leaves the workers that are down out of the state a checkpoint carries."""
 
@@ -385,10 +397,11 @@ class ReadsTheWholeRun(Oobleck):
 
 
 @pytest.mark.parametrize("check, broken_method, says", [
+    (check_exact, AveragesOverTheSurvivors, "method=oobleck is exact: its losses are the failure-free ones"),
     (check_resume, ForgetsWhoIsDown, "the resumed run differs from the uninterrupted one"),
     (check_event_driven, ChargesQuietStepsAgain, "the event-driven run differs from the step-by-step one"),
     (check_strict_context, ReadsTheWholeRun, "run.cfg, which RunContext does not declare"),
-], ids=lambda x: getattr(x, "__name__", ""))
+], ids=["exact", "resume", "event_driven", "strict_context"])
 def test_the_suite_catches_a_broken_method(runs, check, broken_method, says):
     check(runs, "oobleck")  # the method itself passes (its run is shared with the tests above)
     with pytest.raises(AssertionError, match=says):
