@@ -15,13 +15,15 @@ run leaves behind (summary.json, metrics.jsonl, eval.jsonl, events.jsonl) and th
 5. strict context: the method runs against a proxy of the run that refuses every member
    RunContext does not declare (every run of this suite goes through it);
 6. refused settings: a bad value of the method's own settings is one line naming the key and what
-   is allowed (ConfigError; exit 2 from the command line), before any compute.
+   is allowed (ConfigError; exit 2 from the command line), before any compute; and no number or
+   word setting takes -1 or a word it does not know (KNOWN_GAPS: what is not so yet).
 
 Runs are shared between the checks (one tiny run serves 1, 2, 4 and 5). The last tests break a
 method on purpose (a subclass run as `method.variant`) and assert that a check fails for it.
 """
 
 import copy
+import functools
 import json
 import math
 import sys
@@ -269,9 +271,11 @@ def check_strict_context(runs, method, extra=()):
     assert {"clock", "costs", "event", "n_workers"} <= seen, sorted(seen)
 
 
-def refused_settings(method, extra=()):
-    """{key: (bad value, message, default)} for the method's own settings that refuse a bad
-    value: -1 for a number (or a number that may be null), not_an_option for a word."""
+@functools.lru_cache(maxsize=None)
+def bad_values(method, extra=()):
+    """The method's own settings given a bad value of their type (-1 for a number or a number that
+    may be null, not_an_option for a word): ({key: bad value} tried, {key: (bad value, message,
+    default)} refused with a ConfigError)."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -279,7 +283,7 @@ def refused_settings(method, extra=()):
 
     base = compose_cfg(MICRO + [f"method={method}", *extra])
     validate(base)
-    refused = {}
+    tried, refused = {}, {}
     for key in sorted(set(base.method) - {"name", "variant", "variant_options"}):
         default = base.method[key]
         if isinstance(default, bool) or not (default is None or isinstance(default, (int, float, str))):
@@ -288,13 +292,14 @@ def refused_settings(method, extra=()):
         cfg = copy.deepcopy(base)
         try:
             OmegaConf.update(cfg, f"method.{key}", bad)
-        except OmegaConfBaseException:  # the schema's type refuses it: not a rule of the method
+        except OmegaConfBaseException:  # the schema's type refuses it (a list that may be null): not a rule
             continue
+        tried[key] = bad
         try:
             validate(cfg)
         except ConfigError as e:
             refused[key] = (bad, str(e), default)
-    return refused
+    return tried, refused
 
 
 def check_refused_settings(method, capsys, tmp_path, extra=()):
@@ -302,7 +307,7 @@ def check_refused_settings(method, capsys, tmp_path, extra=()):
     line: `config error: <that line>` on stderr, exit 2, and no run folder (nothing computed)."""
     from mecefo_exp import cli
 
-    refused = refused_settings(method, extra)
+    _, refused = bad_values(method, tuple(extra))
     assert refused, f"method={method}: no bad value of its settings was refused"
     for key, (bad, message, default) in refused.items():
         assert "\n" not in message and message.startswith("method."), message
@@ -320,6 +325,13 @@ def check_refused_settings(method, capsys, tmp_path, extra=()):
     assert exit_.value.code == 2
     assert capsys.readouterr().err == f"config error: {message}\n"
     assert not run_dir.exists()
+
+
+def check_every_setting_refuses_a_bad_value(method, extra=()):
+    """No number or word setting of the method takes -1 or a word it does not know."""
+    tried, refused = bad_values(method, tuple(extra))
+    accepted = {key: bad for key, bad in tried.items() if key not in refused}
+    assert not accepted, f"method={method}: these settings take a bad value without a word: {accepted}"
 
 
 # ---------------------------------------------------------------------------------------- every method
@@ -351,6 +363,20 @@ def test_the_method_runs_against_the_declared_context_alone(runs, method):
 @pytest.mark.parametrize("method", METHODS)
 def test_a_refused_setting_is_one_line_before_any_compute(method, capsys, tmp_path):
     check_refused_settings(method, capsys, tmp_path)
+
+
+# what the checks find today and the method configs' field rules are to fix: when one is fixed its
+# test passes, which fails it here (strict): take the method off this list then
+KNOWN_GAPS = {
+    "checkpoint": "method.backend takes any word until the checkpoint store is built (a ValueError there, not a "
+                  "config error); method.keep takes -1",
+}
+
+
+@pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[m]))
+                                    if m in KNOWN_GAPS else m for m in METHODS])
+def test_every_number_and_word_setting_refuses_a_bad_value(method):
+    check_every_setting_refuses_a_bad_value(method)
 
 
 # ---------------------------------------------------------------------------------------- the suite's teeth
