@@ -11,6 +11,8 @@ from hydra.core.global_hydra import GlobalHydra
 
 from mecefo_exp.config import validate
 from mecefo_exp.hydra_glue import register_configs
+from mecefo_exp.methods.base import run_context_members
+from mecefo_exp.metrics import WALL_CLOCK_FIELDS
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -100,3 +102,44 @@ def losses_by_step(run_dir):
     for row in read_jsonl(Path(run_dir) / "metrics.jsonl"):
         out[row["step"]] = row["loss"]
     return out
+
+
+# what legitimately differs between a resumed and an uninterrupted run's summary
+VOLATILE_SUMMARY = {*WALL_CLOCK_FIELDS, "run_dir", "resumes", "updated_at"}
+
+
+def run_records(run_dir):
+    """A run's streams as a resumed run must reproduce them: metrics without wall-clock fields,
+    eval, events without the resume's own event, grad_error (empty where absent)."""
+    out = {}
+    for name in ("metrics", "eval", "events", "grad_error"):
+        path = Path(run_dir) / f"{name}.jsonl"
+        rows = read_jsonl(path) if path.exists() else []
+        if name == "metrics":
+            rows = [{k: v for k, v in r.items() if k not in WALL_CLOCK_FIELDS} for r in rows]
+        if name == "events":
+            rows = [r for r in rows if r["kind"] != "resume"]
+        out[name] = rows
+    return out
+
+
+class StrictRun:
+    """The run as a method sees it, with every member outside RunContext refused (methods/base.py);
+    the members read land in `seen`."""
+
+    MEMBERS = run_context_members()
+
+    def __init__(self, run, seen):
+        object.__setattr__(self, "_run", run)
+        object.__setattr__(self, "_seen", seen)
+
+    def __getattr__(self, name):
+        if name not in self.MEMBERS:
+            raise AssertionError(f"a method read run.{name}, which RunContext does not declare")
+        self._seen.add(name)
+        return getattr(self._run, name)
+
+    def __setattr__(self, name, value):
+        if name not in self.MEMBERS:
+            raise AssertionError(f"a method set run.{name}, which RunContext does not declare")
+        setattr(self._run, name, value)

@@ -15,11 +15,9 @@ import sys
 import time
 
 import pytest
-
-from mecefo_exp.metrics import WALL_CLOCK_FIELDS
 import torch
 
-from conftest import MICRO, ROOT, read_jsonl
+from conftest import MICRO, ROOT, VOLATILE_SUMMARY, run_records
 
 pytestmark = pytest.mark.slow
 
@@ -34,26 +32,11 @@ METHODS = {
     "bamboo": ["method.checkpoint_interval=4", "method.rebalance_after_s=1800"],
     "oobleck": ["method.checkpoint_interval=4"],
 }
-# what legitimately differs between a resumed and an uninterrupted run
-VOLATILE_SUMMARY = {*WALL_CLOCK_FIELDS, "run_dir", "resumes", "updated_at"}
 
 
 def _common(method, prof):
     return [f"method={method}", *METHODS[method], "failure=high", "seed=3", f"trainer.max_steps={STEPS}",
             "trainer.eval_every=10", "trainer.threads=1", f"cluster.profile={prof}"]
-
-
-def _records(run_dir):
-    out = {}
-    for name in ("metrics", "eval", "events", "grad_error"):
-        path = run_dir / f"{name}.jsonl"
-        rows = read_jsonl(path) if path.exists() else []
-        if name == "metrics":
-            rows = [{k: v for k, v in r.items() if k not in WALL_CLOCK_FIELDS} for r in rows]
-        if name == "events":
-            rows = [r for r in rows if r["kind"] != "resume"]
-        out[name] = rows
-    return out
 
 
 @pytest.fixture
@@ -98,7 +81,7 @@ def test_sigkill_at_a_random_step_and_resume_is_the_uninterrupted_run(method, ru
     assert resumed["time_breakdown"] == whole["time_breakdown"], why
     strip = lambda s: {k: v for k, v in json.loads(json.dumps(s)).items() if k not in VOLATILE_SUMMARY}  # noqa: E731
     assert strip(resumed) == strip(whole), why  # every counter, the method's own included
-    records, expected = _records(run_dir), _records(whole_dir)
+    records, expected = run_records(run_dir), run_records(whole_dir)
     for name in expected:
         assert records[name] == expected[name], f"{why}: {name}.jsonl differs"
     assert not list(run_dir.rglob("*.tmp")), why
