@@ -178,6 +178,10 @@ class Experiment(Context):
         while due := self.trace.pop_instant(self.clock.now):  # one instant at a time: each is dated by its own
             for kind, same in itertools.groupby(due, key=lambda ev: ev.kind):
                 self.tier.deliver(kind, list(same), self)
+        store = optional_store(self.method)
+        if store is not None and store.pending is not None:  # saved while the events were handled (JIT)
+            with signals_held():
+                store.flush()  # now that the books hold every event of the instant
 
     def train(self) -> None:
         books, trace, clock, method, training = self.books, self.trace, self.clock, self.method, self.training

@@ -369,10 +369,7 @@ def test_a_refused_setting_is_one_line_before_any_compute(method, capsys, tmp_pa
 
 # what the checks find today and the method configs' field rules are to fix: when one is fixed its
 # test passes, which fails it here (strict): take the method off this list then
-KNOWN_GAPS = {
-    "checkpoint": "method.backend takes any word until the checkpoint store is built (a ValueError there, not a "
-                  "config error); method.keep takes -1",
-}
+KNOWN_GAPS: dict = {}  # method -> what it does not refuse yet (a strict xfail: fixing it fails until removed)
 
 
 @pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[m]))

@@ -50,13 +50,18 @@ class JustInTime(RollbackMethod):
         self.interval = self.run.max_steps + 1  # after_step never writes
 
     def restart_after(self, workers: List[int]) -> None:
-        if self.healthy_replica(workers):
-            cost = self.run.costs.storage_write_s()
-            self.run.clock.charge("stall", cost)  # the job is stopped: the write is part of the recovery
-            self.store.save(self.run.step)
-            self.just_in_time += 1
-            self.run.event("checkpoint", detail={"step": self.run.step, "cost_s": cost, "just_in_time": True})
-        super().restart_after(workers)
+        if not self.healthy_replica(workers):
+            return super().restart_after(workers)  # from the last checkpoint there is
+        run, costs = self.run, self.run.costs
+        write = costs.storage_write_s()
+        run.clock.charge("stall", write)  # the job is stopped: the write is part of the recovery
+        # a healthy replica's state is the run's own: written once this instant's events are handled
+        self.store.save(run.step)
+        self.just_in_time += 1
+        run.event("checkpoint", detail={"step": run.step, "cost_s": write, "just_in_time": True})
+        run.clock.charge("stall", self.restart_s() + costs.storage_read_s())
+        run.restore(run.state_dict(), to_step=run.step, reason="failure", worker=workers[0])
+        run.event("restart", workers[0], {"from_step": run.step, "source": "a healthy replica"})
 
     def healthy_replica(self, failed: List[int]) -> bool:
         """Whether a data-parallel replica that trained the step in flight lost no GPU."""
