@@ -65,6 +65,9 @@ class Experiment(Context):
     Its attributes are declared on `Context` (context.py), which is what methods see of it.
     """
 
+    _idle = 0  # loop passes in a row that left the step, the trace position and the clock as they were
+    _last_place = None
+
     # ------------------------------------------------------------------ building
     def setup(self) -> None:
         cfg = self.cfg
@@ -189,36 +192,19 @@ class Experiment(Context):
         eval_every = self.eval_every
         if not self.resumed:
             self.start_job()
-        last, idle = None, 0
         while self.step < self.max_steps:
-            here = (self.step, trace.position, clock.now)
-            idle = idle + 1 if here == last else 0
-            if idle >= MAX_IDLE_ATTEMPTS:
-                raise NoProgress(f"step {self.step} cannot make progress: {idle + 1} attempts in a row left the "
-                                 f"simulated clock at {clock.now!r} s and the trace at event {trace.position} "
-                                 f"(next failure at {trace.next_failure_time()!r} s)")
-            last = here
+            self.check_progress()
             self.apply_due_events()
             self.tier.sync()  # torchft: the quorum shows who is alive; the method hears it
             plan = method.plan(self.step)
             if not plan.n_computing:  # nobody can compute: wait for the next event, the trace's or the method's
-                nxt, own = trace.next_event_time(), method.timer_s()
-                if own is not None and (nxt is None or own < nxt):
-                    clock.charge("stall", max(0.0, own - clock.now))
-                    method.on_timer(plan, 0.0)
+                if self.wait_for_an_event(plan):
                     continue
-                if nxt is None:
-                    if trace.stop_s is not None:
-                        break  # a node trace's hard stop: nothing is left to happen before it
-                    raise RuntimeError("every worker is down and the trace has no recovery left")
-                clock.charge("stall", max(0.0, nxt - clock.now))
-                continue
+                break  # a node trace's hard stop: nothing is left to happen before it
             cost = method.step_cost(plan)
-            if self.event_driven:
-                quiet = self.quiet_steps(plan, cost.total)
-                if quiet > 0:
-                    self.book_quiet_steps(plan, cost, quiet)
-                    continue
+            if self.event_driven and (quiet := self.quiet_steps(plan, cost.total)) > 0:
+                self.book_quiet_steps(plan, cost, quiet)
+                continue
             end = clock.now + cost.total
             t_fail, t_own = trace.next_failure_time(), method.timer_s()
             if t_own is not None and t_own < end and (t_fail is None or t_own < t_fail):  # an instant's trace events first
@@ -254,6 +240,32 @@ class Experiment(Context):
             self.end_of_boundary(evaluated)
         progress.close()
         self.run_eval()
+
+    def check_progress(self) -> None:
+        """A loop that keeps coming back to the same step, trace position and clock is stuck: say so."""
+        here = (self.step, self.trace.position, self.clock.now)
+        self._idle = self._idle + 1 if here == self._last_place else 0
+        self._last_place = here
+        if self._idle >= MAX_IDLE_ATTEMPTS:
+            raise NoProgress(f"step {self.step} cannot make progress: {self._idle + 1} attempts in a row left the "
+                             f"simulated clock at {self.clock.now!r} s and the trace at event {self.trace.position} "
+                             f"(next failure at {self.trace.next_failure_time()!r} s)")
+
+    def wait_for_an_event(self, plan) -> bool:
+        """Nobody can compute: the clock stalls to the next event, the trace's or the method's
+        timer. False when nothing is left to happen before a node trace's hard stop."""
+        trace, clock, method = self.trace, self.clock, self.method
+        nxt, own = trace.next_event_time(), method.timer_s()
+        if own is not None and (nxt is None or own < nxt):
+            clock.charge("stall", max(0.0, own - clock.now))
+            method.on_timer(plan, 0.0)
+            return True
+        if nxt is None:
+            if trace.stop_s is not None:
+                return False
+            raise RuntimeError("every worker is down and the trace has no recovery left")
+        clock.charge("stall", max(0.0, nxt - clock.now))
+        return True
 
     def quiet_steps(self, plan, step_s: float) -> int:
         """How many steps from this one on change nothing but the books: the method's quiet steps

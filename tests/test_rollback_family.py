@@ -15,7 +15,7 @@ import torch
 from conftest import MICRO, compose_cfg, losses_by_step, read_jsonl
 from mecefo_exp.config import validate
 from mecefo_exp.timing.steps import bubble_fraction
-from mecefo_exp.methods.reft import ShardedSnapshot, SnapshotLedger, UnrecoverableSnapshot, ledger_index, parity_layout
+from mecefo_exp.methods.parity import ShardedSnapshot, SnapshotLedger, UnrecoverableSnapshot, ledger_index, parity_layout
 
 # Small intervals so that 12 MICRO steps see several saves. REFT with two parity groups of
 # two workers ({0, 1} with its parity on worker 2, {2, 3} with its parity on worker 0).
