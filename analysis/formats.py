@@ -91,7 +91,7 @@ def seconds_per_paper_hour(summary: Mapping, paper_run_h: float = 12.4) -> Optio
     """Simulated seconds per paper hour of a run (None where no map applies).
 
     A miniature clock (hardware.paper_time=scaled) maps one paper hour to the run's
-    failure-free duration / cluster.paper_run_h (docs/DESIGN.md); a cluster clock
+    failure-free duration / cluster.paper_run_h (docs/CLOCK.md); a cluster clock
     (paper_time=real) is in real seconds, 3600 per hour.
     """
     clock = summary.get("clock") or {}

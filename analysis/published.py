@@ -22,7 +22,7 @@ the tables (or mark them superseded) in the same commit.
     python -m analysis.published regenerate --out DIR [--write] # rerun, diff against RESULTS.md
     make results                                                 # the same, into a scratch folder
 
-`regenerate` reruns paper-mini (24 runs with numerics, ~10-20 min on 2 cores), paper-table2
+`regenerate` reruns paper-mini (28 runs with numerics, ~12-25 min on 2 cores), paper-table2
 (318 numerics-free runs, ~2-6 min) and the ablation memory table (12 numerics-free runs,
 seconds), renders each marked table from the fresh runs, prints `identical` or a diff per table,
 and exits 1 when anything differs. It does not regenerate Table 3 and the other MeCeFO tables

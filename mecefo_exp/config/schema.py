@@ -246,7 +246,7 @@ class ParallelConfig:
 
     tp = pp = 1 (the default) is pure data parallelism, the clock of the MeCeFO paper's cluster
     (comm.py, one micro-batch per worker). tp > 1 or pp > 1 is Megatron's hybrid layout, timed by
-    timing/layout.py (docs/DESIGN.md "The hybrid layout clock"): tensor-parallel groups of tp GPUs
+    timing/layout.py (docs/CLOCK.md "The hybrid layout clock"): tensor-parallel groups of tp GPUs
     inside a node, pp pipeline stages across nodes under the 1F1B schedule, dp replicas that
     all-reduce each stage's gradients (sharded across the replicas as hardware.shard says).
     """
