@@ -207,6 +207,7 @@ class CheckpointedMethod(Method):
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
         self.store = CheckpointStore(run, keep=cfg.keep, backend=cfg.backend)
+        self.waiting: List[int] = []  # recovered workers that join at the next restart or re-formation
         self.interval = 0
         self.checkpoint_due = False  # a checkpoint after the first step of a restart (checkpoint_after_restart)
         self.last_write = (0, 0.0, 0.0)
@@ -274,6 +275,24 @@ class CheckpointedMethod(Method):
     def summary(self) -> Dict[str, object]:
         return {"checkpoint_interval": self.interval}
 
+    # ---- when a recovered worker rejoins: at once, or at the next restart or re-formation
+    def joins_later(self, worker: int) -> bool:
+        """Whether `worker`, back now, waits for the next restart or re-formation to join
+        (restart_on=survivors, Oobleck's admit_nodes=next_reconfiguration). Default: it joins now."""
+        return False
+
+    def hold_back(self, worker: int, detail: Dict[str, object]) -> bool:
+        """Keep a recovered worker out until the next restart or re-formation (`joins_later`)."""
+        if not self.joins_later(worker):
+            return False
+        self.waiting.append(worker)
+        self.run.event("waiting", worker, detail)
+        return True
+
+    def admit_held_back(self, failed: List[int]) -> None:
+        """At a restart or re-formation caused by `failed`: the workers held back join it."""
+        admit_waiting(self.down, self.waiting, failed)
+
     def checkpoint_after_restart(self) -> bool:
         """Whether to checkpoint again after the first step of a restart (Varuna does)."""
         return False
@@ -304,7 +323,6 @@ class RollbackMethod(CheckpointedMethod):
         super().__init__(cfg, run)
         self.on_survivors = cfg.restart_on == "survivors"
         self.running_without: List[int] = []  # restart_on=survivors: the workers the job restarted without
-        self.waiting: List[int] = []  # recovered since, joining at the next restart
 
     def begin_without(self, workers: List[int]) -> None:
         super().begin_without(workers)
@@ -319,8 +337,7 @@ class RollbackMethod(CheckpointedMethod):
         bill a machine failure 8 times)."""
         for worker in workers:
             super().on_failure(worker)  # mark down
-        if self.on_survivors:
-            admit_waiting(self.down, self.waiting, workers)  # the workers that came back join this restart
+        self.admit_held_back(workers)  # the workers that came back join this restart
         self.restart_after(workers)
         if self.on_survivors:
             self.running_without = sorted(self.down)
@@ -329,12 +346,12 @@ class RollbackMethod(CheckpointedMethod):
         """The job restarts after the failures of `workers`: from the latest checkpoint."""
         self.restart_from_checkpoint(workers[0], reason="failure")
 
+    def joins_later(self, worker: int) -> bool:
+        return self.on_survivors and worker in self.running_without
+
     def on_recover(self, worker: int) -> None:
-        if self.on_survivors and worker in self.running_without:
-            self.waiting.append(worker)
-            self.run.event("waiting", worker, {"down": self.running_without})
-            return
-        super().on_recover(worker)  # on spares: the job already runs on a replacement
+        if not self.hold_back(worker, {"down": self.running_without}):
+            super().on_recover(worker)  # on spares: the job already runs on a replacement
 
     def plan(self, step: int) -> Plan:
         if self.running_without:

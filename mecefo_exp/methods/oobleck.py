@@ -49,7 +49,7 @@ from ..config import at_least, choices
 
 from ..timing.clock import StepCost
 from ..plan import Plan
-from .base import CheckpointedConfig, InPlaceMethod, admit_waiting, resplit_plan
+from .base import CheckpointedConfig, InPlaceMethod, resplit_plan
 
 
 @dataclass
@@ -71,7 +71,6 @@ class Oobleck(InPlaceMethod):
         super().__init__(cfg, run)
         self.degraded_steps = 0
         self.counts.update(reconfigurations=0)
-        self.waiting: List[int] = []  # admit_nodes=next_reconfiguration: recovered, joining at the next one
 
     def rollback_share(self, p_down: float) -> float:
         """Fatal only when every other worker is down: about p_down ** (n - 1) under
@@ -95,7 +94,7 @@ class Oobleck(InPlaceMethod):
         """One re-formation of the pipelines for the failures of one instant (a whole machine)."""
         for worker in workers:
             super().on_failure(worker)
-        admit_waiting(self.down, self.waiting, workers)  # nodes that waited for a reconfiguration join this one
+        self.admit_held_back(workers)  # nodes that waited for a reconfiguration join this one
         if len(self.down) >= self.n:
             self.fall_back(workers[0], {"reason": "no worker alive"})
         else:
@@ -108,13 +107,15 @@ class Oobleck(InPlaceMethod):
         """Nodes back at one instant (a replaced machine) join in one re-formation."""
         joined = []
         for worker in workers:
-            if worker in self.down and self.cfg.admit_nodes == "next_reconfiguration":
-                self.waiting.append(worker)  # stays out of the plan until a failure reconfigures anyway
-                self.run.event("waiting", worker, {"n_down": len(self.down)})
-            elif self.rejoins(worker):
+            if self.hold_back(worker, {"n_down": len(self.down)}):
+                continue  # out of the plan until a failure reconfigures anyway
+            if self.rejoins(worker):
                 joined.append(worker)
         if joined:
             self._reconfigure("recover", joined[0], joined)
+
+    def joins_later(self, worker: int) -> bool:
+        return self.cfg.admit_nodes == "next_reconfiguration" and worker in self.down
 
     def reconfigure_stall_s(self) -> float:
         return self.run.costs.stall_s(self.reconfigure_paper_s)
