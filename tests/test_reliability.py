@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from mecefo_exp.registry import REGISTRY
+
 from mecefo_exp.metrics import WALL_CLOCK_FIELDS
 
 from conftest import MICRO, ROOT, compose_cfg, losses_by_step, read_jsonl
@@ -331,9 +333,9 @@ def test_the_summary_write_itself_failing_still_leaves_failed(tmp_path, monkeypa
 
 # ---------------------------------------------------------------- 7. every input error: one line, exit 2, before compute
 @pytest.mark.parametrize("override, says", [
-    ("method.backend=foo", "Could not override 'method.backend': no such setting; allowed: name, variant, variant_options, skip_attention"),
+    ("method.bakend=foo", "Could not override 'method.bakend': no such setting (did you mean backend?)"),
     ("trainer.max_stesp=3", "no such setting (did you mean max_steps?)"),
-    ("method=foo", "Could not find 'method/foo'; allowed: baft, bamboo, checkpoint, mecefo, oobleck, reft"),
+    ("method=foo", f"Could not find 'method/foo'; allowed: {', '.join(sorted(REGISTRY))}"),
     ("trainer.max_steps=abc", "trainer.max_steps=abc: Value 'abc' of type 'str' could not be converted to Integer"),
 ])
 def test_a_bad_override_is_one_line_before_hydra_sets_anything_up(override, says):
@@ -350,10 +352,10 @@ def test_a_bad_override_is_one_line_before_hydra_sets_anything_up(override, says
 
 
 def test_run_py_with_a_bad_override_exits_2_with_one_line_and_writes_nothing(tmp_path):
-    out = _run_py("method.backend=foo", f"hydra.run.dir={tmp_path}/r", timeout=60)
+    out = _run_py("method.bakend=foo", f"hydra.run.dir={tmp_path}/r", timeout=60)
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().splitlines() == [
-        out.stderr.strip()] and out.stderr.startswith("config error: Could not override 'method.backend'")
+        out.stderr.strip()] and out.stderr.startswith("config error: Could not override 'method.bakend'")
     assert not (tmp_path / "r").exists()
 
 
