@@ -1,34 +1,11 @@
 """MeCeFO: a neighbour does both workers' work, cheaply (Hu et al., NeurIPS 2025).
 
-Neighbour-do-both. When worker j fails, a live neighbour k computes its own micro-batch
-and j's in the same step, both under the three approximations of `approx.py`
-(skip-connection over attention in backward, FFN recomputation, low-rank FFN weight
-gradients). Nothing changes while nobody is down: the failure-free path is the plain
-engine, bit for bit.
-
-The neighbour rule (ours; the paper says "a neighbouring node"): j's neighbour is the
-first worker after j on the ring (j+1, j+2, ... mod n) that is up and not already
-covering someone, so that one neighbour covers at most one failed worker, as in the
-paper. Assignments are kept while both ends stay as they are; when a neighbour fails,
-the worker it covered and the neighbour itself get new neighbours. When some failed
-worker has no eligible neighbour, the paper defers to system-level recovery: we log a
-`fatal` event and roll back through the checkpoint path (detection + restart + load),
-where spares replace every failed worker.
-
-Aggregation. The neighbour's micro-batches (its own and j's) reach every parameter except
-attention weights and the norm before attention, so those are averaged over the workers
-that are neither failed nor neighbours, G_attn = (1/|N|) sum_{i in N} G_i, and everything
-else over every micro-batch (the neighbour's approximate ones included; docs/METHODS.md).
-If N is empty, attention weights get no gradient that step.
-
-Costs. A neighbour's step costs the profiled `neighbor_pair` kernel (its two micro-batches
-in one approximate forward+backward), the others a normal micro-batch; the slowest sets
-the step. An SVD refresh of the projections costs the profiled `mecefo_svd` kernel.
-
-Gradient error. Every `grad_error_every` degraded steps the step's aggregated gradient is
-compared with the exact gradient of the same micro-batches, ||g_hat - g|| / ||g||, the
-quantity the paper's Assumption 3 bounds (it measured < 0.6 on LLaMA-1B). Rows go to
-grad_error.jsonl in the run folder; the measurement is not charged on the clock.
+When worker j fails, a live neighbour computes its own micro-batch and j's in one step, both under
+the three approximations of approx.py (attention skipped in backward, FFN recomputation, low-rank
+FFN weight gradients); attention weights average over the workers that are neither failed nor
+neighbours. A failed worker without an eligible neighbour falls back to the checkpoint. The
+failure-free path is the plain engine, bit for bit. docs/METHODS.md ("MeCeFO in the harness: the
+rules") has the neighbour rule, the aggregation, the costs and the gradient-error measurement.
 """
 
 from __future__ import annotations

@@ -1,43 +1,10 @@
 """Oobleck: elastic training that keeps the global batch (Jang et al., SOSP 2023).
 
-Oobleck precomputes pipeline templates so that, after a failure, the surviving nodes are
-re-formed into pipelines at once; with f+1 replicas it tolerates f simultaneous failures.
-On a failure the in-flight step is lost, training stalls to reconfigure (2 s for GPT-2
-class to 10 s for GPT-3 6.7B in the authors' simulator), and then continues on every
-survivor with the global batch redistributed: same samples, exact gradients. A recovery
-is a membership change too and reconfigures again.
-
-DP emulation (docs/METHODS.md): elastic data parallelism.
-
-- Membership change (failure or recovery): the step in flight when a worker fails is
-  lost (the default `interrupted`: its elapsed part is lost_work, the step is redone), and
-  a reconfiguration stall of method.reconfigure_s paper seconds (null: cluster.reconfigure_s)
-  goes through the paper-time map (CostModel.stall_s) and is logged as `reconfigure`.
-- Re-split: every alive worker computes its own micro-batch; the down workers'
-  micro-batches, in owner order, are dealt round-robin over the alive workers in worker
-  order. Samples are named by their owner (Sample(step, owner)) and run in canonical
-  order whoever computes them, so the loss curve is the failure-free one, bit for bit.
-- Cost: Oobleck spreads the global batch evenly over the surviving pipelines, so each
-  survivor computes n / alive micro-batches' worth of samples: compute = n / alive x a
-  normal micro-batch (the part beyond one is `degraded_extra`), the all-reduce runs over
-  the alive workers. The plan deals whole micro-batches (the simulated tier runs every
-  normal micro-batch in one batch anyway, so the numerics do not depend on the deal);
-  only the clock charges the even split.
-- Nobody alive: the state survives nowhere, so roll back through the checkpoint path
-  (a `fatal` event, detection + restart + load, spares replace the failed workers).
-
-Readings where the papers are silent (ours):
-
-- No detection stall beyond the reconfiguration constant (the authors' simulator charges
-  the reconfiguration only; MeCeFO's neighbour in this harness pays no detection either).
-- The failures (or recoveries) of one instant are one membership change and pay one stall:
-  a whole machine (failure.unit_gpus = 8) is one node leaving, re-formed around once.
-- Compute is linear in the samples a survivor holds (n / alive micro-batches' worth,
-  docs/METHODS.md's "compute ~ n/(n-1)"); a real re-split into smaller micro-batches runs a
-  little less efficiently than that.
-- Oobleck still checkpoints to disk (method.checkpoint_interval) for the nobody-alive
-  fallback; auto = Young/Daly with the mean time between such fatal failures (the cluster
-  MTBF over `rollback_share`), so in practice only the initial checkpoint is written.
+On a failure the in-flight step is lost, training stalls to re-form the pipelines over the
+survivors, and goes on with the global batch spread over them (the same samples: exact). A
+recovery is a membership change too. Nobody alive: roll back through the checkpoint path.
+docs/METHODS.md ("Oobleck in the harness: the rules") has the data-parallel emulation and each
+reading where the papers are silent.
 """
 
 from __future__ import annotations

@@ -1,51 +1,10 @@
 """REFT: in-memory snapshots, sharded over the workers, protected by XOR parity (arXiv 2310.12670).
 
-A real implementation at small scale.
-
-Snapshot. Every `snapshot_every` steps the whole training state (model, optimizer,
-scheduler, step, RNG: `Experiment.state_dict()`) is serialized to bytes with torch.save
-(which copies the live tensors), padded to a multiple of n and split into n equal shards;
-worker w holds shard w in its (CPU) memory. Workers form parity groups of
-`parity_group` consecutive workers ({0..g-1}, {g..2g-1}, ...; the last group may be
-smaller); each group's parity is the XOR of its shards. A SHA-1 digest of every shard is
-kept with the snapshot's metadata so that a rebuilt shard is checked byte for byte.
-
-In a hybrid layout (parallel.tp/pp > 1) the groups are cut along each (stage, tensor rank) slot's
-GPUs in replica order instead (`Reft.chains`), so that one server's loss erases one shard per group.
-
-Parity placement (ours; REFT spreads parity RAID-5 style). The parity of group k is held
-by a worker *outside* the group: the first worker of the next group (k+1 mod the number
-of groups), so one node loss costs its own group one data shard and another group its
-parity. With a single group (n <= parity_group) no worker lies outside it, and the parity
-is held by a separate snapshot-management holder that does not fail (REFT keeps snapshots
-in separate processes; here they would have to live on a host outside the failure trace).
-
-Failure of worker j. The job restarts (detection + restart, the same stall as
-checkpoint-restart, through `costs.stall_s`), but loads from memory: j's shard is lost
-(deleted, and any parity it held with it), rebuilt from the surviving shards of its
-group and the group's parity, checked against its digest, the state is reassembled,
-deserialized and restored with `run.restore`, and the steps since the snapshot are
-replayed with a spare in j's place. The load is charged as the profiled `state_copy`
-kernel instead of a storage read. Recovery re-protects the snapshot: when training
-resumes, the spare receives the rebuilt shard and a lost parity is re-encoded (`heal`), as
-REFT re-distributes after a node loss, so a later failure finds a whole code again. Two
-erasures in one group before that (a second failure inside the restart stall, or a shard
-and the worker holding its parity) are more than XOR can correct: then we log a `fatal` event and fall back to the disk checkpoint
-(`RollbackMethod`, written every `checkpoint_interval` steps, rounded up to a multiple of
-`snapshot_every` so that the disk checkpoint is never ahead of the in-memory state); the
-in-memory snapshot is dropped.
-
-With `restart_on=survivors` (a node trace, where no node ever comes back) there is no spare: the
-job restarts on the workers still up, the global batch re-split over them, and the rebuilt
-snapshot is re-sharded over them (groups of consecutive survivors); each later snapshot is
-sharded over the workers up when it is taken. Pure data parallelism only.
-
-Cost. A snapshot costs the profiled `state_copy` kernel (a device -> host copy of the
-model and optimizer state), of which a share `overlap` is hidden behind the next steps'
-compute (REFT snapshots asynchronously); the rest, (1 - overlap) * state_copy, is charged
-as ft_overhead to the step after which the snapshot is taken. We charge the full state
-copy although each REFT worker copies only its 1/n shard: the slack stands for the
-encoding and the shard exchange, which are not profiled separately.
+A real implementation at small scale: every `snapshot_every` steps the whole training state is
+sharded over the workers (methods/parity.py) with one XOR parity per group; a failure restarts the
+job from memory, the lost shard rebuilt from its group's parity and checked byte for byte; two
+erasures in one group fall back to the disk checkpoint. docs/METHODS.md ("REFT in the harness: the
+rules") has the parity placement, the restart on the survivors and the costs.
 """
 
 from __future__ import annotations

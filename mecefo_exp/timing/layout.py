@@ -1,61 +1,11 @@
 """The failure-free step and the memory per GPU of a hybrid layout: TP x PP x DP under 1F1B.
 
-Megatron-LM's layout (Shoeybi et al. 2019; Narayanan et al., "Efficient Large-Scale Language
-Model Training on GPU Clusters Using Megatron-LM", SC 2021). cluster.n_workers GPUs, g per node:
-
-- **Stages.** The transformer layers are split over pp stages (`config.stage_layers`); the token
-  embedding sits on the first stage, the final norm, the output head and the loss on the last
-  (Megatron's placement). FLOPs and saved-for-backward bytes are counted by torch on the meta
-  model, one layer at a time: a model of one layer and one of two are counted, their difference is
-  a layer (every layer has the same shape, hence the same FLOPs and bytes), the rest is the
-  embedding and head (`LayerParts`). A stage's FLOPs are its layers' plus, on the last stage, the
-  head's (torch counts no FLOPs for the embedding lookup).
-- **Tensor parallelism** inside a node: a stage's FLOPs, parameters and activations are split
-  evenly over its tp GPUs (activations: as with sequence parallelism, Korthikanti et al.,
-  "Reducing Activation Recomputation in Large Transformer Models", 2022; assumption: replicated
-  norms are not counted twice). Per layer and micro-batch, four all-reduces of the b x s x h
-  activations over NVLink (two in forward, after attention and after the MLP, two in backward:
-  Shoeybi et al. 2019, Section 3), plus one in forward on the first stage (the vocabulary-parallel
-  embedding); ring all-reduce on the per-GPU intra-node bandwidth, on the critical path (not
-  overlapped: assumption, as in Megatron-LM 2019). The loss's all-reduces of b x s scalars are
-  left out (bytes of a single hidden vector per token, h times smaller).
-- **Pipeline**, stages on different nodes: per micro-batch, each stage boundary sends the b x s x h
-  activations forward and their gradient backward over the inter-node link (the node's link: with
-  the scatter/gather of Narayanan et al. 2021, Section 4.1, the tp GPUs of a stage send 1/tp each),
-  blocking, on the critical path. 1F1B (PipeDream-Flush): a step of m micro-batches takes
-  (m + p - 1) x the slowest stage's micro-batch time (forward + backward + its sends); the bubble is
-  (p - 1) of those, a fraction (p - 1) / (m + p - 1) (Narayanan et al. 2021, Section 2.2.1).
-- **Data parallelism** across the dp replicas: each GPU all-reduces its stage's gradient shard
-  (params / tp) with its dp peers, by comm.py's hierarchical all-reduce: the g / tp peers that share
-  a node first (Megatron's rank order puts tp innermost, then dp), then across nodes, where the tp
-  groups of a node share its link (each gets 1/tp of it). hardware.shard shards across the dp
-  replicas, as in pure DP. The exchange overlaps the backward of the last micro-batch only (the
-  gradients are complete only then: assumption, Megatron's overlapped gradient reduce), and the
-  step waits for the slowest stage's exchange and optimizer step.
-- **Memory per GPU** (memory.py's worker_memory on the stage's params / tp, sharded over dp): under
-  1F1B stage i (from 0) holds the activations of min(m, p - i) micro-batches in flight (at most p,
-  on the first stage: Narayanan et al. 2021, Section 2.2.1). The peak is the largest stage's.
-
-A degraded step (`LayoutShape`, `degraded_pipeline_s`): a failure takes out whole
-tensor-parallel groups (failure.unit_gpus a multiple of tp: a node), that is (stage, replica)
-slots. A slot that does more than its own micro-batches (MeCeFO's neighbour: its replica's and
-the failed one's) runs each of its pipeline slots `factor` times longer, and 1F1B is paced by the
-slowest stage of the slowest replica: the step's pipeline part becomes (m + p - 1) x the largest
-of stage micro-batch time x factor, over every (stage, replica) (the same slowest-stage rule as
-the failure-free step). Methods that re-form the pipelines over fewer nodes (Oobleck) keep the
-global batch on fewer GPUs: the pipeline part grows by n / alive (`share`), an assumption that
-Oobleck's templates spread the batch in proportion to the nodes left.
-
-Bamboo in the layout (Thorpe et al., NSDI 2023): each stage holds the next stage's weights (the
-last stage the first's) and runs its forward again for every micro-batch, inside its own idle
-time under 1F1B (`redundant_forward_s`: only what does not fit lengthens the step; assumption:
-the redundant forwards may take any of the stage's idle time, whatever their inputs' arrival).
-After a failure the previous stage's slot of the same replica does both stages' work
-(`shadow_factor`, the same slowest-stage rule; the send between the two merged stages is still
-charged).
-
-Not modelled here: interleaved (virtual) stages, context parallelism, overlap of the pipeline
-sends with compute.
+Megatron-LM's layout (Shoeybi et al. 2019; Narayanan et al., SC 2021): stages split the layers,
+tensor parallelism splits a stage inside a node, data parallelism replicates the pipeline; a step
+of m micro-batches takes (m + p - 1) x the slowest stage's micro-batch time. A degraded step slows
+the stages a failure's helpers sit on, or spreads the batch over fewer GPUs; Bamboo's redundant
+forwards fill the 1F1B idle slots. docs/CLOCK.md ("The hybrid layout clock: the model") has every
+rule, its source and what is assumed.
 """
 
 from __future__ import annotations
