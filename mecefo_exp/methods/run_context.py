@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Protocol
 
 if TYPE_CHECKING:
     from ..timing.clock import CostModel, SimClock
-    from .base import Method
 
 
 class RunContext(Protocol):
@@ -38,7 +37,7 @@ class RunContext(Protocol):
     clock: SimClock
     costs: CostModel
     records: Any  # RunRecords: extra jsonl streams, cut back on resume like the others
-    method: "Method"
+    method: Any  # the run's method (methods/base.Method)
     books: Any  # Books: what torchft's heal hands a restarted worker
     trace: Any  # the failure trace (faults.Trace): a method reads it (last_time, events, node rows), never pops it
     is_main: bool  # this process writes the run folder
