@@ -284,7 +284,7 @@ class Bamboo(InPlaceMethod):
         costs = self.run.costs
         shadow = Help(slowdown=self.cfg.fallback_slowdown)
         cover = plan.notes.get("cover", {})
-        cost = costs.step(plan, helpers={s: shadow for s in cover.values()}, slots=self.n - len(self.left_out),
+        cost = costs.step(plan, helpers={shadow: cover.values()} if cover else None, slots=self.n - len(self.left_out),
                           redundant=self._redundant())
         if self.credit and self.credit[0] == plan.step:
             cost = costs.rest_of_step(cost, self.credit[1], shadow if cover else None)

@@ -66,9 +66,9 @@ class JustInTime(RollbackMethod):
     def healthy_replica(self, failed: List[int]) -> bool:
         """Whether a data-parallel replica that trained the step in flight lost no GPU."""
         placement = self.run.placement
-        running = set(range(self.n)) - set(self.running_without)
-        if placement is None:
-            return bool(running - set(failed))
+        if placement is None:  # every computing worker is a replica; those the job ran without are not
+            lost = set(failed) - set(self.running_without)
+            return self.n - len(self.running_without) > len(lost)
         return len({placement.replica(w) for w in failed}) < placement.dp
 
     def summary(self):

@@ -219,7 +219,7 @@ class Mecefo(InPlaceMethod):
         profile = self.run.costs.profile
         pair = Help(kernel=f"neighbor_pair{self.tag}", microbatches=2)
         svd = profile[f"mecefo_svd{self.tag}"] if self._svd_step == plan.step else 0.0
-        return self.run.costs.step(plan, helpers={nb: pair for nb in plan.notes["cover"].values()}, slots=self.n,
+        return self.run.costs.step(plan, helpers={pair: plan.notes["cover"].values()}, slots=self.n,
                                    model_work_s=svd)
 
     def steady_steps(self, plan: Plan, step_s: float) -> Optional[int]:

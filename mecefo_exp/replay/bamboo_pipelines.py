@@ -161,7 +161,7 @@ class BambooPipelines(Bamboo):
         costs = self.run.costs
         slowed = Help(slowdown=self.cfg.fallback_slowdown) if self.fallback_step is not None else None
         # which slot helps does not matter to a table: the whole step is slowed
-        cost = costs.step(plan, helpers={-1: slowed} if slowed else None, slots=self.table_nodes)
+        cost = costs.step(plan, helpers={slowed: ()} if slowed else None, slots=self.table_nodes)
         if not (self.credit and self.credit[0] == plan.step):
             return cost
         return costs.rest_of_step(cost, self.credit[1], slowed if self.fallback_step == plan.step else None)

@@ -25,7 +25,7 @@ from ..throughput import ThroughputTable, table_for
 from .comm import allreduce_s, exposed_comm_s
 from .layout import LayoutShape, degraded_pipeline_s
 from .profile import Profile
-from .steps import DataParallelSteps, Help, LayoutSteps, RedundantForward, StepCost, TableSteps
+from .steps import DataParallelSteps, Help, Helpers, LayoutSteps, RedundantForward, StepCost, TableSteps
 
 # The categories of summary.json's time_breakdown.
 CATEGORIES = ("compute", "comm", "ft_overhead", "lost_work", "stall", "degraded_extra")
@@ -134,11 +134,11 @@ class CostModel:
     def failure_free_step(self, n_workers: int) -> StepCost:
         return self.steps.failure_free(n_workers)
 
-    def step(self, plan, helpers: Optional[Dict[int, Help]] = None, slots: Optional[int] = None,
+    def step(self, plan, helpers: Optional[Helpers] = None, slots: Optional[int] = None,
              model_work_s: float = 0.0, redundant: Optional[RedundantForward] = None) -> StepCost:
         """The step of `plan`: the workers that differ from one normal micro-batch run their modes
-        (read in O(changes), for 65,536-worker plans). `helpers`: workers covering a failed one
-        (steps.Help); `slots`: the job's size, the workers whose places the configuration keeps
+        (read in O(changes), for 65,536-worker plans). `helpers`: each kind of help (steps.Help)
+        and the workers covering a failed one with it; `slots`: the job's size, the workers whose places the configuration keeps
         (default: the computing ones); `model_work_s`: whole-model work added to the step (an SVD
         refresh); `redundant`: Bamboo's redundant forwards. steps.py has the formulas."""
         if not helpers and redundant is None and not model_work_s and slots is None:

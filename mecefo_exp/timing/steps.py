@@ -2,7 +2,7 @@
 says how long.
 
 A method describes its step in the clock's small vocabulary (the plan; the workers that help a
-failed one, `Help`; whole-model work it adds; Bamboo's redundant forwards) and calls
+failed one, grouped by the `Help` they give; whole-model work it adds; Bamboo's redundant forwards) and calls
 `CostModel.step`, `spread_step` or `bubble_s`. Which formula answers is fixed when the run
 starts, by the kind of clock:
 
@@ -17,7 +17,7 @@ starts, by the kind of clock:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, Mapping, Optional, Tuple
+from typing import Collection, Dict, FrozenSet, Mapping, Optional, Tuple
 
 from . import layout as pipeline
 
@@ -74,6 +74,11 @@ def minus(cost: StepCost, seconds: float) -> StepCost:
     return StepCost(**parts)
 
 
+#: each kind of help and the workers giving it (a view such as MeCeFO's cover.values(): a step
+#: reads the count, not the workers, where the clock allows; 65,536-worker runs)
+Helpers = Mapping[Help, Collection[int]]
+
+
 class DataParallelSteps:
     def __init__(self, costs):
         self.costs = costs
@@ -96,13 +101,13 @@ class DataParallelSteps:
         share = n / n_computing
         return self.costs.synchronous_step(share * self.costs.profile["mb:normal"], share, n_computing)
 
-    def helped(self, plan, helpers: Mapping[int, Help], slots: int, model_work_s: float,
+    def helped(self, plan, helpers: Helpers, slots: int, model_work_s: float,
                redundant: Optional[RedundantForward]) -> StepCost:
         costs = self.costs
-        kernels = [h for h in helpers.values() if h.kernel is not None]
+        kernels = {h: workers for h, workers in helpers.items() if h.kernel is not None}
         if kernels:  # the slowest: a helper's kernel or, if any computing worker helps nobody, a normal one
             slowest = max((costs.profile[h.kernel], h.microbatches) for h in kernels)
-            if plan.n_computing > len(kernels):
+            if plan.n_computing > sum(len(workers) for workers in kernels.values()):
                 slowest = max(slowest, (costs.worker_s(("normal",)), 1))
             return costs.synchronous_step(slowest[0], slowest[1], plan.n_computing, ft_overhead=model_work_s)
         base = self.workers(plan.special_modes(), plan.first_normal_worker(), plan.n_computing, 0.0)
@@ -161,11 +166,12 @@ class LayoutSteps(DataParallelSteps):
         costs = self.costs
         kernels, shape = costs.profile.kernels, costs.shape
         factors: Dict[int, float] = {}
-        for w, h in helpers.items():
-            stage = shape.stage(w)
-            factor = (costs.profile[h.kernel] / costs.profile["mb:normal"] if h.kernel is not None
-                      else pipeline.shadow_factor(kernels, stage))
-            factors[stage] = max(factors.get(stage, 0.0), factor)
+        for h, workers in helpers.items():
+            for w in workers:
+                stage = shape.stage(w)
+                factor = (costs.profile[h.kernel] / costs.profile["mb:normal"] if h.kernel is not None
+                          else pipeline.shadow_factor(kernels, stage))
+                factors[stage] = max(factors.get(stage, 0.0), factor)
         overhead = model_work_s / (shape.pp * shape.tp)
         if redundant is not None:
             overhead += self.redundant_s(redundant)
@@ -212,7 +218,7 @@ class TableSteps(DataParallelSteps):
         its ward's work too: two micro-batches' time)."""
         profile = self.costs.profile
         slowdown = max((profile[h.kernel] / profile["mb:normal"] if h.kernel is not None
-                        else h.slowdown if h.slowdown is not None else 2.0 for h in helpers.values()), default=1.0)
+                        else h.slowdown if h.slowdown is not None else 2.0 for h in helpers), default=1.0)
         return self.costs.table_step(slots, slowdown=slowdown)
 
 
