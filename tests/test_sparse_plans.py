@@ -100,3 +100,38 @@ def test_bamboo_deal_is_the_least_loaded_nearest_successor():
             target = min(alive, key=lambda w: (len(full[w]), (w - orphan) % n))
             full[target].append(orphan)
         assert bamboo_module._deal(n, down) == {w: o for w, o in full.items() if len(o) > 1}, (n, sorted(down))
+
+
+def test_a_data_parallel_step_counts_the_helpers_without_walking_them():
+    """MeCeFO hands the clock its cover's view: the data-parallel clock must read how many help,
+    never who (a walk made a 65,536-worker run 27x slower per event)."""
+    from types import SimpleNamespace
+
+    from mecefo_exp.timing.steps import DataParallelSteps, Help
+
+    class Counted:
+        def __init__(self, n):
+            self.n = n
+
+        def __len__(self):
+            return self.n
+
+        def __iter__(self):
+            raise AssertionError("the clock walked the helpers")
+
+    class Costs:
+        profile = {"pair": 2.5, "mb:normal": 1.0}
+
+        def worker_s(self, modes):
+            return 1.0 * len(modes)
+
+        def synchronous_step(self, slowest_s, microbatches, n_allreduce, ft_overhead=0.0):
+            return slowest_s, microbatches, n_allreduce, ft_overhead
+
+    steps = DataParallelSteps(Costs())
+    pair = Help(kernel="pair", microbatches=2)
+    assert steps.helped(SimpleNamespace(n_computing=60_000), {pair: Counted(5_000)}, 65_536, 0.5, None) == \
+        (2.5, 2, 60_000, 0.5)
+    Costs.profile["pair"] = 0.5  # a pair faster than a normal micro-batch: a worker that helps nobody is the slowest
+    assert steps.helped(SimpleNamespace(n_computing=60_000), {pair: Counted(5_000)}, 65_536, 0.0, None)[:2] == (1.0, 1)
+    assert steps.helped(SimpleNamespace(n_computing=5_000), {pair: Counted(5_000)}, 65_536, 0.0, None)[:2] == (0.5, 2)
