@@ -93,7 +93,7 @@ the pipelines re-form (`rebalance_stall_s`) when a node holds two stages and the
 relieve it or a doubled node is more than 5% of the active ones (2 x doubled / active > 0.05),
 or when the waiting nodes would complete another pipeline. Losing an idle spare changes
 nothing (a subclass may say otherwise: `spare_loss_slows`). A fatal removal goes through the
-harness's fall-back (spares for every failed node, pipelines re-formed over all slots); a removal
+harness's fall-back (a node trace has no spares: pipelines re-formed over the nodes there); a removal
 during a re-formation's stall is not modelled.
 """
 
@@ -261,11 +261,14 @@ class Bamboo(InPlaceMethod):
         return True
 
     def after_fall_back(self) -> None:
-        """Adjacent failures: spares replace every failed worker, the ring is whole again."""
+        """Adjacent failures: spares replace every failed worker, the ring is whole again (under a
+        node trace, the ring is formed of the nodes there)."""
         self._reset_ring()
         self.credit = None  # the interrupted step, if any, is rolled back with the rest
         if self.stages:
             self._form_pipelines(self.node_order)
+        elif self.layout is None and self.down:
+            self._leave_out_down()
 
     # ------------------------------------------------------------ a hybrid layout
     def _stage_neighbours(self, gpu: int) -> Tuple[int, int]:
@@ -407,9 +410,8 @@ class Bamboo(InPlaceMethod):
             return StepCost(compute=left, degraded_extra=(slow - 1.0) * left)
         return _minus(costs.table_step(self.table_nodes, slow), self.credit[1])
 
-    def _rebalance(self, reason: str, worker: Optional[int]) -> None:
-        stall = self.run.costs.stall_s(self.cfg.rebalance_stall_s)
-        self.run.clock.charge("stall", stall)
+    def _leave_out_down(self) -> None:
+        """The ring is the workers up now; the down workers' micro-batches are dealt over it."""
         self.left_out = set(self.down)
         self.load = _deal(self.n, self.down)
         self.heavy = sum(1 for owners in self.load.values() if len(owners) > 1)
@@ -417,6 +419,11 @@ class Bamboo(InPlaceMethod):
         self.cover_since = None
         self.degraded_since_cover = 0
         self.table_nodes = self.n - len(self.down)
+
+    def _rebalance(self, reason: str, worker: Optional[int]) -> None:
+        stall = self.run.costs.stall_s(self.cfg.rebalance_stall_s)
+        self.run.clock.charge("stall", stall)
+        self._leave_out_down()
         self.counts["rebalances"] += 1
         self.run.event("rebalance", worker, {"reason": reason, "left_out": sorted(self.down), "stall_s": stall,
                                              "extra": {w: self.load[w][1:] for w in sorted(self.load)}})

@@ -327,11 +327,17 @@ class InPlaceMethod(RollbackMethod):
     (`fall_back`: a `fatal` event) does it roll back through the checkpoint path, and then
     spares replace every failed worker, so the trace's later recoveries of those workers
     change nothing (`rejoins` is False for them).
+
+    A node trace has no spares: its nodes are the cluster. There the fall-back restarts the job
+    on the nodes there (`without`: the slots it left empty); the method's `after_fall_back`
+    decides how they run (by default the global batch re-split over them, `plan`), and a slot
+    that gets a node again rejoins.
     """
 
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
         self.replaced: set = set()  # failed workers a fatal restart replaced by spares
+        self.without: set = set()  # node traces: slots a fatal restart left empty (no spare exists)
         self.counts: Dict[str, int] = {"fatal": 0}
 
     on_failures = Method.on_failures  # each failure is covered in place, one by one
@@ -348,20 +354,41 @@ class InPlaceMethod(RollbackMethod):
         if worker in self.replaced:
             self.replaced.discard(worker)
             return False
+        self.without.discard(worker)
         Method.on_recover(self, worker)
         return True
 
     def fall_back(self, worker: int, detail: Dict[str, object]) -> None:
-        """System-level recovery: log `fatal`, restart from the checkpoint with spares."""
+        """System-level recovery: log `fatal`, restart from the checkpoint with spares (under a
+        node trace, on the nodes there)."""
         self.counts["fatal"] += 1
         self.run.event("fatal", worker, {"down": sorted(self.down), **detail})
-        self.replaced |= self.down
-        self.down.clear()
+        if getattr(self.run.trace, "node_rows", None) and len(self.down) < self.n:
+            self.without = set(self.down)
+        else:
+            self.replaced |= self.down
+            self.down.clear()
+            self.without.clear()
         self.after_fall_back()
         self.restart_from_checkpoint(worker, reason="fatal")
 
     def after_fall_back(self) -> None:
-        """Forget the method's own assignments: every worker is up again."""
+        """Forget the method's own assignments: every worker is up again, or (`without`) the job
+        runs on the nodes there."""
+
+    def plan(self, step: int) -> Plan:
+        """After a fall-back that left slots empty (`without`): every micro-batch, those of the
+        empty slots dealt over the nodes there (`notes["survivors"]`)."""
+        if not self.without:
+            return super().plan(step)
+        plan = resplit_plan(step, self.n, self.down)
+        plan.notes["survivors"] = True
+        return plan
+
+    def step_cost(self, plan: Plan) -> StepCost:
+        if plan.notes.get("survivors"):
+            return resplit_cost(self.run.costs, self.n, plan)
+        return super().step_cost(plan)
 
 
 def admit_waiting(down: set, waiting: List[int], failed: List[int]) -> None:

@@ -148,6 +148,8 @@ class Mecefo(InPlaceMethod):
 
     def on_failure(self, worker: int) -> None:
         super().on_failure(worker)
+        if self.without:  # the job runs on the nodes a fall-back left (a node trace): it restarts there again
+            return self.fall_back(worker, {"reason": "the job runs on the nodes left by a fall-back"})
         self.uncovered.add(worker)
         ward = self.ward_of.pop(worker, None)
         if ward is not None:  # the neighbour itself failed: its ward needs a new one
@@ -207,7 +209,7 @@ class Mecefo(InPlaceMethod):
                           n_computing=self.n - len(self.down))
 
     def step_cost(self, plan: Plan) -> StepCost:
-        if not plan.degraded:
+        if "cover" not in plan.notes:
             return super().step_cost(plan)
         costs, profile = self.run.costs, self.run.costs.profile
         if costs.table is not None:  # no node leaves the job: all n workers' samples, the neighbours' pairs slower
@@ -232,18 +234,18 @@ class Mecefo(InPlaceMethod):
         """Quiet until the next checkpoint and, while degraded, the next SVD refresh (a refresh
         step costs more: it is an event of its own)."""
         quiet = super().steady_steps(plan, step_s)
-        if plan.degraded and self.projections is not None:
+        if "cover" in plan.notes and self.projections is not None:
             if self._svd_step == plan.step:
                 return 0
             quiet = min(quiet, self.projections.refreshed_at + self.projections.every - plan.step)
         return quiet
 
     def book_steady(self, plan: Plan, count: int) -> None:
-        if plan.degraded:
+        if "cover" in plan.notes:
             self.degraded_steps += count
 
     def before_optimizer(self, plan: Plan, result) -> None:
-        if not plan.degraded:
+        if "cover" not in plan.notes:
             return
         self.degraded_steps += 1
         every = self.cfg.grad_error_every
