@@ -126,12 +126,13 @@ class Experiment(Context):
         """The kernel seconds (measured, from FLOPs, or a profile file), the cost model, the trace."""
         cfg = self.cfg
         resumed_profile = self.run_dir / "profile.json"
-        if cfg.resume and cfg.cluster.profile == "auto" and resumed_profile.exists():
+        own = bool(cfg.resume and cfg.cluster.profile == "auto" and resumed_profile.exists())
+        if own:
             cfg.cluster.profile = str(resumed_profile)  # a resumed run keeps its own clock
         numerics = self.training.numerics
         self.timing = build_timing(cfg, self.method, modes, self.training.vocab_size, self.device,
                                    real_model=self.training.model if numerics else None,
-                                   stream=self.training.stream, is_main=self.is_main)
+                                   stream=self.training.stream, is_main=self.is_main, own_profile=own)
         self.tier.share_profile(self.timing)
         self.training.kernel_counts = self.timing.counts
         self.costs = CostModel(self.timing.profile, cfg.cluster, cfg.hardware, self.timing.n_params,

@@ -272,6 +272,33 @@ def test_runs_timed_by_different_profile_files_are_different_configurations(tmp_
     assert sorted(df["throughput_tok_s"]) == [1000, 10000]
 
 
+def test_runs_of_different_clocks_are_different_configurations_whatever_made_the_clock(tmp_path):
+    """Profile files made by a FLOP run say `compute: flops`: two seeds timed by one file and one by
+    a file with every kernel x10 were once averaged as three seeds (47.3k +- 488.0k)."""
+    from analysis.collect import collect
+    from test_analysis import make_run
+
+    for name, fingerprint, seed, throughput in (("a0", "aaaaaaaaaaaa", 0, 1000), ("a1", "aaaaaaaaaaaa", 1, 1100),
+                                                ("b0", "bbbbbbbbbbbb", 0, 100)):
+        run = make_run(tmp_path, name, "mecefo", "none", seed=seed, thr=throughput, ppl=100)
+        _edit_summary(run, clock={"compute": "flops", "fingerprint": fingerprint, "efficiency_source": "preset"})
+    df = collect([tmp_path])
+    assert df["selected"].all()
+    assert df["identity"].nunique() == 2
+    by_identity = df.groupby("identity")["throughput_tok_s"].apply(sorted).tolist()
+    assert sorted(by_identity) == [[100], [1000, 1100]]
+
+
+def test_a_run_timed_by_a_profile_file_says_so_and_keeps_what_made_the_file(run_exp, tmp_path):
+    first, first_dir = run_exp("failure=none", "trainer.max_steps=2")
+    assert first["clock"]["compute"] == "flops"
+    second, _ = run_exp("failure=none", "trainer.max_steps=2", f"cluster.profile={first_dir / 'profile.json'}")
+    clock = second["clock"]
+    assert clock["compute"] == "profile_file" and "efficiency_source" not in clock, clock
+    assert clock["profile_file"]["compute"] == "flops" and clock["profile_file"]["efficiency_source"] == "preset"
+    assert clock["fingerprint"] == first["clock"]["fingerprint"]
+
+
 def test_a_summary_with_a_non_numeric_value_is_skipped_with_one_line_naming_it(tmp_path):
     from test_analysis import make_run
 
