@@ -45,25 +45,34 @@ def resume_from_folder(run_dir: Path, method_name: str, store, resume_store, tra
     if not steps and not harness_steps:
         raise ConfigError(f"resume=true but {store.root} holds no complete checkpoint")
     # newest first, the method's checkpoints and the harness's own (trainer.resume_every; on a tie the
-    # method's); one that cannot be loaded (truncated, or not plain data) is skipped with a warning
+    # method's); one that cannot be loaded (truncated, or not plain data) or does not fit this run
+    # (another model size, method or layout) is skipped with a warning. A misfit may have loaded part
+    # of the state: the next checkpoint loads all of it, and when none fits the run stops here.
     candidates = sorted([(s, 1, store) for s in steps] + [(s, 0, resume_store) for s in harness_steps], reverse=True)
     unreadable, state, source = [], None, None
     for step, _, candidate in candidates:
         try:
-            state, source = candidate.load(step), candidate
-            break
+            loaded = candidate.load(step)
         except Exception as e:
-            log.warning("resume: %s cannot be loaded (%s); trying an older checkpoint", candidate.path(step),
-                        str(e).splitlines()[0] if str(e) else type(e).__name__)
+            log.warning("resume: %s cannot be loaded (%s); trying an older checkpoint", candidate.path(step), _reason(e))
             unreadable.append((candidate, step))
+            continue
+        try:
+            training.load_state_dict(loaded)
+            books.load_state_dict(loaded["harness"])
+        except Exception as e:
+            log.warning("resume: %s does not fit this run (%s); trying an older checkpoint", candidate.path(step),
+                        _reason(e))
+            unreadable.append((candidate, step))
+            continue
+        state, source = loaded, candidate
+        break
     if state is None:
         raise ConfigError(f"resume=true: no checkpoint in {run_dir} can be loaded ({len(unreadable)} tried)")
     steps = [s for s in steps if (store, s) not in unreadable]
     harness_steps = [s for s in harness_steps if (resume_store, s) not in unreadable]
-    training.load_state_dict(state)
     step = state["step"]
     harness = state["harness"]
-    books.load_state_dict(harness)
     store.saved = steps[-store.keep:]
     if resume_store is not None:
         resume_store.saved = harness_steps[-1:]
@@ -77,6 +86,18 @@ def resume_from_folder(run_dir: Path, method_name: str, store, resume_store, tra
               "checkpoint": str(source.path(step).relative_to(run_dir)), "sim_time_s": books.clock.now,
               "superseded_rows": superseded}
     return ResumePoint(step=step, wall_time_s=harness.get("wall_time_s", 0.0), record=record)
+
+
+def _reason(error: Exception) -> str:
+    """An exception in one line: torch's load_state_dict lists every mismatch under a header line;
+    the first one and how many follow."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    if len(lines) > 1 and lines[0].endswith(":"):
+        more = len(lines) - 2
+        return lines[1] + (f" (and {more} more)" if more else "")
+    return lines[0] if not isinstance(error, KeyError) else f"no {lines[0]} in it"
 
 
 def checkpoint_path(run_dir: Path, record: Dict) -> Optional[Path]:

@@ -443,3 +443,54 @@ def test_a_file_given_as_the_run_folder_is_one_line(tmp_path):
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
     assert out.returncode == 2 and len(lines) == 1 and "cannot hold a run: File exists" in lines[0], out.stderr[-2000:]
     assert where.read_text() == "not a folder"
+
+
+def _misfit(checkpoint):
+    """The checkpoint, still plain data, of another model size: every 2-D weight loses a row."""
+    import torch
+
+    state = torch.load(checkpoint, weights_only=True)
+    state["model"] = {k: v[:-1] if v.dim() == 2 else v for k, v in state["model"].items()}
+    torch.save(state, checkpoint)
+
+
+def _resume_in_process(run_dir, overrides):
+    from conftest import compose_cfg
+    from mecefo_exp.trainer import Experiment
+
+    return Experiment(compose_cfg([*MICRO, *overrides, "resume=true"]), run_dir).run()
+
+
+RESUMABLE = ["method=checkpoint", "failure=none", "method.interval=3", "trainer.max_steps=7", "method.keep=3",
+             "trainer.eval_every=0"]
+
+
+def test_a_checkpoint_that_loads_but_does_not_fit_falls_back_to_the_previous_one(run_exp, caplog):
+    _, run_dir = run_exp(*RESUMABLE)
+    newest = sorted((run_dir / "checkpoints").glob("step_*.pt"))[-1]
+    _misfit(newest)
+    summary = _resume_in_process(run_dir, RESUMABLE)
+    assert summary["status"] == "ok" and summary["steps"] == 7 and summary["resumes"][0]["from_step"] == 3
+    warned = [r.getMessage() for r in caplog.records if newest.name in r.getMessage()]
+    assert len(warned) == 1 and "does not fit this run" in warned[0] and "\n" not in warned[0], warned
+
+
+def test_when_no_checkpoint_fits_the_resume_is_refused_and_the_record_left_as_it_was(run_exp):
+    import hashlib
+
+    from mecefo_exp.config import ConfigError
+
+    _, run_dir = run_exp(*RESUMABLE)
+    for checkpoint in (run_dir / "checkpoints").glob("step_*.pt"):
+        _misfit(checkpoint)
+    _edit_summary(run_dir, status="running")  # as a killed run leaves it
+
+    def files():
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in run_dir.iterdir()
+                if p.is_file() and p.name not in ("run.log", ".run.owner", ".run.lock")}
+
+    before = files()
+    with pytest.raises(ConfigError, match=f"no checkpoint in {run_dir} can be loaded .3 tried") as e:
+        _resume_in_process(run_dir, RESUMABLE)
+    assert "\n" not in str(e.value)
+    assert files() == before
