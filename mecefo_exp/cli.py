@@ -342,6 +342,11 @@ def check_resume(args: List[str]) -> Optional[str]:
         OmegaConf.load(folder / "config.yaml")
     except Exception as e:  # a broken YAML file: say which, in one line
         return f"cannot resume {folder}: its config.yaml cannot be read ({str(e).splitlines()[0]})"
+    from .resume import config_edited
+
+    edited = config_edited(folder)
+    if edited:
+        return f"cannot resume {folder}: {edited}"
     from .methods.checkpointing import complete_steps
 
     if not complete_steps(folder / "checkpoints") and not complete_steps(folder / "resume"):

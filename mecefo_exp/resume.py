@@ -9,6 +9,7 @@ run's files read as one uninterrupted run. summary.json keeps one record per res
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import logging
 from dataclasses import dataclass
@@ -20,12 +21,46 @@ from .config import ConfigError
 log = logging.getLogger(__name__)
 
 
+def previous_record(run_dir: Path) -> Dict:
+    """The folder's summary.json as it is (before it is rewritten), {} when there is none to read."""
+    try:
+        record = json.loads((Path(run_dir) / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 def previous_resumes(run_dir: Path) -> List[Dict]:
     """The resumes the folder's summary.json already records (before it is rewritten)."""
+    resumes = previous_record(run_dir).get("resumes")
+    return list(resumes) if isinstance(resumes, list) else []
+
+
+def config_sha256(run_dir: Path) -> Optional[str]:
+    """The hash of the settings in the run's config.yaml, `resume` left out (the torchft launcher
+    writes it again with resume: true for its workers); summary.json keeps the start's, and a
+    resume refuses a config.yaml edited since. None when there is no readable config.yaml."""
+    import yaml
+
     try:
-        return list(json.loads((Path(run_dir) / "summary.json").read_text()).get("resumes") or [])
-    except (OSError, ValueError, AttributeError):
-        return []
+        settings = yaml.safe_load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    if not isinstance(settings, dict):
+        return None
+    settings.pop("resume", None)
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def config_edited(run_dir: Path) -> Optional[str]:
+    """Why the run's config.yaml is not the one it started with (None when it is, or when the
+    record predates the hash)."""
+    recorded = previous_record(run_dir).get("config_sha256")
+    if recorded and recorded != config_sha256(run_dir):
+        return (f"{Path(run_dir) / 'config.yaml'} was edited after the run started (its sha256 is not the "
+                f"config_sha256 summary.json recorded, {str(recorded)[:12]}...): put back the settings the run "
+                "started with, or start a new run")
+    return None
 
 
 @dataclass

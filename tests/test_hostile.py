@@ -494,3 +494,16 @@ def test_when_no_checkpoint_fits_the_resume_is_refused_and_the_record_left_as_it
         _resume_in_process(run_dir, RESUMABLE)
     assert "\n" not in str(e.value)
     assert files() == before
+
+
+def test_a_config_yaml_edited_after_the_start_is_refused_on_resume(run_exp):
+    from mecefo_exp.cli import check_resume
+
+    _, run_dir = run_exp(*RESUMABLE)
+    args = ["resume=true", f"hydra.run.dir={run_dir}"]
+    assert check_resume(args) is None  # as it was written: resumable
+    config = run_dir / "config.yaml"
+    config.write_text(config.read_text().replace("max_steps: 7", "max_steps: 20"))
+    said = check_resume(args)
+    assert said is not None and "\n" not in said, said
+    assert f"{config} was edited after the run started" in said

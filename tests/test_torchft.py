@@ -229,6 +229,7 @@ def test_a_worker_killed_from_outside_is_restarted_heals_and_nothing_listens_bey
     ft = summary["torchft"]
     assert ft["processes_started"] == {"0": 1, "1": 2, "2": 1}  # no job restart: one new process, worker 1's
     assert [(f["worker"], f["unplanned"]) for f in ft["failures"]] == [(1, True)]
+    assert 0 < summary["mean_workers_down"] < 1  # worker 1, down for part of the run (it said 0.0)
     # within the heartbeat timeout and a retaken step, never a collective's timeout (120 s)
     assert 0 < ft["failures"][0]["detected_at"] - killed_at < 30
     (rec,) = ft["recoveries"]
