@@ -507,3 +507,17 @@ def test_a_config_yaml_edited_after_the_start_is_refused_on_resume(run_exp):
     said = check_resume(args)
     assert said is not None and "\n" not in said, said
     assert f"{config} was edited after the run started" in said
+
+
+def test_a_torchft_worker_that_fails_leaves_its_traceback_in_its_own_log(tmp_path):
+    """summary.json names torchft/worker-<w>.log for a worker's failure: the traceback must be
+    there, not only on the console the workers share (it once ended before it)."""
+    run_dir = tmp_path / "ft"
+    (run_dir / "torchft").mkdir(parents=True)
+    (run_dir / "config.yaml").write_text("seed: 0\n")  # a config no worker can run: it fails at once
+    env = {**os.environ, "MECEFO_TORCHFT_WORKER": "1", "MECEFO_TORCHFT_INCARNATION": "0", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "mecefo_exp.torchft_launch", str(run_dir)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    logged = (run_dir / "torchft" / "worker-1.log").read_text()
+    assert "worker 1 (process " in logged and "Traceback (most recent call last)" in logged, logged[-2000:]
