@@ -22,7 +22,9 @@ watches them:
   survivors ask for the next one;
 - a worker asked for again while its old process is still there (hung: it missed the quorums)
   has that process killed first;
-- a worker that exits with an error ends the run.
+- a worker that exits with an error ends the run;
+- machine 0 names the machines whose launcher never said it is alive (after ANNOUNCE_WARN_S),
+  and fails the run naming them at cluster.restart_timeout_s.
 
 How the run ended reaches every launcher through the store's `end` key (the first launcher to
 see a worker finish, or fail, sets it): at `ok` each launcher lets its workers finish, at an
@@ -65,6 +67,9 @@ STOP_GRACE_S = 10.0  # SIGTERM, then this long to write the record, then SIGKILL
 STALE_GRACE_S = STOP_GRACE_S
 ALIVE_EVERY_S = 1.0  # each launcher says it is alive this often (machine 0 waits only for live ones)
 LEFT_WAIT_S = 60.0  # at the end, machine 0 waits at most this long for the other launchers to leave
+#: machine 0 names the machines whose launcher has not said it is alive after this long (it goes on
+#: waiting for them until cluster.restart_timeout_s, then fails naming them)
+ANNOUNCE_WARN_S = 10.0
 #: settings that differ between the launchers of one run (everything else must be machine 0's)
 PER_MACHINE = ("cluster.machine_rank", "cluster.bind", "cluster.advertise")
 
@@ -102,6 +107,8 @@ class Launcher:
         self.started_lighthouse = False
         self.rejoined = False  # a launcher started again on a run under way
         self._alive_at = 0.0
+        self._started_at = time.time()
+        self._unannounced: Optional[List[int]] = None  # machine 0: the machines not heard of yet (None: not named yet)
         self.stale_since: Dict[int, float] = {}  # worker -> when a newer incarnation was asked while its process ran
 
     @property
@@ -210,6 +217,7 @@ class Launcher:
             if now - self._alive_at >= ALIVE_EVERY_S:
                 self.store.set(f"alive/{self.machine}", repr(now))
                 self._alive_at = now
+                self._check_announced(now)
             ended = self.end()
             if ended is not None:
                 if ended["status"] != "ok":
@@ -251,6 +259,29 @@ class Launcher:
                     self.stale_since.pop(w, None)
                     self.start_worker(w, wanted)
             time.sleep(POLL_S)
+
+    def _check_announced(self, now: float) -> None:
+        """Machine 0: every other machine's launcher says it is alive within seconds of its start.
+        The ones still silent are named after ANNOUNCE_WARN_S, and at cluster.restart_timeout_s the
+        run fails naming them (before the workers' own wait for them times out)."""
+        if self.machine != 0 or self._unannounced == []:
+            return
+        missing = [m for m in range(1, self.machines) if not self.store.check([f"alive/{m}"])]
+        waited = now - self._started_at
+        if missing and waited >= self.cfg.cluster.restart_timeout_s:
+            raise WorkerFailed(f"{_machines(missing, 'never announced itself', 'never announced themselves')} in "
+                               f"cluster.restart_timeout_s={self.cfg.cluster.restart_timeout_s:g} s "
+                               f"(cluster.machines={self.machines}): start each launcher with its "
+                               f"cluster.machine_rank and cluster.coordinator={self.store_address}, or correct "
+                               "cluster.machines")
+        if missing and waited >= ANNOUNCE_WARN_S and self._unannounced is None:
+            log.warning("%s: %s after %.0f s (cluster.machines=%d): waiting until cluster.restart_timeout_s=%g s; "
+                        "start each launcher with its cluster.machine_rank and cluster.coordinator=%s", self.tag,
+                        _machines(missing, "has not announced itself", "have not announced themselves"), waited,
+                        self.machines, self.cfg.cluster.restart_timeout_s, self.store_address)
+            self._unannounced = missing
+        elif not missing:
+            self._unannounced = []
 
     def finish(self) -> None:
         """The run is done: this machine's workers end on their own (the last step is behind them)."""
@@ -312,6 +343,10 @@ class Launcher:
             self.lighthouse.shutdown()
             self.lighthouse = None
         self.store = None  # machine 0's: its server closes with it
+
+
+def _machines(ms: List[int], one: str, many: str) -> str:
+    return f"machine {ms[0]} {one}" if len(ms) == 1 else f"machines {', '.join(map(str, ms))} {many}"
 
 
 def launch(cfg, run_dir: Path) -> dict:

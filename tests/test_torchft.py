@@ -281,13 +281,44 @@ def two_machines(tmp_path, fixed_profile, method: str, steps: int):
     logs = tmp_path / "logs"
     logs.mkdir()
 
-    def machine(m: int, attempt: int = 0):
+    def machine(m: int, attempt: int = 0, restart_timeout_s: float = 300.0):
         cmd = torchft_cmd(run_dir, *common, "failure=none", "cluster.machines=2", f"cluster.machine_rank={m}",
-                          f"cluster.coordinator=127.0.0.1:{port}")
+                          f"cluster.coordinator=127.0.0.1:{port}", f"cluster.restart_timeout_s={restart_timeout_s}")
         out = open(logs / f"machine{m}-{attempt}.log", "w")
         return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env())
 
     return common, run_dir, logs, machine, port
+
+
+def test_a_machine_that_never_joins_is_named_by_machine_0_within_seconds(tmp_path, fixed_profile):
+    """cluster.machines=2 but machine 1's launcher is never started (a wrong count, a launcher that
+    failed to start): machine 0 names it within seconds, and at cluster.restart_timeout_s the run
+    fails in one line naming it (it used to end after the timeout in a 60-line DistStoreError that
+    named machine 0's own ready workers)."""
+    _, run_dir, logs, machine, _ = two_machines(tmp_path, fixed_profile, "mecefo", 50)
+    started = time.time()
+    first = machine(0, restart_timeout_s=40)
+    try:
+        named = None
+        while time.time() - started < 60 and first.poll() is None:
+            text = (logs / "machine0-0.log").read_text()
+            if "machine 1 has not announced itself" in text:
+                named = time.time() - started
+                break
+            time.sleep(0.2)
+        assert named is not None and named < 30, (logs / "machine0-0.log").read_text()[-3000:]
+        first.wait(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    out = (logs / "machine0-0.log").read_text()
+    assert first.returncode != 0
+    said = [ln for ln in out.splitlines() if ln.startswith("failed: ")]
+    assert len(said) == 1 and "machine 1 never announced itself" in said[0], out[-3000:]
+    assert "DistStoreError" not in out and "Traceback" not in out, out[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and "machine 1 never announced itself" in summary["error"]
+    assert not worker_processes(run_dir)
 
 
 @pytest.mark.parametrize("method", ["mecefo", "oobleck"])
