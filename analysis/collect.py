@@ -94,7 +94,7 @@ def read_jsonl(path: Path) -> pd.DataFrame:
     rows = []
     if not path.exists():
         return pd.DataFrame()
-    with open(path) as f:
+    with open(path, encoding="utf-8", errors="replace") as f:  # a line in another encoding is not JSON: skipped
         for n, line in enumerate(f, 1):
             line = line.strip()
             if not line:
@@ -172,10 +172,10 @@ def _read_yaml(path: Path) -> Optional[dict]:
     import yaml
 
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f)
         return data if isinstance(data, dict) else None
-    except (OSError, yaml.YAMLError) as e:
+    except (OSError, ValueError, yaml.YAMLError) as e:  # ValueError: not UTF-8
         log.warning("%s: %s", path, e)
         return None
 
@@ -266,10 +266,10 @@ def load_run(run_dir) -> Dict[str, object]:
     summary_path = run_dir / "summary.json"
     if summary_path.exists():
         try:
-            with open(summary_path) as f:
+            with open(summary_path, encoding="utf-8") as f:
                 summary = json.load(f)
             row["status"] = summary.get("status", "unknown") if isinstance(summary, dict) else "unreadable"
-        except (OSError, json.JSONDecodeError) as e:
+        except (OSError, ValueError) as e:  # not JSON, or not UTF-8
             row["status"] = "unreadable"
             row["error"] = f"summary.json: {e}"
         wrong = not_a_number(summary) if isinstance(summary, dict) else None
@@ -317,9 +317,9 @@ def _read_yaml_list(path: Path) -> List[str]:
     import yaml
 
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError):
+    except (OSError, ValueError, yaml.YAMLError):
         return []
     return [str(x) for x in data] if isinstance(data, list) else []
 

@@ -521,3 +521,21 @@ def test_a_torchft_worker_that_fails_leaves_its_traceback_in_its_own_log(tmp_pat
     assert out.returncode != 0
     logged = (run_dir / "torchft" / "worker-1.log").read_text()
     assert "worker 1 (process " in logged and "Traceback (most recent call last)" in logged, logged[-2000:]
+
+
+def test_non_utf8_record_files_are_unreadable_runs_not_a_crash(tmp_path):
+    """One summary.json or config.yaml in another encoding stopped `make figures` and a sweep's
+    collection with a UnicodeDecodeError."""
+    from analysis.collect import collect
+    from test_analysis import make_run
+
+    make_run(tmp_path, "good", "checkpoint", "high", seed=0, thr=800, ppl=100)
+    bad_summary = make_run(tmp_path, "latin1_summary", "checkpoint", "high", seed=1, thr=900, ppl=100)
+    (bad_summary / "summary.json").write_bytes('{"status": "ok", "note": "caf\u00e9"}'.encode("latin-1"))
+    bad_config = make_run(tmp_path, "latin1_config", "checkpoint", "high", seed=2, thr=700, ppl=100)
+    (bad_config / "config.yaml").write_bytes("seed: 2\nnote: caf\u00e9\n".encode("latin-1"))
+    (bad_config / "metrics.jsonl").write_bytes(b'{"step": 0, "loss": 1.0}\n\xff\xfe\n')
+    df = collect([tmp_path]).set_index("run_dir")
+    assert df.loc[str((tmp_path / "latin1_summary").resolve()), "status"] == "unreadable"
+    assert df.loc[str((tmp_path / "good").resolve()), "status"] == "ok"
+    assert str((tmp_path / "latin1_config").resolve()) in df.index
