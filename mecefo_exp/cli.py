@@ -132,9 +132,10 @@ def _job(cfg: DictConfig, run_dir: Path):
              resume_command(run_dir, program=_program()))
     from .trainer import Experiment  # torch and transformers load only for a valid config
     from .plan import NonFiniteLoss
+    from .timing.clock import ClockOverflow
 
     # ends a run can meet and its record explains: one line here, the traceback in the run's log file
-    anticipated: tuple = (NonFiniteLoss,)
+    anticipated: tuple = (NonFiniteLoss, ClockOverflow)
     try:
         if cfg.cluster.name == "torchft":  # this process starts and watches one process per worker
             from .torchft_launch import WorkerFailed, launch

@@ -539,3 +539,16 @@ def test_non_utf8_record_files_are_unreadable_runs_not_a_crash(tmp_path):
     assert df.loc[str((tmp_path / "latin1_summary").resolve()), "status"] == "unreadable"
     assert df.loc[str((tmp_path / "good").resolve()), "status"] == "ok"
     assert str((tmp_path / "latin1_config").resolve()) in df.index
+
+
+def test_time_settings_that_overflow_the_clock_end_the_run_failed_in_one_line(run_exp, tmp_path):
+    """cluster.restart_s=1e308 unscaled: two restarts make the clock infinite. The run used to end
+    `ok` with sim_time_s null (or an OverflowError further on)."""
+    from mecefo_exp.timing.clock import ClockOverflow
+
+    with pytest.raises(ClockOverflow) as e:
+        run_exp("method=checkpoint", "failure=high", "trainer.numerics=false", "cluster.restart_s=1e308",
+                "cluster.scale_stalls=false")
+    assert "\n" not in str(e.value) and "stall" in str(e.value) and "too large" in str(e.value)
+    summary = json.loads((tmp_path / "run1" / "summary.json").read_text())
+    assert summary["status"] == "failed" and "ClockOverflow" in summary["error"]
