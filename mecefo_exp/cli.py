@@ -296,10 +296,30 @@ def unknown_preset(args: List[str]) -> Optional[str]:
         allowed = sorted(str(p.relative_to(folder).with_suffix("")) for p in folder.rglob("*.yaml"))
         if key == "local":  # its default is the user's own file, which need not exist
             allowed = sorted(set(allowed) | {"default"})
-        for option in value.split(","):  # a sweep lists several
-            if option.strip() not in allowed:
-                return f"{key}={option.strip()}: no such preset in {folder}; allowed: {', '.join(allowed)}"
+        options = _sweep_options(arg, value, allowed)
+        if not options:
+            return f"{key}={value}: matches no preset in {folder}; allowed: {', '.join(allowed)}"
+        for option in options:
+            if option not in allowed:
+                return f"{key}={option}: no such preset in {folder}; allowed: {', '.join(allowed)}"
     return None
+
+
+def _sweep_options(arg: str, value: str, allowed: List[str]) -> List[str]:
+    """The options an override names as Hydra's sweepers read it: `a,b`, `choice(a,b)`, `glob(...)`."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import Glob
+    from hydra.errors import HydraException
+
+    try:
+        override = OverridesParser.create().parse_override(arg.lstrip("~"))
+    except HydraException:  # Hydra says it in its own words when it composes
+        return [option.strip() for option in value.split(",")]
+    if isinstance(override.value(), Glob):
+        return override.value().filter(allowed)
+    if override.is_sweep_override():
+        return [str(option) for option in override.sweep_string_iterator()]
+    return [override.get_value_element_as_str()]
 
 
 def _user_overrides(args: List[str]) -> List[str]:

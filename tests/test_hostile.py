@@ -102,6 +102,18 @@ def test_an_unknown_preset_is_one_line_not_ignored(override, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_hydras_own_sweep_syntax_for_a_group_is_checked_not_refused():
+    from mecefo_exp.cli import unknown_preset
+
+    for ok in ("method=choice(checkpoint,mecefo)", "method=glob(*)", "method=glob(c*)", "method=checkpoint,mecefo",
+               "failure=glob(*,exclude=none)"):
+        assert unknown_preset(["-m", ok]) is None, ok
+    for bad, says in (("method=choice(checkpoint,mecefoo)", "method=mecefoo: no such preset"),
+                      ("method=glob(zz*)", "method=glob(zz*): matches no preset")):
+        said = unknown_preset(["-m", bad])
+        assert said is not None and says in said and "allowed: baft, bamboo" in said, said
+
+
 @pytest.mark.parametrize("override, says", [
     ("failure.horizon_factor=inf", "failure.horizon_factor=inf: must be a finite number"),
     ("trainer.lr=inf", "trainer.lr=inf: must be a finite number"),
