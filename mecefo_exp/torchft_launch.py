@@ -299,6 +299,16 @@ class Launcher:
                 raise WorkerFailed(f"worker {w} exited with code {rc} at the end of the run "
                                    f"(its log: {self.run_dir}/torchft/worker-{w}.log)")
 
+    def leave_run(self) -> None:
+        """This machine leaves the run under way: its workers die at once, as with the machine (the
+        others see them go and ask for their next processes: a launcher started again here gives them)."""
+        for w, p in self.procs.items():
+            p.kill()
+            p.wait()
+            self.store.set(f"exited/{w}/{self.incarnation[w]}", repr(time.time()))
+        self.procs.clear()
+        log.warning("%s: stopped by a signal: this machine leaves the run, which goes on without it", self.tag)
+
     def stop(self) -> None:
         """Every worker of this machine gone; safe to call twice."""
         for p in self.procs.values():
@@ -374,6 +384,9 @@ def launch(cfg, run_dir: Path) -> dict:
         launcher.shutdown_services()
         raise
     except BaseException as e:
+        if isinstance(e, Terminated) and machine > 0 and launcher.store is not None:
+            launcher.leave_run()  # SLURM preempts with SIGTERM first: this machine leaves; the run goes on
+            raise
         error = f"{type(e).__name__}: {e}" if not isinstance(e, WorkerFailed) else str(e)
         if launcher.store is not None:
             try:  # the other launchers stop their workers too

@@ -290,6 +290,36 @@ def two_machines(tmp_path, fixed_profile, method: str, steps: int):
     return common, run_dir, logs, machine, port
 
 
+def test_sigterm_to_a_machines_launcher_is_that_machine_leaving_not_the_runs_end(tmp_path, fixed_profile):
+    """SLURM preempts a node with SIGTERM first. Machine 1's launcher gets it: its workers leave
+    the run as a machine does (machine 0's go on in place), the launcher exits 143, and the same
+    command started again brings the machine back. It used to end the whole run."""
+    _, run_dir, logs, machine, _ = two_machines(tmp_path, fixed_profile, "mecefo", steps=200)
+    first, second = machine(0), machine(1)
+    replacement = None
+    try:
+        wait_for_steps(run_dir, 8, [first, second])
+        workers = children(second.pid)
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=30) == 128 + signal.SIGTERM, (logs / "machine1-0.log").read_text()[-3000:]
+        assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
+        at_term = steps_done(run_dir)
+        wait_for_steps(run_dir, at_term + 5, [first])  # machine 0 goes on without machine 1
+        replacement = machine(1, attempt=1)
+        assert first.wait(timeout=240) == 0, (logs / "machine0-0.log").read_text()[-3000:]
+        assert replacement.wait(timeout=60) == 0, (logs / "machine1-1.log").read_text()[-3000:]
+    finally:
+        for p in (first, second, replacement):
+            if p is not None and p.poll() is None:
+                p.kill()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["steps"] == 200
+    ft = summary["torchft"]
+    assert ft["processes_started"] == {"0": 1, "1": 1, "2": 2, "3": 2}
+    assert [(f["worker"], f["unplanned"]) for f in ft["failures"]] == [(2, True), (3, True)]
+    assert not worker_processes(run_dir)
+
+
 def test_a_machine_that_never_joins_is_named_by_machine_0_within_seconds(tmp_path, fixed_profile):
     """cluster.machines=2 but machine 1's launcher is never started (a wrong count, a launcher that
     failed to start): machine 0 names it within seconds, and at cluster.restart_timeout_s the run
