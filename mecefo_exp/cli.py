@@ -33,6 +33,7 @@ from .faults import TraceError
 from .console import install_console, resume_command
 from .metrics import write_json_atomic
 from .paths import conf_dir
+from .presets import first_job, unknown_preset
 from .signals import Terminated
 
 register_configs()
@@ -254,7 +255,10 @@ def check_overrides(args: List[str]) -> Optional[str]:
     unknown = unknown_preset(args)
     if unknown:
         return unknown
-    # -m, --help, --info, ... are Hydra's; --cfg (print the config) shows what would run, so it is checked too
+    flags = {a for a in args if a.startswith("-")}
+    if flags and flags <= {"-m", "--multirun"}:
+        return _first_job_problem(args)
+    # --help, --info, ... are Hydra's; --cfg (print the config) shows what would run, so it is checked too
     if any(a.startswith("-") and a not in ("--cfg", "-c", "--resolve") for a in args):
         return None
     from hydra.errors import HydraException
@@ -277,49 +281,19 @@ def check_overrides(args: List[str]) -> Optional[str]:
     return None
 
 
-#: groups the defaults list loads as `optional`: an option that does not exist would be skipped silently
-OPTIONAL_GROUPS = ("experiment", "scenario", "local")
-
-
-def unknown_preset(args: List[str]) -> Optional[str]:
-    """A group option that does not exist, in one line naming the ones there are: for `experiment=`,
-    `scenario=` and `local=` (optional groups: Hydra would silently run without one) and for every
-    value of a sweep (Hydra would say it in 15 lines, after its own set-up)."""
-    sweep = any(a in ("-m", "--multirun") for a in args)
-    for arg in args:
-        key, _, value = arg.lstrip("+~").partition("=")
-        folder = conf_dir() / key
-        if not value or value == "null" or "." in key or "/" in key or not folder.is_dir():
-            continue
-        if not sweep and key not in OPTIONAL_GROUPS:  # the others: Hydra's composition says it
-            continue
-        allowed = sorted(str(p.relative_to(folder).with_suffix("")) for p in folder.rglob("*.yaml"))
-        if key == "local":  # its default is the user's own file, which need not exist
-            allowed = sorted(set(allowed) | {"default"})
-        options = _sweep_options(arg, value, allowed)
-        if not options:
-            return f"{key}={value}: matches no preset in {folder}; allowed: {', '.join(allowed)}"
-        for option in options:
-            if option not in allowed:
-                return f"{key}={option}: no such preset in {folder}; allowed: {', '.join(allowed)}"
-    return None
-
-
-def _sweep_options(arg: str, value: str, allowed: List[str]) -> List[str]:
-    """The options an override names as Hydra's sweepers read it: `a,b`, `choice(a,b)`, `glob(...)`."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.core.override_parser.types import Glob
+def _first_job_problem(args: List[str]) -> Optional[str]:
+    """A sweep: a key its first job cannot compose with, unless a swept preset may declare it."""
     from hydra.errors import HydraException
 
+    job, swept = first_job(args)
     try:
-        override = OverridesParser.create().parse_override(arg.lstrip("~"))
-    except HydraException:  # Hydra says it in its own words when it composes
-        return [option.strip() for option in value.split(",")]
-    if isinstance(override.value(), Glob):
-        return override.value().filter(allowed)
-    if override.is_sweep_override():
-        return [str(option) for option in override.sweep_string_iterator()]
-    return [override.get_value_element_as_str()]
+        _compose(job)
+    except HydraException as e:
+        key = str(getattr(e.__cause__, "full_key", "") or "")
+        return None if not key or key.split(".")[0] in swept else _one_line(e)
+    except Exception:  # anything else: each job says it
+        return None
+    return None
 
 
 def _user_overrides(args: List[str]) -> List[str]:
@@ -417,11 +391,25 @@ def _one_line(e: BaseException) -> str:
         why = str(cause).splitlines()[0].strip()
         schema, key = getattr(cause, "object_type", None), getattr(cause, "key", None)
         if why.startswith("Key ") and dataclasses.is_dataclass(schema):
-            names = [f.name for f in dataclasses.fields(schema)]
-            near = difflib.get_close_matches(str(key), names, n=1)
-            why = f"no such setting{f' (did you mean {near[0]}?)' if near else ''}; allowed: {', '.join(names)}"
+            why = _no_such_setting(str(key), schema)
         return f"{head.rstrip('.')}: {why}"
+    if head.endswith(":") and len(lines) > 1:  # a file of conf/ (conf/local/default.yaml): the cause is in the text
+        import re
+
+        from .config import schema as schemas
+
+        found = re.match(r"Key '(.+)' not in '(\w+)'", lines[1])
+        full = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("full_key:")), None)
+        schema = getattr(schemas, found[2], None) if found else None
+        why = _no_such_setting(found[1], schema) if found and dataclasses.is_dataclass(schema) else lines[1]
+        return f"{head} {full + ': ' if full else ''}{why}"
     return head
+
+
+def _no_such_setting(key: str, schema) -> str:
+    names = [f.name for f in dataclasses.fields(schema)]
+    near = difflib.get_close_matches(key, names, n=1)
+    return f"no such setting{f' (did you mean {near[0]}?)' if near else ''}; allowed: {', '.join(names)}"
 
 
 def entry() -> None:

@@ -55,27 +55,16 @@ from .cluster.torchft import (ENV_ADVERTISE, ENV_BIND, ENV_INCARNATION, ENV_LIGH
                               ENV_WORKER, bound_store, connect_store, host_port, local_host, network_environment,
                               require_torchft)
 from .config import ConfigError, split_host_port
-from .metrics import flatten, write_json_atomic
+from .metrics import write_json_atomic
+from .torchft_machines import ALIVE_EVERY_S, POLL_S, MachinesOfARun, WorkerFailed
 from .trainer import Experiment, Terminated, signals_end_the_run
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.05
 STOP_GRACE_S = 10.0  # SIGTERM, then this long to write the record, then SIGKILL
 #: a process the survivors replaced but still running gets this long to end by itself (a worker
 #: failing writes its record first) before it is taken for hung and killed
 STALE_GRACE_S = STOP_GRACE_S
-ALIVE_EVERY_S = 1.0  # each launcher says it is alive this often (machine 0 waits only for live ones)
-LEFT_WAIT_S = 60.0  # at the end, machine 0 waits at most this long for the other launchers to leave
-#: machine 0 names the machines whose launcher has not said it is alive after this long (it goes on
-#: waiting for them until cluster.restart_timeout_s, then fails naming them)
-ANNOUNCE_WARN_S = 10.0
-#: settings that differ between the launchers of one run (everything else must be machine 0's)
-PER_MACHINE = ("cluster.machine_rank", "cluster.bind", "cluster.advertise")
-
-
-class WorkerFailed(RuntimeError):
-    pass
 
 
 def _die_with_parent() -> None:
@@ -91,7 +80,7 @@ def workers_of(machine: int, n_workers: int, machines: int) -> List[int]:
     return list(range(machine * k, machine * k + k))
 
 
-class Launcher:
+class Launcher(MachinesOfARun):
     def __init__(self, cfg, run_dir: Path):
         c = cfg.cluster
         self.cfg, self.run_dir, self.n = cfg, Path(run_dir), c.n_workers
@@ -149,29 +138,6 @@ class Launcher:
         log.info("%s: lighthouse %s%s, coordination store %s, workers %s%s, logs in %s", self.tag,
                  self.lighthouse_address, " (started for this run)" if self.lighthouse else "", self.store_address,
                  self.mine, " (joining the run under way)" if self.rejoined else "", self.run_dir / "torchft")
-
-    def adopt_run_under_way(self) -> None:
-        """A launcher started again on its machine: its workers ran before (`launched/<w>`), and
-        those processes died with the machine. Survivors still waiting for one of them (it was
-        healing when the machine died again) learn so from `exited/<w>/<n>` and ask for the next
-        one, which this launcher starts; otherwise they would wait for it forever."""
-        for w in self.mine:
-            if self.store.check([f"launched/{w}"]):
-                self.incarnation[w] = int(self.store.get(f"launched/{w}").decode())
-                self.rejoined = True
-                self.store.set(f"exited/{w}/{self.incarnation[w]}", repr(time.time()))
-
-    def _check_same_settings(self) -> None:
-        """A machine's launcher must run machine 0's run: the same settings but its own place."""
-        from omegaconf import OmegaConf
-
-        ours = flatten(OmegaConf.to_container(self.cfg, resolve=True), sep=".")
-        theirs = flatten(OmegaConf.to_container(OmegaConf.load(self.run_dir / "config.yaml"), resolve=True), sep=".")
-        differ = sorted(k for k in set(ours) | set(theirs) if k not in PER_MACHINE and ours.get(k) != theirs.get(k))
-        if differ:
-            raise ConfigError(f"cluster.machine_rank={self.machine}: settings differ from machine 0's run in "
-                              f"{self.run_dir}: " + "; ".join(f"{k}={ours.get(k)} (machine 0: {theirs.get(k)})"
-                                                              for k in differ[:5]))
 
     def start_workers(self) -> None:
         if self.rejoined:
@@ -260,29 +226,6 @@ class Launcher:
                     self.start_worker(w, wanted)
             time.sleep(POLL_S)
 
-    def _check_announced(self, now: float) -> None:
-        """Machine 0: every other machine's launcher says it is alive within seconds of its start.
-        The ones still silent are named after ANNOUNCE_WARN_S, and at cluster.restart_timeout_s the
-        run fails naming them (before the workers' own wait for them times out)."""
-        if self.machine != 0 or self._unannounced == []:
-            return
-        missing = [m for m in range(1, self.machines) if not self.store.check([f"alive/{m}"])]
-        waited = now - self._started_at
-        if missing and waited >= self.cfg.cluster.restart_timeout_s:
-            raise WorkerFailed(f"{_machines(missing, 'never announced itself', 'never announced themselves')} in "
-                               f"cluster.restart_timeout_s={self.cfg.cluster.restart_timeout_s:g} s "
-                               f"(cluster.machines={self.machines}): start each launcher with its "
-                               f"cluster.machine_rank and cluster.coordinator={self.store_address}, or correct "
-                               "cluster.machines")
-        if missing and waited >= ANNOUNCE_WARN_S and self._unannounced is None:
-            log.warning("%s: %s after %.0f s (cluster.machines=%d): waiting until cluster.restart_timeout_s=%g s; "
-                        "start each launcher with its cluster.machine_rank and cluster.coordinator=%s", self.tag,
-                        _machines(missing, "has not announced itself", "have not announced themselves"), waited,
-                        self.machines, self.cfg.cluster.restart_timeout_s, self.store_address)
-            self._unannounced = missing
-        elif not missing:
-            self._unannounced = []
-
     def finish(self) -> None:
         """The run is done: this machine's workers end on their own (the last step is behind them)."""
         deadline = time.time() + self.cfg.cluster.quorum_timeout_s
@@ -299,16 +242,6 @@ class Launcher:
                 raise WorkerFailed(f"worker {w} exited with code {rc} at the end of the run "
                                    f"(its log: {self.run_dir}/torchft/worker-{w}.log)")
 
-    def leave_run(self) -> None:
-        """This machine leaves the run under way: its workers die at once, as with the machine (the
-        others see them go and ask for their next processes: a launcher started again here gives them)."""
-        for w, p in self.procs.items():
-            p.kill()
-            p.wait()
-            self.store.set(f"exited/{w}/{self.incarnation[w]}", repr(time.time()))
-        self.procs.clear()
-        log.warning("%s: stopped by a signal: this machine leaves the run, which goes on without it", self.tag)
-
     def stop(self) -> None:
         """Every worker of this machine gone; safe to call twice."""
         for p in self.procs.values():
@@ -323,40 +256,11 @@ class Launcher:
                 p.wait()
         self.procs.clear()
 
-    def leave(self) -> None:
-        """Say this launcher is done; machine 0 then waits for the other live launchers."""
-        if self.store is None:
-            return
-        try:
-            self.store.set(f"left/{self.machine}", repr(time.time()))
-            if self.machine == 0:
-                self._wait_for_launchers()
-        except Exception as e:  # the store is gone (machine 0 died): nobody is waiting for this launcher
-            log.warning("%s: the coordination store is gone (%s)", self.tag, " ".join(str(e).split())[:200])
-
-    def _wait_for_launchers(self) -> None:
-        deadline = time.time() + LEFT_WAIT_S
-        for m in range(1, self.machines):
-            while time.time() < deadline and not self.store.check([f"left/{m}"]):
-                seen = float(self.store.get(f"alive/{m}").decode()) if self.store.check([f"alive/{m}"]) else 0.0
-                if time.time() - seen > 5 * ALIVE_EVERY_S:
-                    break  # that machine's launcher is gone: nothing to wait for
-                time.sleep(POLL_S)
-
-    def processes_started(self) -> Dict[str, int]:
-        """How many processes each worker had, on every machine (a restarted job would show more for all)."""
-        return {str(w): int(self.store.get(f"launched/{w}").decode()) + 1 if self.store.check([f"launched/{w}"])
-                else 0 for w in range(self.n)}
-
     def shutdown_services(self) -> None:
         if self.lighthouse is not None:
             self.lighthouse.shutdown()
             self.lighthouse = None
         self.store = None  # machine 0's: its server closes with it
-
-
-def _machines(ms: List[int], one: str, many: str) -> str:
-    return f"machine {ms[0]} {one}" if len(ms) == 1 else f"machines {', '.join(map(str, ms))} {many}"
 
 
 def launch(cfg, run_dir: Path) -> dict:

@@ -114,6 +114,33 @@ def test_hydras_own_sweep_syntax_for_a_group_is_checked_not_refused():
         assert said is not None and says in said and "allowed: baft, bamboo" in said, said
 
 
+def test_an_unknown_key_in_the_personal_settings_file_is_named(monkeypatch, tmp_path):
+    """A key no schema has in conf/local/default.yaml: the line was cut before the key ("In
+    'local/default': ConfigKeyError raised while composing config:")."""
+    import shutil
+
+    from mecefo_exp import cli
+
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    (conf / "local" / "default.yaml").write_text("# @package _global_\ntrainer:\n  max_stepz: 3\n")
+    monkeypatch.setattr(cli, "conf_dir", lambda: conf)
+    said = cli.check_overrides(["experiment=debug"])
+    assert said is not None and "\n" not in said, said
+    assert said.startswith("In 'local/default'") and "max_stepz" in said and "max_steps" in said, said
+
+
+def test_a_misspelt_key_in_a_sweep_is_one_line_before_any_job():
+    """A key no schema has, typed in a sweep, was left to Hydra: 8 lines after its own set-up."""
+    from mecefo_exp.cli import check_overrides
+
+    said = check_overrides(["-m", "method=checkpoint,mecefo", "trainer.max_stepz=3", "trainer.lr=1e-3,2e-3"])
+    assert said is not None and "\n" not in said and "trainer.max_stepz" in said and "max_steps" in said, said
+    # a sweep whose keys all exist, and one whose key belongs to one of the swept presets only, are Hydra's
+    assert check_overrides(["-m", "method=checkpoint,mecefo", "trainer.lr=1e-3,2e-3"]) is None
+    assert check_overrides(["-m", "method=mecefo,checkpoint", "method.rank=8"]) is None
+
+
 @pytest.mark.parametrize("override, says", [
     ("failure.horizon_factor=inf", "failure.horizon_factor=inf: must be a finite number"),
     ("trainer.lr=inf", "trainer.lr=inf: must be a finite number"),
