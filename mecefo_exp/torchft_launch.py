@@ -181,8 +181,7 @@ class Launcher(MachinesOfARun):
         while True:
             now = time.time()
             if now - self._alive_at >= ALIVE_EVERY_S:
-                self.store.set(f"alive/{self.machine}", repr(now))
-                self._alive_at = now
+                self.say_alive()
                 self._check_announced(now)
             ended = self.end()
             if ended is not None:
@@ -229,14 +228,20 @@ class Launcher(MachinesOfARun):
     def finish(self) -> None:
         """The run is done: this machine's workers end on their own (the last step is behind them)."""
         deadline = time.time() + self.cfg.cluster.quorum_timeout_s
+        # read from the store before waiting: machine 0 stops it once every live launcher has left
+        healed = {w: self.incarnation[w] == 0 or self.store.check([f"heal/{w}/{self.incarnation[w]}"])
+                  for w in self.procs}
         for w, p in list(self.procs.items()):
-            n = self.incarnation[w]
-            if n > 0 and not self.store.check([f"heal/{w}/{n}"]):
+            if not healed[w]:
                 continue  # started again but never healed into the run (it ended first): stop() ends it
-            try:
-                rc = p.wait(timeout=max(0.1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                raise WorkerFailed(f"worker {w} did not end with the run") from None
+            while (rc := p.poll()) is None:  # still alive meanwhile: machine 0 waits only for live launchers
+                if time.time() > deadline:
+                    raise WorkerFailed(f"worker {w} did not end with the run")
+                try:
+                    self.say_alive()
+                except Exception:  # machine 0 is gone: nobody waits for this launcher any more
+                    pass
+                time.sleep(POLL_S)
             del self.procs[w]
             if rc != 0:
                 raise WorkerFailed(f"worker {w} exited with code {rc} at the end of the run "

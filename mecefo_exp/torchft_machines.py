@@ -82,6 +82,13 @@ class MachinesOfARun:
         elif not missing:
             self._unannounced = []
 
+    def say_alive(self) -> None:
+        """`alive/<m>`, at most every ALIVE_EVERY_S: machine 0 waits at the end for live launchers only."""
+        now = time.time()
+        if now - self._alive_at >= ALIVE_EVERY_S:
+            self.store.set(f"alive/{self.machine}", repr(now))
+            self._alive_at = now
+
     def leave_run(self) -> None:
         """This machine leaves the run under way: its workers die at once, as with the machine (the
         others see them go and ask for their next processes: a launcher started again here gives them)."""
