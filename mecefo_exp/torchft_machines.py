@@ -51,8 +51,12 @@ class MachinesOfARun:
         """A machine's launcher must run machine 0's run: the same settings but its own place."""
         from omegaconf import OmegaConf
 
+        written = self.run_dir / "config.yaml"  # machine 0 writes it before it serves the store
+        if not written.is_file():
+            raise ConfigError(f"machine {self.machine}: {written} is not there: every machine must see the run folder "
+                              "machine 0 writes (a shared file system, the same hydra.run.dir on each)")
         ours = flatten(OmegaConf.to_container(self.cfg, resolve=True), sep=".")
-        theirs = flatten(OmegaConf.to_container(OmegaConf.load(self.run_dir / "config.yaml"), resolve=True), sep=".")
+        theirs = flatten(OmegaConf.to_container(OmegaConf.load(written), resolve=True), sep=".")
         differ = sorted(k for k in set(ours) | set(theirs) if k not in PER_MACHINE and ours.get(k) != theirs.get(k))
         if differ:
             raise ConfigError(f"cluster.machine_rank={self.machine}: settings differ from machine 0's run in "

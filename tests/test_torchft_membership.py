@@ -104,6 +104,23 @@ def test_a_launcher_started_again_says_its_predecessors_processes_are_gone():
     assert launcher.store.check(["exited/2/1", "exited/3/1"])
 
 
+def test_a_machine_whose_run_folder_is_not_machine_0s_is_one_line(tmp_path):
+    """Machine 1 reached machine 0's store, but its run folder is not the shared one (no config.yaml
+    there): one line saying so, not a FileNotFoundError's traceback."""
+    from omegaconf import OmegaConf
+
+    from mecefo_exp.config import ConfigError
+    from mecefo_exp.torchft_launch import Launcher
+
+    launcher = object.__new__(Launcher)
+    launcher.machine, launcher.run_dir = 1, tmp_path / "ft"
+    launcher.cfg = OmegaConf.create({"cluster": {"machine_rank": 1}})
+    with pytest.raises(ConfigError, match="machine 1: .*config.yaml.* is not there: every machine must see the run "
+                                          "folder machine 0 writes") as e:
+        launcher._check_same_settings()
+    assert "\n" not in str(e.value)
+
+
 def test_failures_no_trace_planned_count_in_the_mean_workers_down():
     """torchft's summary said mean_workers_down 0.0 after workers killed from outside, where the
     metrics' `alive` gave 0.8-1.9 down on average: only the trace's failures were counted."""
