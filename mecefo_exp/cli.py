@@ -139,6 +139,9 @@ def _job(cfg: DictConfig, run_dir: Path):
     anticipated: tuple = (NonFiniteLoss, ClockOverflow)
     try:
         if cfg.cluster.name == "torchft":  # this process starts and watches one process per worker
+            # torch's C++ side logs each failed store read with its C++ frames when a peer dies (read
+            # once, at torch's first import; the workers get it too): the Python errors say it in a line
+            os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
             from .torchft_launch import WorkerFailed, launch
 
             anticipated += (WorkerFailed,)

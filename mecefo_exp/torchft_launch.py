@@ -65,6 +65,8 @@ STOP_GRACE_S = 10.0  # SIGTERM, then this long to write the record, then SIGKILL
 #: a process the survivors replaced but still running gets this long to end by itself (a worker
 #: failing writes its record first) before it is taken for hung and killed
 STALE_GRACE_S = STOP_GRACE_S
+STORE_LOST = ("machine 0's coordination store is gone: machine 0 died or was stopped, and the run cannot go on "
+              "without it (it serves the store and the lighthouse)")
 
 
 def _die_with_parent() -> None:
@@ -98,6 +100,7 @@ class Launcher(MachinesOfARun):
         self._alive_at = 0.0
         self._started_at = time.time()
         self._unannounced: Optional[List[int]] = None  # machine 0: the machines not heard of yet (None: not named yet)
+        self.store_lost = False  # another machine's launcher lost machine 0's store: it closes the record
         self.stale_since: Dict[int, float] = {}  # worker -> when a newer incarnation was asked while its process ran
 
     @property
@@ -146,7 +149,7 @@ class Launcher(MachinesOfARun):
             self.start_worker(w, 0)
 
     def start_worker(self, w: int, incarnation: int) -> None:
-        env = {**self.net_env, **os.environ, ENV_WORKER: str(w), ENV_INCARNATION: str(incarnation),
+        env = {**self.net_env, "TORCH_CPP_LOG_LEVEL": "ERROR", **os.environ, ENV_WORKER: str(w), ENV_INCARNATION: str(incarnation),
                ENV_LIGHTHOUSE: self.lighthouse_address, ENV_STORE: self.store_address, ENV_STARTED: repr(time.time()),
                ENV_BIND: self.bind, ENV_ADVERTISE: self.advertise}
         self.procs[w] = subprocess.Popen([sys.executable, "-m", "mecefo_exp.torchft_launch", str(self.run_dir)],
@@ -177,7 +180,19 @@ class Launcher(MachinesOfARun):
         return json.loads(self.store.compare_set("end", "", mine).decode())
 
     def watch(self) -> None:
-        """Until the run has ended: planned deaths, restarts, real faults, the other launchers' news."""
+        """Until the run has ended: planned deaths, restarts, real faults, the other launchers' news.
+        Another machine's launcher that loses machine 0's store fails in one line (STORE_LOST)."""
+        try:
+            self._watch()
+        except (WorkerFailed, Terminated):
+            raise
+        except Exception as e:
+            if self.machine == 0 or type(e).__name__ not in ("DistNetworkError", "DistStoreError"):
+                raise
+            self.store_lost = True
+            raise WorkerFailed(STORE_LOST) from None
+
+    def _watch(self) -> None:
         while True:
             now = time.time()
             if now - self._alive_at >= ALIVE_EVERY_S:
@@ -297,7 +312,7 @@ def launch(cfg, run_dir: Path) -> dict:
             launcher.leave_run()  # SLURM preempts with SIGTERM first: this machine leaves; the run goes on
             raise
         error = f"{type(e).__name__}: {e}" if not isinstance(e, WorkerFailed) else str(e)
-        if launcher.store is not None:
+        if launcher.store is not None and not launcher.store_lost:
             try:  # the other launchers stop their workers too
                 launcher.announce_end("failed", error)
             except Exception:
@@ -320,6 +335,9 @@ def launch(cfg, run_dir: Path) -> dict:
             summary.setdefault("torchft", {}).update(
                 lighthouse=launcher.lighthouse_address, lighthouse_started_here=launcher.started_lighthouse,
                 machines=launcher.machines, processes_started=started)
+            write_json_atomic(run_dir / "summary.json", summary)
+        elif launcher.store_lost and summary.get("status") == "running":  # nobody else is left to close the record
+            summary.update(status="failed", error=f"torchft launcher (machine {machine}): {error}")
             write_json_atomic(run_dir / "summary.json", summary)
         launcher.shutdown_services()
     if machine == 0 and summary.get("status") != "ok":

@@ -105,7 +105,7 @@ class MachinesOfARun:
 
     def leave(self) -> None:
         """Say this launcher is done; machine 0 then waits for the other live launchers."""
-        if self.store is None:
+        if self.store is None or self.store_lost:
             return
         try:
             self.store.set(f"left/{self.machine}", repr(time.time()))

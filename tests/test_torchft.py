@@ -320,6 +320,31 @@ def test_sigterm_to_a_machines_launcher_is_that_machine_leaving_not_the_runs_end
     assert not worker_processes(run_dir)
 
 
+def test_when_machine_0_dies_machine_1_closes_the_record_in_one_line(tmp_path, fixed_profile):
+    """Machine 0 (the store and the lighthouse) dies whole: the run cannot go on. Machine 1 stops its
+    workers and says so in one line, and, being the only one left, closes the record as failed (it
+    stayed `running` for ever, and machine 1 printed 71 lines of C++ frames)."""
+    _, run_dir, logs, machine, _ = two_machines(tmp_path, fixed_profile, "mecefo", steps=2000)
+    first, second = machine(0), machine(1)
+    try:
+        wait_for_steps(run_dir, 8, [first, second])
+        for pid in [first.pid, *children(first.pid)]:  # the whole machine at once
+            os.kill(pid, signal.SIGKILL)
+        first.wait(timeout=30)
+        assert second.wait(timeout=120) != 0
+    finally:
+        for p in (first, second):
+            if p.poll() is None:
+                p.kill()
+    out = (logs / "machine1-0.log").read_text()
+    said = [ln for ln in out.splitlines() if ln.startswith("failed: ")]
+    assert len(said) == 1 and "machine 0" in said[0], out[-3000:]
+    assert "frame #" not in out and "Traceback" not in out, out[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and "machine 0" in summary["error"], summary.get("error")
+    assert not worker_processes(run_dir)
+
+
 def test_a_machine_that_never_joins_is_named_by_machine_0_within_seconds(tmp_path, fixed_profile):
     """cluster.machines=2 but machine 1's launcher is never started (a wrong count, a launcher that
     failed to start): machine 0 names it within seconds, and at cluster.restart_timeout_s the run
