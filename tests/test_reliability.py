@@ -345,8 +345,8 @@ def test_a_bad_override_is_one_line_before_hydra_sets_anything_up(override, says
     sweep = check_overrides(["-m", override])
     if override.startswith("method="):  # a group option that does not exist: one line for a sweep too
         assert sweep is not None and "no such preset" in sweep and "\n" not in sweep
-    else:  # other values of a sweep are Hydra's to expand
-        assert sweep is None
+    else:  # a sweep's first job is composed too: every job would fail the same way
+        assert sweep is not None and says in sweep and "\n" not in sweep
 
 
 def test_run_py_with_a_bad_override_exits_2_with_one_line_and_writes_nothing(tmp_path):
