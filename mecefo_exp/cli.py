@@ -417,6 +417,10 @@ def _no_such_setting(key: str, schema) -> str:
 
 def entry() -> None:
     """The console script (pyproject [project.scripts]) and `python -m mecefo_exp`."""
+    from .cluster import launched_by_torchrun, refuse_config_under_torchrun
+
+    if launched_by_torchrun():  # before the group forms, once: torchrun restarts a group whose rank exits 2
+        refuse_config_under_torchrun(lambda: check_overrides(sys.argv[1:]))
     torchrun_prelude()
     problem = check_overrides(sys.argv[1:]) or check_resume(sys.argv[1:])
     if problem:

@@ -592,3 +592,31 @@ def test_time_settings_that_overflow_the_clock_end_the_run_failed_in_one_line(ru
     assert "\n" not in str(e.value) and "stall" in str(e.value) and "too large" in str(e.value)
     summary = json.loads((tmp_path / "run1" / "summary.json").read_text())
     assert summary["status"] == "failed" and "ClockOverflow" in summary["error"]
+
+
+def test_a_config_error_under_torchrun_is_said_once_and_its_restarts_end_at_once(tmp_path):
+    """torchrun restarts the worker group on any exit but 0, up to --max-restarts: a config error was
+    printed by every rank of every round (8 copies in 74 s). Rank 0 of the first round says it; the
+    other ranks, and every rank of a later round of the same torchrun, exit 2 at once and say nothing."""
+    run_id = f"test-{os.getpid()}-{time.time_ns()}"
+
+    def rank(r, round_):
+        env = {**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2", "PYTHONPATH": str(ROOT),
+               "TORCHELASTIC_RESTART_COUNT": str(round_), "TORCHELASTIC_RUN_ID": run_id,
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}  # nothing listens: reaching it would hang, then fail
+        started = time.time()
+        out = subprocess.run([sys.executable, "run.py", "cluster=torchrun", "trainer.max_stesp=3"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=60)
+        return out.returncode, [ln for ln in out.stderr.splitlines() if ln.strip()], time.time() - started
+
+    import tempfile
+
+    try:
+        code, lines, _ = rank(0, 0)
+        assert code == 2 and len(lines) == 1 and "trainer.max_stesp" in lines[0], lines
+        assert rank(1, 0)[:2] == (2, [])
+        code, lines, took = rank(0, 1)
+        assert (code, lines) == (2, []) and took < 20
+    finally:
+        for note in Path(tempfile.gettempdir()).glob(f"mecefo-config-refused-*-{run_id}"):
+            note.unlink()
