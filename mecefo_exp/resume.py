@@ -89,7 +89,8 @@ def resume_from_folder(run_dir: Path, method_name: str, store, resume_store, tra
         try:
             loaded = candidate.load(step)
         except Exception as e:
-            log.warning("resume: %s cannot be loaded (%s); trying an older checkpoint", candidate.path(step), _reason(e))
+            log.warning("resume: %s cannot be loaded (%s); trying an older checkpoint", candidate.path(step),
+                        _reason(e))
             unreadable.append((candidate, step))
             continue
         try:

@@ -149,7 +149,8 @@ class Launcher(MachinesOfARun):
             self.start_worker(w, 0)
 
     def start_worker(self, w: int, incarnation: int) -> None:
-        env = {**self.net_env, "TORCH_CPP_LOG_LEVEL": "ERROR", **os.environ, ENV_WORKER: str(w), ENV_INCARNATION: str(incarnation),
+        env = {**self.net_env, "TORCH_CPP_LOG_LEVEL": "ERROR", **os.environ, ENV_WORKER: str(w),
+               ENV_INCARNATION: str(incarnation),
                ENV_LIGHTHOUSE: self.lighthouse_address, ENV_STORE: self.store_address, ENV_STARTED: repr(time.time()),
                ENV_BIND: self.bind, ENV_ADVERTISE: self.advertise}
         self.procs[w] = subprocess.Popen([sys.executable, "-m", "mecefo_exp.torchft_launch", str(self.run_dir)],

@@ -17,7 +17,8 @@ def refuse_config_under_torchrun(check: Callable[[], Optional[str]]) -> None:
     rank with exit 2, said once (rank 0 of the first round). torchrun restarts a group whose rank
     exits non-zero, up to --max-restarts: a later round of the same torchrun finds this rank's note
     (its agent is every round's parent) and ends at once, silent."""
-    note = Path(tempfile.gettempdir()) / f"mecefo-config-refused-{os.getppid()}-{os.environ.get('TORCHELASTIC_RUN_ID', '')}"
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    note = Path(tempfile.gettempdir()) / f"mecefo-config-refused-{os.getppid()}-{run_id}"
     last = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")
     if note.exists():
         if last:

@@ -328,10 +328,8 @@ class InPlaceMethod(RollbackMethod):
     spares replace every failed worker, so the trace's later recoveries of those workers
     change nothing (`rejoins` is False for them).
 
-    A node trace has no spares: its nodes are the cluster. There the fall-back restarts the job
-    on the nodes there (`without`: the slots it left empty); the method's `after_fall_back`
-    decides how they run (by default the global batch re-split over them, `plan`), and a slot
-    that gets a node again rejoins.
+    A node trace has no spares: there the fall-back restarts the job on the nodes there (`without`:
+    the slots left empty, re-split over them by `plan` unless `after_fall_back` says otherwise).
     """
 
     def __init__(self, cfg, run):
@@ -359,8 +357,7 @@ class InPlaceMethod(RollbackMethod):
         return True
 
     def fall_back(self, worker: int, detail: Dict[str, object]) -> None:
-        """System-level recovery: log `fatal`, restart from the checkpoint with spares (under a
-        node trace, on the nodes there)."""
+        """System-level recovery: log `fatal`, restart from the checkpoint with spares (or on the nodes there)."""
         self.counts["fatal"] += 1
         self.run.event("fatal", worker, {"down": sorted(self.down), **detail})
         if getattr(self.run.trace, "node_rows", None) and len(self.down) < self.n:
@@ -373,12 +370,10 @@ class InPlaceMethod(RollbackMethod):
         self.restart_from_checkpoint(worker, reason="fatal")
 
     def after_fall_back(self) -> None:
-        """Forget the method's own assignments: every worker is up again, or (`without`) the job
-        runs on the nodes there."""
+        """Forget the method's own assignments: every worker is up again (or `without` empty slots)."""
 
     def plan(self, step: int) -> Plan:
-        """After a fall-back that left slots empty (`without`): every micro-batch, those of the
-        empty slots dealt over the nodes there (`notes["survivors"]`)."""
+        """After a fall-back that left slots empty (`without`): their micro-batches dealt over the others."""
         if not self.without:
             return super().plan(step)
         plan = resplit_plan(step, self.n, self.down)
