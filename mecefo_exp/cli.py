@@ -350,6 +350,9 @@ def check_resume(args: List[str]) -> Optional[str]:
     if not complete_steps(folder / "checkpoints") and not complete_steps(folder / "resume"):
         return (f"nothing to resume in {folder}: no complete checkpoint in {folder / 'checkpoints'} or "
                 f"{folder / 'resume'} (the run stopped before its first checkpoint: start it again)")
+    missing = [key for key in _compose([]) if key not in with_new_defaults(OmegaConf.load(folder / "config.yaml"))]
+    if missing:  # a record from before config_sha256 does not catch an edit
+        return f"cannot resume {folder}: its config.yaml lacks {', '.join(missing)} (it is not the run's: put it back)"
     changed = settings_changed_on_resume(args, folder)
     if changed:
         return (f"resume=true continues {folder} as it was started; refused: {'; '.join(changed)} "

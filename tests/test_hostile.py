@@ -594,6 +594,22 @@ def test_time_settings_that_overflow_the_clock_end_the_run_failed_in_one_line(ru
     assert summary["status"] == "failed" and "ClockOverflow" in summary["error"]
 
 
+def test_a_config_yaml_missing_a_section_is_one_line_on_resume(run_exp):
+    """A config.yaml that still parses but lacks a whole section (and a record from before the hash,
+    which would catch the edit): the resume ended in an 18-line ConfigKeyError."""
+    import yaml
+
+    from mecefo_exp.cli import check_resume
+
+    _, run_dir = run_exp(*RESUMABLE)
+    _edit_summary(run_dir, config_sha256=None)
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    del config["trainer"]
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    said = check_resume(["resume=true", f"hydra.run.dir={run_dir}"])
+    assert said is not None and "\n" not in said and "config.yaml lacks trainer" in said, said
+
+
 def test_a_config_error_under_torchrun_is_said_once_and_its_restarts_end_at_once(tmp_path):
     """torchrun restarts the worker group on any exit but 0, up to --max-restarts: a config error was
     printed by every rank of every round (8 copies in 74 s). Rank 0 of the first round says it; the
