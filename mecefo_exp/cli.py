@@ -340,7 +340,7 @@ def check_resume(args: List[str]) -> Optional[str]:
         OmegaConf.load(folder / "config.yaml")
     except Exception as e:  # a broken YAML file: say which, in one line
         return f"cannot resume {folder}: its config.yaml cannot be read ({str(e).splitlines()[0]})"
-    from .resume import config_edited
+    from .resume import config_edited, config_incomplete
 
     edited = config_edited(folder)
     if edited:
@@ -350,9 +350,9 @@ def check_resume(args: List[str]) -> Optional[str]:
     if not complete_steps(folder / "checkpoints") and not complete_steps(folder / "resume"):
         return (f"nothing to resume in {folder}: no complete checkpoint in {folder / 'checkpoints'} or "
                 f"{folder / 'resume'} (the run stopped before its first checkpoint: start it again)")
-    missing = [key for key in _compose([]) if key not in with_new_defaults(OmegaConf.load(folder / "config.yaml"))]
-    if missing:  # a record from before config_sha256 does not catch an edit
-        return f"cannot resume {folder}: its config.yaml lacks {', '.join(missing)} (it is not the run's: put it back)"
+    incomplete = config_incomplete(folder)
+    if incomplete:
+        return f"cannot resume {folder}: {incomplete}"
     changed = settings_changed_on_resume(args, folder)
     if changed:
         return (f"resume=true continues {folder} as it was started; refused: {'; '.join(changed)} "

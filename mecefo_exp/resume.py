@@ -52,6 +52,21 @@ def config_sha256(run_dir: Path) -> Optional[str]:
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def config_incomplete(run_dir: Path) -> Optional[str]:
+    """The sections with no default that the run's config.yaml lacks, in one line (a record from
+    before config_sha256 does not catch such an edit); None when none is missing."""
+    import dataclasses
+
+    from omegaconf import MISSING, OmegaConf
+
+    from .config import with_new_defaults
+    from .config.schema import Config
+
+    stored = with_new_defaults(OmegaConf.load(Path(run_dir) / "config.yaml"))
+    missing = [f.name for f in dataclasses.fields(Config) if f.default is MISSING and f.name not in stored]
+    return f"its config.yaml lacks {', '.join(missing)} (it is not the run's: put it back)" if missing else None
+
+
 def config_edited(run_dir: Path) -> Optional[str]:
     """Why the run's config.yaml is not the one it started with (None when it is, or when the
     record predates the hash)."""

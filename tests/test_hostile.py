@@ -604,10 +604,10 @@ def test_a_config_yaml_missing_a_section_is_one_line_on_resume(run_exp):
     _, run_dir = run_exp(*RESUMABLE)
     _edit_summary(run_dir, config_sha256=None)
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    del config["trainer"]
+    del config["method"]
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
     said = check_resume(["resume=true", f"hydra.run.dir={run_dir}"])
-    assert said is not None and "\n" not in said and "config.yaml lacks trainer" in said, said
+    assert said is not None and "\n" not in said and "config.yaml lacks method" in said, said
 
 
 def test_a_config_error_under_torchrun_is_said_once_and_its_restarts_end_at_once(tmp_path):

@@ -410,7 +410,7 @@ def test_resume_of_a_folder_that_is_not_a_resumable_run_says_why_and_touches_not
     (killed / "checkpoints" / "step_0000005.pt.tmp").write_text("half")  # a torn write is not a checkpoint
     assert "no complete checkpoint" in check_resume(["resume=true", f"hydra.run.dir={killed}"])
     (killed / "checkpoints" / "step_0000004.pt").write_text("whole")
-    assert "its config.yaml lacks model, data" in check_resume(["resume=true", f"hydra.run.dir={killed}"])
+    assert "its config.yaml lacks model, data, method" in check_resume(["resume=true", f"hydra.run.dir={killed}"])
     from omegaconf import OmegaConf
     OmegaConf.save(compose_cfg(MICRO), killed / "config.yaml")
     assert check_resume(["resume=true", f"hydra.run.dir={killed}"]) is None
