@@ -17,7 +17,8 @@ docs/DESIGN.md, "What a run leaves behind"). Every folder found is listed:
 - A run's identity is its whole resolved config except the seed and the settings that
   cannot change its numbers (IDENTITY_EXCLUDE: logging, progress, threads, crash-safety checkpoints, paths of
   caches; a failure-free run's failure-reading keys), plus the clock's fingerprint
-  where its seconds come from a measured profile or a `cluster.profile` file. Runs of one identity are seeds of one
+  (summary.json's `clock.fingerprint`, whatever made the clock: FLOPs, a measured profile, a
+  `cluster.profile` file). Runs of one identity are seeds of one
   configuration. `variant` and `failure_variant` name, as `key=value` lists, the settings
   that tell the collected runs apart beyond the columns above (`method.rank=8`,
   `failure.repair=replace`): a sweep over any key gives one row per value in the tables.
@@ -84,9 +85,6 @@ NUMERIC_FIELDS = ("seed", "n_workers", "max_steps", "steps", "tokens_committed",
                   "failures", "rollbacks", "lost_steps", "interrupted_steps", "failures_expected",
                   "mean_workers_down_expected", "mean_workers_down", "outage_s")
 NUMERIC_BLOCKS = ("time_breakdown", "window")
-#: the clock modes whose seconds come from somewhere the config does not spell out (a measured
-#: profile, a profile file): their fingerprint is part of a run's identity
-PROFILE_CLOCKS = ("measured", "profile_file")
 
 
 # ------------------------------------------------------------------------ reading
@@ -96,7 +94,7 @@ def read_jsonl(path: Path) -> pd.DataFrame:
     rows = []
     if not path.exists():
         return pd.DataFrame()
-    with open(path) as f:
+    with open(path, encoding="utf-8", errors="replace") as f:  # a line in another encoding is not JSON: skipped
         for n, line in enumerate(f, 1):
             line = line.strip()
             if not line:
@@ -174,10 +172,10 @@ def _read_yaml(path: Path) -> Optional[dict]:
     import yaml
 
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f)
         return data if isinstance(data, dict) else None
-    except (OSError, yaml.YAMLError) as e:
+    except (OSError, ValueError, yaml.YAMLError) as e:  # ValueError: not UTF-8
         log.warning("%s: %s", path, e)
         return None
 
@@ -268,10 +266,10 @@ def load_run(run_dir) -> Dict[str, object]:
     summary_path = run_dir / "summary.json"
     if summary_path.exists():
         try:
-            with open(summary_path) as f:
+            with open(summary_path, encoding="utf-8") as f:
                 summary = json.load(f)
             row["status"] = summary.get("status", "unknown") if isinstance(summary, dict) else "unreadable"
-        except (OSError, json.JSONDecodeError) as e:
+        except (OSError, ValueError) as e:  # not JSON, or not UTF-8
             row["status"] = "unreadable"
             row["error"] = f"summary.json: {e}"
         wrong = not_a_number(summary) if isinstance(summary, dict) else None
@@ -297,8 +295,7 @@ def load_run(run_dir) -> Dict[str, object]:
         row["experiment"] = cfg.get("experiment")
     ident = identity_config(flatten_config(cfg)) if cfg else {
         ".".join(CONFIG_PATHS[c]): row.get(c) for c in CONFIG_COLUMNS if c != "seed"}
-    profiled = ident.get("hardware.compute") == "measured" or row.get("clock_compute") in PROFILE_CLOCKS
-    fingerprint = row.get("clock_fingerprint") if profiled else None
+    fingerprint = row.get("clock_fingerprint")  # whatever made the clock: a profile file says what made it
     row["_config"] = {**ident, "clock.profile": fingerprint} if fingerprint else ident
     row["identity"] = json.dumps(row["_config"], sort_keys=True, default=str)
     overrides = run_dir / ".hydra" / "overrides.yaml"
@@ -320,9 +317,9 @@ def _read_yaml_list(path: Path) -> List[str]:
     import yaml
 
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError):
+    except (OSError, ValueError, yaml.YAMLError):
         return []
     return [str(x) for x in data] if isinstance(data, list) else []
 

@@ -241,6 +241,38 @@ def table_blocks(text: str) -> List[Block]:
     return blocks
 
 
+def marker_problems(text: str, studies: Sequence[str]) -> List[str]:
+    """One line per marker that would leave a table unchecked: a comment that opens like a marker
+    but is not one, an unknown study, a `rows=` that is not a regular expression, a marker with no
+    table under it; and per study of `studies` with no marked table at all."""
+    problems, marked = [], set()
+    for n, line in enumerate(text.split("\n"), start=1):
+        stripped = line.strip()
+        words = stripped[4:].split() if stripped.startswith("<!--") else []
+        if not (words and ("table" in stripped.lower() or difflib.get_close_matches(words[0].lower(), ["table"]))):
+            continue  # not a comment, or one that does not look like a marker
+        m = TABLE_MARKER.match(stripped)
+        if not m:
+            problems.append(f"RESULTS.md line {n}: {stripped!r} is not a table marker "
+                            "(<!-- table STUDY FILE [rows=REGEX] -->)")
+        elif m["study"] not in STUDIES:
+            problems.append(f"RESULTS.md line {n}: unknown study {m['study']!r} in a table marker; allowed: "
+                            f"{', '.join(STUDIES)}")
+        else:
+            marked.add(m["study"])
+            if m["rows"] is not None:
+                try:
+                    re.compile(m["rows"])
+                except re.error as e:
+                    problems.append(f"RESULTS.md line {n}: rows={m['rows']} is not a regular expression ({e})")
+    for block in table_blocks(text):
+        if block.study in STUDIES and not block.text:
+            problems.append(f"RESULTS.md line {block.start}: no table under the marker {block.study} {block.file}")
+    problems += [f"RESULTS.md: no table of study {name} is marked (<!-- table {name} FILE -->): nothing of it "
+                 "would be checked" for name in studies if name not in marked]
+    return problems
+
+
 def select_rows(table: str, rows: Optional[str]) -> str:
     """The markdown table without its title; with `rows`, the header and the rows that match."""
     lines = [line for line in table.strip().split("\n") if line.startswith("|")]
@@ -379,6 +411,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if bad:
         p.error(f"--sweep {bad[0]}: allowed: STUDY=DIR for a sweep study "
                 f"({', '.join(n for n, s in STUDIES.items() if s.tables_from_runs is None)})")
+    problems = marker_problems(results.read_text(), names)  # before any run: a bad marker hides a table
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        return 2
     tables, prints = {}, {}
     for name in names:
         given = Path(sweeps[name]) if name in sweeps else None

@@ -26,6 +26,10 @@ class Counters:
     rollbacks: int = 0
     lost_steps: int = 0
     interrupted_steps: int = 0
+    # failures no trace planned (torchft: a process killed from outside, a machine lost): the
+    # worker-seconds down of those that ended, and since when (simulated s) those still down are
+    unplanned_down_s: float = 0.0
+    unplanned_down_since: Dict[int, float] = dataclasses.field(default_factory=dict)
 
     def count_event(self, kind: str) -> None:
         """A failure or recovery the method is about to hear of."""
@@ -33,6 +37,17 @@ class Counters:
             self.failures += 1
         else:
             self.recoveries += 1
+
+    def count_unplanned(self, kind: str, worker: int, now_s: float) -> None:
+        """An unplanned failure or its worker's return, at simulated time `now_s`."""
+        if kind == FAIL:
+            self.unplanned_down_since.setdefault(worker, now_s)
+        elif worker in self.unplanned_down_since:
+            self.unplanned_down_s += now_s - self.unplanned_down_since.pop(worker)
+
+    def unplanned_down_until(self, now_s: float) -> float:
+        """Worker-seconds down after unplanned failures, up to `now_s`."""
+        return self.unplanned_down_s + sum(now_s - since for since in self.unplanned_down_since.values())
 
     def as_dict(self) -> Dict[str, int]:
         return dataclasses.asdict(self)
@@ -102,9 +117,11 @@ class Books:
     def trace_summary(self) -> Dict:
         sim = self.clock.now
         actual = self.trace.stats_until(sim) if sim > 0 else {"failures": 0, "mean_workers_down": 0.0}
+        unplanned = self.counters.unplanned_down_until(sim) / sim if sim > 0 else 0.0
         return {"failures_expected": self.trace.expected["failures"],
                 "mean_workers_down_expected": self.trace.expected["mean_workers_down"],
-                "mean_workers_down": actual["mean_workers_down"]}
+                # the trace's failures, and those no trace planned (torchft)
+                "mean_workers_down": actual["mean_workers_down"] + unplanned}
 
 
 def optional_store(method) -> Optional[object]:

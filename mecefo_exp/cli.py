@@ -33,6 +33,7 @@ from .faults import TraceError
 from .console import install_console, resume_command
 from .metrics import write_json_atomic
 from .paths import conf_dir
+from .presets import first_job, unknown_preset
 from .signals import Terminated
 
 register_configs()
@@ -132,11 +133,15 @@ def _job(cfg: DictConfig, run_dir: Path):
              resume_command(run_dir, program=_program()))
     from .trainer import Experiment  # torch and transformers load only for a valid config
     from .plan import NonFiniteLoss
+    from .timing.clock import ClockOverflow
 
     # ends a run can meet and its record explains: one line here, the traceback in the run's log file
-    anticipated: tuple = (NonFiniteLoss,)
+    anticipated: tuple = (NonFiniteLoss, ClockOverflow)
     try:
         if cfg.cluster.name == "torchft":  # this process starts and watches one process per worker
+            # torch's C++ side logs each failed store read with its C++ frames when a peer dies (read
+            # once, at torch's first import; the workers get it too): the Python errors say it in a line
+            os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
             from .torchft_launch import WorkerFailed, launch
 
             anticipated += (WorkerFailed,)
@@ -253,7 +258,10 @@ def check_overrides(args: List[str]) -> Optional[str]:
     unknown = unknown_preset(args)
     if unknown:
         return unknown
-    # -m, --help, --info, ... are Hydra's; --cfg (print the config) shows what would run, so it is checked too
+    flags = {a for a in args if a.startswith("-")}
+    if flags and flags <= {"-m", "--multirun"}:
+        return _first_job_problem(args)
+    # --help, --info, ... are Hydra's; --cfg (print the config) shows what would run, so it is checked too
     if any(a.startswith("-") and a not in ("--cfg", "-c", "--resolve") for a in args):
         return None
     from hydra.errors import HydraException
@@ -276,28 +284,18 @@ def check_overrides(args: List[str]) -> Optional[str]:
     return None
 
 
-#: groups the defaults list loads as `optional`: an option that does not exist would be skipped silently
-OPTIONAL_GROUPS = ("experiment", "scenario", "local")
+def _first_job_problem(args: List[str]) -> Optional[str]:
+    """A sweep: a key its first job cannot compose with, unless a swept preset may declare it."""
+    from hydra.errors import HydraException
 
-
-def unknown_preset(args: List[str]) -> Optional[str]:
-    """A group option that does not exist, in one line naming the ones there are: for `experiment=`,
-    `scenario=` and `local=` (optional groups: Hydra would silently run without one) and for every
-    value of a sweep (Hydra would say it in 15 lines, after its own set-up)."""
-    sweep = any(a in ("-m", "--multirun") for a in args)
-    for arg in args:
-        key, _, value = arg.lstrip("+~").partition("=")
-        folder = conf_dir() / key
-        if not value or value == "null" or "." in key or "/" in key or not folder.is_dir():
-            continue
-        if not sweep and key not in OPTIONAL_GROUPS:  # the others: Hydra's composition says it
-            continue
-        allowed = sorted(str(p.relative_to(folder).with_suffix("")) for p in folder.rglob("*.yaml"))
-        if key == "local":  # its default is the user's own file, which need not exist
-            allowed = sorted(set(allowed) | {"default"})
-        for option in value.split(","):  # a sweep lists several
-            if option.strip() not in allowed:
-                return f"{key}={option.strip()}: no such preset in {folder}; allowed: {', '.join(allowed)}"
+    job, swept = first_job(args)
+    try:
+        _compose(job)
+    except HydraException as e:
+        key = str(getattr(e.__cause__, "full_key", "") or "")
+        return None if not key or key.split(".")[0] in swept else _one_line(e)
+    except Exception:  # anything else: each job says it
+        return None
     return None
 
 
@@ -342,11 +340,19 @@ def check_resume(args: List[str]) -> Optional[str]:
         OmegaConf.load(folder / "config.yaml")
     except Exception as e:  # a broken YAML file: say which, in one line
         return f"cannot resume {folder}: its config.yaml cannot be read ({str(e).splitlines()[0]})"
+    from .resume import config_edited, config_incomplete
+
+    edited = config_edited(folder)
+    if edited:
+        return f"cannot resume {folder}: {edited}"
     from .methods.checkpointing import complete_steps
 
     if not complete_steps(folder / "checkpoints") and not complete_steps(folder / "resume"):
         return (f"nothing to resume in {folder}: no complete checkpoint in {folder / 'checkpoints'} or "
                 f"{folder / 'resume'} (the run stopped before its first checkpoint: start it again)")
+    incomplete = config_incomplete(folder)
+    if incomplete:
+        return f"cannot resume {folder}: {incomplete}"
     changed = settings_changed_on_resume(args, folder)
     if changed:
         return (f"resume=true continues {folder} as it was started; refused: {'; '.join(changed)} "
@@ -391,15 +397,33 @@ def _one_line(e: BaseException) -> str:
         why = str(cause).splitlines()[0].strip()
         schema, key = getattr(cause, "object_type", None), getattr(cause, "key", None)
         if why.startswith("Key ") and dataclasses.is_dataclass(schema):
-            names = [f.name for f in dataclasses.fields(schema)]
-            near = difflib.get_close_matches(str(key), names, n=1)
-            why = f"no such setting{f' (did you mean {near[0]}?)' if near else ''}; allowed: {', '.join(names)}"
+            why = _no_such_setting(str(key), schema)
         return f"{head.rstrip('.')}: {why}"
+    if head.endswith(":") and len(lines) > 1:  # a file of conf/ (conf/local/default.yaml): the cause is in the text
+        import re
+
+        from .config import schema as schemas
+
+        found = re.match(r"Key '(.+)' not in '(\w+)'", lines[1])
+        full = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("full_key:")), None)
+        schema = getattr(schemas, found[2], None) if found else None
+        why = _no_such_setting(found[1], schema) if found and dataclasses.is_dataclass(schema) else lines[1]
+        return f"{head} {full + ': ' if full else ''}{why}"
     return head
+
+
+def _no_such_setting(key: str, schema) -> str:
+    names = [f.name for f in dataclasses.fields(schema)]
+    near = difflib.get_close_matches(key, names, n=1)
+    return f"no such setting{f' (did you mean {near[0]}?)' if near else ''}; allowed: {', '.join(names)}"
 
 
 def entry() -> None:
     """The console script (pyproject [project.scripts]) and `python -m mecefo_exp`."""
+    from .cluster import launched_by_torchrun, refuse_config_under_torchrun
+
+    if launched_by_torchrun():  # before the group forms, once: torchrun restarts a group whose rank exits 2
+        refuse_config_under_torchrun(lambda: check_overrides(sys.argv[1:]))
     torchrun_prelude()
     problem = check_overrides(sys.argv[1:]) or check_resume(sys.argv[1:])
     if problem:

@@ -60,6 +60,7 @@ class Context:
     step: int
     resumed: bool
     resumes: List[Dict]  # one record per resume of this folder, oldest first (summary.json)
+    config_sha256: Optional[str]  # config.yaml's hash at the run's start (summary.json): a resume refuses an edit
     event_driven: bool  # numerics-free: steps between events are booked at once (trainer.event_driven)
     eval_every: int  # trainer.eval_every, read every step
     wall_start: float
@@ -83,6 +84,7 @@ class Context:
         self.step = 0
         self.resumed = False
         self.resumes = []
+        self.config_sha256 = None
         self.numerics = cfg.trainer.numerics  # a plain bool: methods read it at every event
         self.event_driven = False
         self.eval_every = cfg.trainer.eval_every
@@ -181,6 +183,8 @@ class Context:
         """A failure or recovery the method is about to hear of: the event row and counters."""
         self.event(kind, worker, detail)
         self.books.counters.count_event(kind)
+        if detail.get("unplanned"):
+            self.books.counters.count_unplanned(kind, worker, self.clock.now)
 
     def load_peer_state(self, training: Dict, books: Dict) -> None:
         """torchft heals this restarted worker with a live peer's state (no disk)."""

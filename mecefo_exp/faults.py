@@ -49,6 +49,8 @@ the formula:
 - per_worker, fixed or replace (down time D fixed): alternating renewal, stationary:
   a unit fails run_s / (1/rate + D) times and is down D / (1/rate + D) of the time
   (ignores that every unit starts up; exact in the long run).
+- fixed or replace with D >= run_s (failure.replace_s=1e12: a unit fails at most once, and the
+  stationary formulas say almost none): exact, as one tick interval of length run_s below.
 - per_worker, tick: exact over [0, run_s]: every unit is up at each tick (a unit down at
   a tick recovers there), so each tick interval of length s independently holds at most
   one failure, with probability 1 - exp(-rate s), and (s - (1 - exp(-rate s)) / rate) of
@@ -294,8 +296,10 @@ def _erlang_b(c: int, load: float) -> float:
 
 def _expected(process: str, repair: str, rate: float, down_s: float, c: int, run_s: float) -> Tuple[float, float, str]:
     """Expected unit failures and mean units down over [0, run_s] (module docstring)."""
-    if repair == "tick":
-        n_full = math.floor(run_s / down_s)
+    # a down time as long as the run: a unit fails at most once, as in one tick interval from every unit up
+    at_most_once = repair != "tick" and down_s >= run_s > 0
+    if repair == "tick" or at_most_once:
+        n_full = math.floor(run_s / down_s) if not at_most_once else 0
         rem = max(0.0, run_s - n_full * down_s)
         if process == "per_worker":
             def fails(s):
@@ -314,6 +318,8 @@ def _expected(process: str, repair: str, rate: float, down_s: float, c: int, run
             how = "cluster tick: exact over the run (min(Poisson arrivals, units) down in each tick interval)"
         unit_fail = n_full * fails(down_s) + fails(rem)
         units_down = (n_full * area(down_s) + area(rem)) / run_s if run_s > 0 else 0.0
+        if at_most_once:
+            how = f"{process} {repair}, a down time as long as the run: exact (at most one failure per unit)"
         return unit_fail, units_down, how
     if process == "per_worker":
         cycle = 1.0 / rate + down_s

@@ -22,7 +22,9 @@ watches them:
   survivors ask for the next one;
 - a worker asked for again while its old process is still there (hung: it missed the quorums)
   has that process killed first;
-- a worker that exits with an error ends the run.
+- a worker that exits with an error ends the run;
+- machine 0 names the machines whose launcher never said it is alive (after ANNOUNCE_WARN_S),
+  and fails the run naming them at cluster.restart_timeout_s.
 
 How the run ended reaches every launcher through the store's `end` key (the first launcher to
 see a worker finish, or fail, sets it): at `ok` each launcher lets its workers finish, at an
@@ -53,24 +55,18 @@ from .cluster.torchft import (ENV_ADVERTISE, ENV_BIND, ENV_INCARNATION, ENV_LIGH
                               ENV_WORKER, bound_store, connect_store, host_port, local_host, network_environment,
                               require_torchft)
 from .config import ConfigError, split_host_port
-from .metrics import flatten, write_json_atomic
+from .metrics import write_json_atomic
+from .torchft_machines import ALIVE_EVERY_S, POLL_S, MachinesOfARun, WorkerFailed
 from .trainer import Experiment, Terminated, signals_end_the_run
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.05
 STOP_GRACE_S = 10.0  # SIGTERM, then this long to write the record, then SIGKILL
 #: a process the survivors replaced but still running gets this long to end by itself (a worker
 #: failing writes its record first) before it is taken for hung and killed
 STALE_GRACE_S = STOP_GRACE_S
-ALIVE_EVERY_S = 1.0  # each launcher says it is alive this often (machine 0 waits only for live ones)
-LEFT_WAIT_S = 60.0  # at the end, machine 0 waits at most this long for the other launchers to leave
-#: settings that differ between the launchers of one run (everything else must be machine 0's)
-PER_MACHINE = ("cluster.machine_rank", "cluster.bind", "cluster.advertise")
-
-
-class WorkerFailed(RuntimeError):
-    pass
+STORE_LOST = ("machine 0's coordination store is gone: machine 0 died or was stopped, and the run cannot go on "
+              "without it (it serves the store and the lighthouse)")
 
 
 def _die_with_parent() -> None:
@@ -86,7 +82,7 @@ def workers_of(machine: int, n_workers: int, machines: int) -> List[int]:
     return list(range(machine * k, machine * k + k))
 
 
-class Launcher:
+class Launcher(MachinesOfARun):
     def __init__(self, cfg, run_dir: Path):
         c = cfg.cluster
         self.cfg, self.run_dir, self.n = cfg, Path(run_dir), c.n_workers
@@ -102,6 +98,9 @@ class Launcher:
         self.started_lighthouse = False
         self.rejoined = False  # a launcher started again on a run under way
         self._alive_at = 0.0
+        self._started_at = time.time()
+        self._unannounced: Optional[List[int]] = None  # machine 0: the machines not heard of yet (None: not named yet)
+        self.store_lost = False  # another machine's launcher lost machine 0's store: it closes the record
         self.stale_since: Dict[int, float] = {}  # worker -> when a newer incarnation was asked while its process ran
 
     @property
@@ -143,29 +142,6 @@ class Launcher:
                  self.lighthouse_address, " (started for this run)" if self.lighthouse else "", self.store_address,
                  self.mine, " (joining the run under way)" if self.rejoined else "", self.run_dir / "torchft")
 
-    def adopt_run_under_way(self) -> None:
-        """A launcher started again on its machine: its workers ran before (`launched/<w>`), and
-        those processes died with the machine. Survivors still waiting for one of them (it was
-        healing when the machine died again) learn so from `exited/<w>/<n>` and ask for the next
-        one, which this launcher starts; otherwise they would wait for it forever."""
-        for w in self.mine:
-            if self.store.check([f"launched/{w}"]):
-                self.incarnation[w] = int(self.store.get(f"launched/{w}").decode())
-                self.rejoined = True
-                self.store.set(f"exited/{w}/{self.incarnation[w]}", repr(time.time()))
-
-    def _check_same_settings(self) -> None:
-        """A machine's launcher must run machine 0's run: the same settings but its own place."""
-        from omegaconf import OmegaConf
-
-        ours = flatten(OmegaConf.to_container(self.cfg, resolve=True), sep=".")
-        theirs = flatten(OmegaConf.to_container(OmegaConf.load(self.run_dir / "config.yaml"), resolve=True), sep=".")
-        differ = sorted(k for k in set(ours) | set(theirs) if k not in PER_MACHINE and ours.get(k) != theirs.get(k))
-        if differ:
-            raise ConfigError(f"cluster.machine_rank={self.machine}: settings differ from machine 0's run in "
-                              f"{self.run_dir}: " + "; ".join(f"{k}={ours.get(k)} (machine 0: {theirs.get(k)})"
-                                                              for k in differ[:5]))
-
     def start_workers(self) -> None:
         if self.rejoined:
             return  # the watch starts the processes the survivors ask for
@@ -173,7 +149,8 @@ class Launcher:
             self.start_worker(w, 0)
 
     def start_worker(self, w: int, incarnation: int) -> None:
-        env = {**self.net_env, **os.environ, ENV_WORKER: str(w), ENV_INCARNATION: str(incarnation),
+        env = {**self.net_env, "TORCH_CPP_LOG_LEVEL": "ERROR", **os.environ, ENV_WORKER: str(w),
+               ENV_INCARNATION: str(incarnation),
                ENV_LIGHTHOUSE: self.lighthouse_address, ENV_STORE: self.store_address, ENV_STARTED: repr(time.time()),
                ENV_BIND: self.bind, ENV_ADVERTISE: self.advertise}
         self.procs[w] = subprocess.Popen([sys.executable, "-m", "mecefo_exp.torchft_launch", str(self.run_dir)],
@@ -204,12 +181,24 @@ class Launcher:
         return json.loads(self.store.compare_set("end", "", mine).decode())
 
     def watch(self) -> None:
-        """Until the run has ended: planned deaths, restarts, real faults, the other launchers' news."""
+        """Until the run has ended: planned deaths, restarts, real faults, the other launchers' news.
+        Another machine's launcher that loses machine 0's store fails in one line (STORE_LOST)."""
+        try:
+            self._watch()
+        except (WorkerFailed, Terminated):
+            raise
+        except Exception as e:
+            if self.machine == 0 or type(e).__name__ not in ("DistNetworkError", "DistStoreError"):
+                raise
+            self.store_lost = True
+            raise WorkerFailed(STORE_LOST) from None
+
+    def _watch(self) -> None:
         while True:
             now = time.time()
             if now - self._alive_at >= ALIVE_EVERY_S:
-                self.store.set(f"alive/{self.machine}", repr(now))
-                self._alive_at = now
+                self.say_alive()
+                self._check_announced(now)
             ended = self.end()
             if ended is not None:
                 if ended["status"] != "ok":
@@ -255,14 +244,20 @@ class Launcher:
     def finish(self) -> None:
         """The run is done: this machine's workers end on their own (the last step is behind them)."""
         deadline = time.time() + self.cfg.cluster.quorum_timeout_s
+        # read from the store before waiting: machine 0 stops it once every live launcher has left
+        healed = {w: self.incarnation[w] == 0 or self.store.check([f"heal/{w}/{self.incarnation[w]}"])
+                  for w in self.procs}
         for w, p in list(self.procs.items()):
-            n = self.incarnation[w]
-            if n > 0 and not self.store.check([f"heal/{w}/{n}"]):
+            if not healed[w]:
                 continue  # started again but never healed into the run (it ended first): stop() ends it
-            try:
-                rc = p.wait(timeout=max(0.1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                raise WorkerFailed(f"worker {w} did not end with the run") from None
+            while (rc := p.poll()) is None:  # still alive meanwhile: machine 0 waits only for live launchers
+                if time.time() > deadline:
+                    raise WorkerFailed(f"worker {w} did not end with the run")
+                try:
+                    self.say_alive()
+                except Exception:  # machine 0 is gone: nobody waits for this launcher any more
+                    pass
+                time.sleep(POLL_S)
             del self.procs[w]
             if rc != 0:
                 raise WorkerFailed(f"worker {w} exited with code {rc} at the end of the run "
@@ -281,31 +276,6 @@ class Launcher:
                 p.kill()
                 p.wait()
         self.procs.clear()
-
-    def leave(self) -> None:
-        """Say this launcher is done; machine 0 then waits for the other live launchers."""
-        if self.store is None:
-            return
-        try:
-            self.store.set(f"left/{self.machine}", repr(time.time()))
-            if self.machine == 0:
-                self._wait_for_launchers()
-        except Exception as e:  # the store is gone (machine 0 died): nobody is waiting for this launcher
-            log.warning("%s: the coordination store is gone (%s)", self.tag, " ".join(str(e).split())[:200])
-
-    def _wait_for_launchers(self) -> None:
-        deadline = time.time() + LEFT_WAIT_S
-        for m in range(1, self.machines):
-            while time.time() < deadline and not self.store.check([f"left/{m}"]):
-                seen = float(self.store.get(f"alive/{m}").decode()) if self.store.check([f"alive/{m}"]) else 0.0
-                if time.time() - seen > 5 * ALIVE_EVERY_S:
-                    break  # that machine's launcher is gone: nothing to wait for
-                time.sleep(POLL_S)
-
-    def processes_started(self) -> Dict[str, int]:
-        """How many processes each worker had, on every machine (a restarted job would show more for all)."""
-        return {str(w): int(self.store.get(f"launched/{w}").decode()) + 1 if self.store.check([f"launched/{w}"])
-                else 0 for w in range(self.n)}
 
     def shutdown_services(self) -> None:
         if self.lighthouse is not None:
@@ -339,8 +309,11 @@ def launch(cfg, run_dir: Path) -> dict:
         launcher.shutdown_services()
         raise
     except BaseException as e:
+        if isinstance(e, Terminated) and machine > 0 and launcher.store is not None:
+            launcher.leave_run()  # SLURM preempts with SIGTERM first: this machine leaves; the run goes on
+            raise
         error = f"{type(e).__name__}: {e}" if not isinstance(e, WorkerFailed) else str(e)
-        if launcher.store is not None:
+        if launcher.store is not None and not launcher.store_lost:
             try:  # the other launchers stop their workers too
                 launcher.announce_end("failed", error)
             except Exception:
@@ -363,6 +336,9 @@ def launch(cfg, run_dir: Path) -> dict:
             summary.setdefault("torchft", {}).update(
                 lighthouse=launcher.lighthouse_address, lighthouse_started_here=launcher.started_lighthouse,
                 machines=launcher.machines, processes_started=started)
+            write_json_atomic(run_dir / "summary.json", summary)
+        elif launcher.store_lost and summary.get("status") == "running":  # nobody else is left to close the record
+            summary.update(status="failed", error=f"torchft launcher (machine {machine}): {error}")
             write_json_atomic(run_dir / "summary.json", summary)
         launcher.shutdown_services()
     if machine == 0 and summary.get("status") != "ok":

@@ -38,7 +38,7 @@ from .methods.checkpointing import CheckpointStore
 from .metrics import RunRecords
 from .record import (clock_summary, identity, log_done, log_start, now_iso, record_failure,
                      warn_if_memory_does_not_fit, window_summary)
-from .resume import previous_resumes, resume_from_folder
+from .resume import config_sha256, previous_record, previous_resumes, resume_from_folder
 from .signals import Terminated, signals_end_the_run, signals_held
 from .timing import CostModel, build_timing, state_bytes
 from .timing.clock import steps_ending_by, steps_starting_before
@@ -91,10 +91,12 @@ class Experiment(Context):
                 tmp.unlink(missing_ok=True)
             if cfg.resume:
                 self.resumes = previous_resumes(self.run_dir)
+                self.config_sha256 = previous_record(self.run_dir).get("config_sha256")
             else:
                 from omegaconf import OmegaConf
                 # the run's identity, written first and never again: what resume=true reuses
                 OmegaConf.save(cfg, self.run_dir / "config.yaml", resolve=True)
+        self.config_sha256 = self.config_sha256 or config_sha256(self.run_dir)
         self.records = RunRecords(self.run_dir, cfg.logger, _plain(cfg), enabled=self.is_main)
         if not cfg.resume:  # a resume says `running` once it has loaded a checkpoint (resume())
             self.records.summary(self.summary("running"))
@@ -129,12 +131,13 @@ class Experiment(Context):
         """The kernel seconds (measured, from FLOPs, or a profile file), the cost model, the trace."""
         cfg = self.cfg
         resumed_profile = self.run_dir / "profile.json"
-        if cfg.resume and cfg.cluster.profile == "auto" and resumed_profile.exists():
+        own = bool(cfg.resume and cfg.cluster.profile == "auto" and resumed_profile.exists())
+        if own:
             cfg.cluster.profile = str(resumed_profile)  # a resumed run keeps its own clock
         numerics = self.training.numerics
         self.timing = build_timing(cfg, self.method, modes, self.training.vocab_size, self.device,
                                    real_model=self.training.model if numerics else None,
-                                   stream=self.training.stream, is_main=self.is_main)
+                                   stream=self.training.stream, is_main=self.is_main, own_profile=own)
         self.tier.share_profile(self.timing)
         self.training.kernel_counts = self.timing.counts
         self.costs = CostModel(self.timing.profile, cfg.cluster, cfg.hardware, self.timing.n_params,
@@ -353,7 +356,8 @@ class Experiment(Context):
                 "throughput_tok_s": committed / sim if sim > 0 else None,
                 # this machine, wall clock, this segment's computed steps (evals and checkpoints excluded)
                 "achieved_tflops_s": None, "mfu": None,
-                "updated_at": now_iso(), "resumes": self.resumes, **self.books.summary()}
+                "updated_at": now_iso(), "resumes": self.resumes, "config_sha256": self.config_sha256,
+                **self.books.summary()}
         if self.trace is not None:
             data.update(self.books.trace_summary())
         if self.training is not None:

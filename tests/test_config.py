@@ -158,6 +158,12 @@ def _hydra_cfg(overrides):
     (["cluster=torchft", "cluster.advertise=node001"], "the servers listen on loopback only"),
     (["cluster=torchft", "cluster.bind=eth0"], "give an address of this machine"),
     (["cluster=torchft", "cluster.bind=0.0.0.0"], "also give cluster.advertise"),
+    # torchft 0.2.0 builds its Manager's URI as http://host:port: an IPv6 host failed in every worker
+    (["cluster=torchft", "cluster.bind=::1"], "cluster.bind='::1': an IPv6 address"),
+    (["cluster=torchft", "cluster.bind=::", "cluster.advertise=node001"], "cluster.bind='::': an IPv6 address"),
+    (["cluster=torchft", "cluster.n_workers=4", "cluster.machines=2", "cluster.bind=10.0.0.5",
+      "cluster.coordinator='[fd00::5]:29510'"], "cluster.coordinator='[fd00::5]:29510': an IPv6 address"),
+    (["cluster=torchft", "cluster.bind=0.0.0.0", "cluster.advertise=fd00::5"], "cluster.advertise='fd00::5': an IPv6"),
     (["cluster.machines=2"], "one launcher per machine is cluster=torchft's"),
 ])
 def test_torchft_settings_are_checked_before_anything_starts(overrides, needle):

@@ -268,6 +268,22 @@ def test_tick_expectation_is_exact_over_a_short_run():
     assert mean_down_h == pytest.approx(2.0 / 2, rel=0.05)
 
 
+@pytest.mark.parametrize("down", [["failure.repair=replace", "failure.replace_s=1e12"],
+                                  ["failure.repair=replace", "failure.replace_s=144000"],
+                                  ["failure.repair=replace", "failure.replace_s=1e12", "failure.process=cluster"]])
+def test_a_down_time_as_long_as_the_run_gives_the_failures_that_happen(down):
+    """Per worker with a down time at least the run's (replace_s=1e12; 40 h here): a unit fails at
+    most once. The stationary formula said 0.076 failures where 4,576 happened."""
+    f = failure_cfg("failure=high", "failure.horizon_factor=1", *down)
+    run_s, seeds = 40.0 * HOUR, 100
+    exp = make_trace(f, 64, 1.0, int(run_s), seed=0, real_time=True).expected
+    stats = [make_trace(f, 64, 1.0, int(run_s), seed=s, real_time=True).stats_until(run_s) for s in range(seeds)]
+    for key in ("failures", "mean_workers_down"):
+        values = [s[key] for s in stats]
+        sd = (sum((x - exp[key]) ** 2 for x in values) / seeds) ** 0.5
+        assert sum(values) / seeds == pytest.approx(exp[key], abs=4 * sd / seeds ** 0.5 + 1e-9), (key, exp)
+
+
 # ------------------------------------------------------------------ the Llama 3 preset
 def test_the_llama3_preset_is_a_per_gpu_rate():
     cfg = compose_cfg(["failure=llama3"])

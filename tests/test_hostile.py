@@ -102,6 +102,45 @@ def test_an_unknown_preset_is_one_line_not_ignored(override, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_hydras_own_sweep_syntax_for_a_group_is_checked_not_refused():
+    from mecefo_exp.cli import unknown_preset
+
+    for ok in ("method=choice(checkpoint,mecefo)", "method=glob(*)", "method=glob(c*)", "method=checkpoint,mecefo",
+               "failure=glob(*,exclude=none)"):
+        assert unknown_preset(["-m", ok]) is None, ok
+    for bad, says in (("method=choice(checkpoint,mecefoo)", "method=mecefoo: no such preset"),
+                      ("method=glob(zz*)", "method=glob(zz*): matches no preset")):
+        said = unknown_preset(["-m", bad])
+        assert said is not None and says in said and "allowed: baft, bamboo" in said, said
+
+
+def test_an_unknown_key_in_the_personal_settings_file_is_named(monkeypatch, tmp_path):
+    """A key no schema has in conf/local/default.yaml: the line was cut before the key ("In
+    'local/default': ConfigKeyError raised while composing config:")."""
+    import shutil
+
+    from mecefo_exp import cli
+
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    (conf / "local" / "default.yaml").write_text("# @package _global_\ntrainer:\n  max_stepz: 3\n")
+    monkeypatch.setattr(cli, "conf_dir", lambda: conf)
+    said = cli.check_overrides(["experiment=debug"])
+    assert said is not None and "\n" not in said, said
+    assert said.startswith("In 'local/default'") and "max_stepz" in said and "max_steps" in said, said
+
+
+def test_a_misspelt_key_in_a_sweep_is_one_line_before_any_job():
+    """A key no schema has, typed in a sweep, was left to Hydra: 8 lines after its own set-up."""
+    from mecefo_exp.cli import check_overrides
+
+    said = check_overrides(["-m", "method=checkpoint,mecefo", "trainer.max_stepz=3", "trainer.lr=1e-3,2e-3"])
+    assert said is not None and "\n" not in said and "trainer.max_stepz" in said and "max_steps" in said, said
+    # a sweep whose keys all exist, and one whose key belongs to one of the swept presets only, are Hydra's
+    assert check_overrides(["-m", "method=checkpoint,mecefo", "trainer.lr=1e-3,2e-3"]) is None
+    assert check_overrides(["-m", "method=mecefo,checkpoint", "method.rank=8"]) is None
+
+
 @pytest.mark.parametrize("override, says", [
     ("failure.horizon_factor=inf", "failure.horizon_factor=inf: must be a finite number"),
     ("trainer.lr=inf", "trainer.lr=inf: must be a finite number"),
@@ -272,6 +311,34 @@ def test_runs_timed_by_different_profile_files_are_different_configurations(tmp_
     assert sorted(df["throughput_tok_s"]) == [1000, 10000]
 
 
+def test_runs_of_different_clocks_are_different_configurations_whatever_made_the_clock(tmp_path):
+    """Profile files made by a FLOP run say `compute: flops`: two seeds timed by one file and one by
+    a file with every kernel x10 were once averaged as three seeds (47.3k +- 488.0k)."""
+    from analysis.collect import collect
+    from test_analysis import make_run
+
+    for name, fingerprint, seed, throughput in (("a0", "aaaaaaaaaaaa", 0, 1000), ("a1", "aaaaaaaaaaaa", 1, 1100),
+                                                ("b0", "bbbbbbbbbbbb", 0, 100)):
+        run = make_run(tmp_path, name, "mecefo", "none", seed=seed, thr=throughput, ppl=100)
+        _edit_summary(run, clock={"compute": "flops", "fingerprint": fingerprint, "efficiency_source": "preset"})
+    df = collect([tmp_path])
+    assert df["selected"].all()
+    assert df["identity"].nunique() == 2
+    by_identity = df.groupby("identity")["throughput_tok_s"].apply(sorted).tolist()
+    assert sorted(by_identity) == [[100], [1000, 1100]]
+
+
+def test_a_run_timed_by_a_profile_file_says_so_and_keeps_what_made_the_file(run_exp, tmp_path):
+    first, first_dir = run_exp("failure=none", "trainer.max_steps=2", "trainer.numerics=false")
+    assert first["clock"]["compute"] == "flops"
+    second, _ = run_exp("failure=none", "trainer.max_steps=2", "trainer.numerics=false",
+                        f"cluster.profile={first_dir / 'profile.json'}")
+    clock = second["clock"]
+    assert clock["compute"] == "profile_file" and "efficiency_source" not in clock, clock
+    assert clock["profile_file"]["compute"] == "flops" and clock["profile_file"]["efficiency_source"] == "preset"
+    assert clock["fingerprint"] == first["clock"]["fingerprint"]
+
+
 def test_a_summary_with_a_non_numeric_value_is_skipped_with_one_line_naming_it(tmp_path):
     from test_analysis import make_run
 
@@ -416,3 +483,156 @@ def test_a_file_given_as_the_run_folder_is_one_line(tmp_path):
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
     assert out.returncode == 2 and len(lines) == 1 and "cannot hold a run: File exists" in lines[0], out.stderr[-2000:]
     assert where.read_text() == "not a folder"
+
+
+def _misfit(checkpoint):
+    """The checkpoint, still plain data, of another model size: every 2-D weight loses a row."""
+    import torch
+
+    state = torch.load(checkpoint, weights_only=True)
+    state["model"] = {k: v[:-1] if v.dim() == 2 else v for k, v in state["model"].items()}
+    torch.save(state, checkpoint)
+
+
+def _resume_in_process(run_dir, overrides):
+    from conftest import compose_cfg
+    from mecefo_exp.trainer import Experiment
+
+    return Experiment(compose_cfg([*MICRO, *overrides, "resume=true"]), run_dir).run()
+
+
+RESUMABLE = ["method=checkpoint", "failure=none", "method.interval=2", "trainer.max_steps=4", "method.keep=3",
+             "trainer.eval_every=0"]
+
+
+def test_a_checkpoint_that_loads_but_does_not_fit_falls_back_to_the_previous_one(run_exp, caplog):
+    _, run_dir = run_exp(*RESUMABLE)
+    newest = sorted((run_dir / "checkpoints").glob("step_*.pt"))[-1]
+    _misfit(newest)
+    summary = _resume_in_process(run_dir, RESUMABLE)
+    assert summary["status"] == "ok" and summary["steps"] == 4 and summary["resumes"][0]["from_step"] == 2
+    warned = [r.getMessage() for r in caplog.records if newest.name in r.getMessage()]
+    assert len(warned) == 1 and "does not fit this run" in warned[0] and "\n" not in warned[0], warned
+
+
+def test_when_no_checkpoint_fits_the_resume_is_refused_and_the_record_left_as_it_was(run_exp):
+    import hashlib
+
+    from mecefo_exp.config import ConfigError
+
+    _, run_dir = run_exp(*RESUMABLE)
+    for checkpoint in (run_dir / "checkpoints").glob("step_*.pt"):
+        _misfit(checkpoint)
+    _edit_summary(run_dir, status="running")  # as a killed run leaves it
+
+    def files():
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in run_dir.iterdir()
+                if p.is_file() and p.name not in ("run.log", ".run.owner", ".run.lock")}
+
+    before = files()
+    with pytest.raises(ConfigError, match=f"no checkpoint in {run_dir} can be loaded .3 tried") as e:
+        _resume_in_process(run_dir, RESUMABLE)
+    assert "\n" not in str(e.value)
+    assert files() == before
+
+
+def test_a_config_yaml_edited_after_the_start_is_refused_on_resume(run_exp):
+    from mecefo_exp.cli import check_resume
+
+    _, run_dir = run_exp(*RESUMABLE)
+    args = ["resume=true", f"hydra.run.dir={run_dir}"]
+    assert check_resume(args) is None  # as it was written: resumable
+    config = run_dir / "config.yaml"
+    config.write_text(config.read_text().replace("max_steps: 4", "max_steps: 20"))
+    said = check_resume(args)
+    assert said is not None and "\n" not in said, said
+    assert f"{config} was edited after the run started" in said
+
+
+def test_a_torchft_worker_that_fails_leaves_its_traceback_in_its_own_log(tmp_path):
+    """summary.json names torchft/worker-<w>.log for a worker's failure: the traceback must be
+    there, not only on the console the workers share (it once ended before it)."""
+    run_dir = tmp_path / "ft"
+    (run_dir / "torchft").mkdir(parents=True)
+    (run_dir / "config.yaml").write_text("seed: 0\n")  # a config no worker can run: it fails at once
+    env = {**os.environ, "MECEFO_TORCHFT_WORKER": "1", "MECEFO_TORCHFT_INCARNATION": "0", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "mecefo_exp.torchft_launch", str(run_dir)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    logged = (run_dir / "torchft" / "worker-1.log").read_text()
+    assert "worker 1 (process " in logged and "Traceback (most recent call last)" in logged, logged[-2000:]
+
+
+def test_non_utf8_record_files_are_unreadable_runs_not_a_crash(tmp_path):
+    """One summary.json or config.yaml in another encoding stopped `make figures` and a sweep's
+    collection with a UnicodeDecodeError."""
+    from analysis.collect import collect
+    from test_analysis import make_run
+
+    make_run(tmp_path, "good", "checkpoint", "high", seed=0, thr=800, ppl=100)
+    bad_summary = make_run(tmp_path, "latin1_summary", "checkpoint", "high", seed=1, thr=900, ppl=100)
+    (bad_summary / "summary.json").write_bytes('{"status": "ok", "note": "caf\u00e9"}'.encode("latin-1"))
+    bad_config = make_run(tmp_path, "latin1_config", "checkpoint", "high", seed=2, thr=700, ppl=100)
+    (bad_config / "config.yaml").write_bytes("seed: 2\nnote: caf\u00e9\n".encode("latin-1"))
+    (bad_config / "metrics.jsonl").write_bytes(b'{"step": 0, "loss": 1.0}\n\xff\xfe\n')
+    df = collect([tmp_path]).set_index("run_dir")
+    assert df.loc[str((tmp_path / "latin1_summary").resolve()), "status"] == "unreadable"
+    assert df.loc[str((tmp_path / "good").resolve()), "status"] == "ok"
+    assert str((tmp_path / "latin1_config").resolve()) in df.index
+
+
+def test_time_settings_that_overflow_the_clock_end_the_run_failed_in_one_line(run_exp, tmp_path):
+    """cluster.restart_s=1e308 unscaled: two restarts make the clock infinite. The run used to end
+    `ok` with sim_time_s null (or an OverflowError further on)."""
+    from mecefo_exp.timing.clock import ClockOverflow
+
+    with pytest.raises(ClockOverflow) as e:
+        run_exp("method=checkpoint", "failure=high", "trainer.numerics=false", "cluster.restart_s=1e308",
+                "cluster.scale_stalls=false")
+    assert "\n" not in str(e.value) and "stall" in str(e.value) and "too large" in str(e.value)
+    summary = json.loads((tmp_path / "run1" / "summary.json").read_text())
+    assert summary["status"] == "failed" and "ClockOverflow" in summary["error"]
+
+
+def test_a_config_yaml_missing_a_section_is_one_line_on_resume(run_exp):
+    """A config.yaml that still parses but lacks a whole section (and a record from before the hash,
+    which would catch the edit): the resume ended in an 18-line ConfigKeyError."""
+    import yaml
+
+    from mecefo_exp.cli import check_resume
+
+    _, run_dir = run_exp(*RESUMABLE)
+    _edit_summary(run_dir, config_sha256=None)
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    del config["method"]
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    said = check_resume(["resume=true", f"hydra.run.dir={run_dir}"])
+    assert said is not None and "\n" not in said and "config.yaml lacks method" in said, said
+
+
+def test_a_config_error_under_torchrun_is_said_once_and_its_restarts_end_at_once(tmp_path):
+    """torchrun restarts the worker group on any exit but 0, up to --max-restarts: a config error was
+    printed by every rank of every round (8 copies in 74 s). Rank 0 of the first round says it; the
+    other ranks, and every rank of a later round of the same torchrun, exit 2 at once and say nothing."""
+    run_id = f"test-{os.getpid()}-{time.time_ns()}"
+
+    def rank(r, round_):
+        env = {**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2", "PYTHONPATH": str(ROOT),
+               "TORCHELASTIC_RESTART_COUNT": str(round_), "TORCHELASTIC_RUN_ID": run_id,
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}  # nothing listens: reaching it would hang, then fail
+        started = time.time()
+        out = subprocess.run([sys.executable, "run.py", "cluster=torchrun", "trainer.max_stesp=3"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=60)
+        return out.returncode, [ln for ln in out.stderr.splitlines() if ln.strip()], time.time() - started
+
+    import tempfile
+
+    try:
+        code, lines, _ = rank(0, 0)
+        assert code == 2 and len(lines) == 1 and "trainer.max_stesp" in lines[0], lines
+        assert rank(1, 0)[:2] == (2, [])
+        code, lines, took = rank(0, 1)
+        assert (code, lines) == (2, []) and took < 20
+    finally:
+        for note in Path(tempfile.gettempdir()).glob(f"mecefo-config-refused-*-{run_id}"):
+            note.unlink()

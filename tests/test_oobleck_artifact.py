@@ -477,3 +477,39 @@ def test_each_instant_is_delivered_with_its_own_time(tmp_path):
     _, events = artifact_cell(tmp_path, rows, "bert_large", "checkpoint", "cluster.n_workers=31")
     stopped = [e["sim_time_s"] for e in events if e["kind"] == "stopped"]
     assert stopped and stopped[0] == pytest.approx(110.2)
+
+
+def _nodes_at(rows, ready_s):
+    """Usable nodes at time t (seconds), from a trace's rows: what a run may have alive."""
+    added, removed = {}, {}
+    for t, verb, name in rows[:-1]:  # the last row is the hard stop
+        (added if verb == "add" else removed)[name] = t / 1000
+    return lambda t: sum(1 for name, at in added.items() if at + ready_s <= t and removed.get(name, float("inf")) > t)
+
+
+@pytest.mark.parametrize("method", [
+    ["method=mecefo", "method.charge_initial_checkpoint=false"],
+    ["method=bamboo", "method.rebalance_after_steps=1000", "method.fatal_restart_s=1",
+     "method.charge_initial_checkpoint=false"]])
+def test_a_fatal_fall_back_under_a_node_trace_restarts_on_the_nodes_there(tmp_path, method):
+    """b, c and d are removed for good at 10, 20 and 30 s; e is added at 40 s (usable at 41 s) in the
+    first free slot; the hard stop is at 80 s. MeCeFO runs out of neighbours at 30 s, Bamboo at 20 s
+    (adjacent failures): the fall-back restarts from the checkpoint. No spare exists outside the
+    trace's nodes, so the restarted job runs on the nodes there (1 node: 10 s steps, all four
+    micro-batches on it), e joins it (2 nodes: 5 s steps). It used to revive the removed nodes:
+    4 alive while 1 node existed, more samples than the nodes could give."""
+    rows = [(0, "add", n) for n in "abcd"] + [(10000, "remove", "b"), (20000, "remove", "c"), (30000, "remove", "d"),
+                                              (40000, "add", "e"), (80000, "remove", "a")]
+    table = "+hardware.tables.default={4: 40, 3: 30, 2: 20, 1: 10}"
+    s, run_dir = run(tmp_path, trace_file(tmp_path, rows), table, "cluster.restart_s=1", *method)
+    assert s["fatal"] >= 1
+    nodes_at = _nodes_at(rows, ready_s=1.0)
+    metrics = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
+    for r in metrics:  # a row's alive is the nodes there when its step began
+        assert r["alive"] <= nodes_at(r["sim_time_s"] - r["step_cost_s"] + 1e-9), r
+    assert [r["alive"] for r in metrics if 31 < r["sim_time_s"] - r["step_cost_s"] < 40] and \
+        all(r["alive"] == 1 and r["step_cost_s"] == pytest.approx(10.0)
+            for r in metrics if 31 < r["sim_time_s"] - r["step_cost_s"] < 40)
+    late = [r for r in metrics if r["sim_time_s"] - r["step_cost_s"] > 42]
+    assert late and all(r["alive"] == 2 and r["step_cost_s"] == pytest.approx(5.0) for r in late)
+    assert s["window"]["goodput_over_ideal"] <= 1.0 + 1e-9

@@ -18,6 +18,8 @@ def test_every_study_states_its_fingerprints_and_every_marked_table_names_a_know
     assert sorted(STATED) == sorted(published.STUDIES)
     blocks = published.table_blocks(TEXT)
     assert {b.study for b in blocks} == set(published.STUDIES)
+    assert published.marker_problems(TEXT, list(published.STUDIES)) == []
+    assert published.marker_problems(TEXT, list(published.STUDIES)) == []
     for block in blocks:
         assert block.text.startswith("| ") and block.text.count("\n") >= 2, f"{block.study} {block.file}: no table"
 
@@ -73,3 +75,44 @@ def test_every_number_in_the_readme_results_appears_in_results_md():
     assert len(numbers) > 20
     missing = sorted(n for n in numbers if n not in TEXT)
     assert not missing, f"README's results cite numbers RESULTS.md does not have: {missing}"
+
+
+def _regenerate_with(tmp_path, monkeypatch, text, studies=("paper_mini",)):
+    """`regenerate` on `text` as RESULTS.md, each study's runs replaced by the tables RESULTS.md
+    marks (so a correctly marked file is identical); (exit code, calls to run a study)."""
+    results = tmp_path / "RESULTS.md"
+    results.write_text(text)
+    ran = []
+
+    def fake(study, out, sweep=None):
+        ran.append(study.name)
+        tables = {b.file: b.text for b in published.table_blocks(TEXT) if b.study == study.name and not b.rows}
+        return tables, published.Fingerprints(STATED[study.name]["data"], STATED[study.name]["clock"], {})
+
+    monkeypatch.setattr(published, "regenerate", fake)
+    try:
+        code = published.main(["regenerate", *studies, "--out", str(tmp_path / "out"), "--results", str(results)])
+    except SystemExit as e:
+        code = e.code
+    return code, ran
+
+
+def test_a_misspelt_or_missing_table_marker_is_an_error_before_anything_runs(tmp_path, monkeypatch, capsys):
+    assert _regenerate_with(tmp_path, monkeypatch, TEXT) == (0, ["paper_mini"])  # as committed: identical
+    capsys.readouterr()
+    cases = {
+        "<!-- table paper_mimi throughput.md -->": "unknown study 'paper_mimi'",
+        "<!-- tabel paper_mini throughput.md -->": "not a table marker",
+        "<!-- table paper_mini throughput.md rows=( -->": "rows=( is not a regular expression",
+    }
+    for marker, says in cases.items():
+        code, ran = _regenerate_with(tmp_path, monkeypatch, TEXT.replace("<!-- table paper_mini throughput.md -->",
+                                                                         marker))
+        err = capsys.readouterr().err
+        assert code == 2 and ran == [] and says in err, (marker, code, ran, err)
+        assert len([line for line in err.splitlines() if line.strip()]) == 1, err
+    # both of the study's markers deleted: the study has no marked table left
+    gone = "\n".join(line for line in TEXT.split("\n") if not line.startswith("<!-- table paper_mini "))
+    code, ran = _regenerate_with(tmp_path, monkeypatch, gone)
+    err = capsys.readouterr().err
+    assert code == 2 and ran == [] and "no table of study paper_mini is marked" in err, err

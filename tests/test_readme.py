@@ -158,3 +158,12 @@ def test_analysis_readme_command_parses(line, module, args, monkeypatch):
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
     with pytest.raises(_Parsed):
         mod.main(args)
+
+
+def test_no_documented_command_listens_on_every_interface():
+    """The harness binds loopback unless told otherwise; a command the docs give a user (an
+    external lighthouse's, in a comment too) must not bind every interface either."""
+    wildcard = re.compile(r"--bind[ =]?\s*(\[::\]|::|0\.0\.0\.0)(:\d+)?(\s|$)")
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "scripts").glob("*"))]:
+        for n, line in enumerate(path.read_text().splitlines(), start=1):
+            assert not wildcard.search(line), f"{path.name}:{n}: {line.strip()}"

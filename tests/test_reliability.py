@@ -347,8 +347,8 @@ def test_a_bad_override_is_one_line_before_hydra_sets_anything_up(override, says
     sweep = check_overrides(["-m", override])
     if override.startswith("method="):  # a group option that does not exist: one line for a sweep too
         assert sweep is not None and "no such preset" in sweep and "\n" not in sweep
-    else:  # other values of a sweep are Hydra's to expand
-        assert sweep is None
+    else:  # a sweep's first job is composed too: every job would fail the same way
+        assert sweep is not None and says in sweep and "\n" not in sweep
 
 
 def test_run_py_with_a_bad_override_exits_2_with_one_line_and_writes_nothing(tmp_path):
@@ -412,6 +412,9 @@ def test_resume_of_a_folder_that_is_not_a_resumable_run_says_why_and_touches_not
     (killed / "checkpoints" / "step_0000005.pt.tmp").write_text("half")  # a torn write is not a checkpoint
     assert "no complete checkpoint" in check_resume(["resume=true", f"hydra.run.dir={killed}"])
     (killed / "checkpoints" / "step_0000004.pt").write_text("whole")
+    assert "its config.yaml lacks model, data, method" in check_resume(["resume=true", f"hydra.run.dir={killed}"])
+    from omegaconf import OmegaConf
+    OmegaConf.save(compose_cfg(MICRO), killed / "config.yaml")
     assert check_resume(["resume=true", f"hydra.run.dir={killed}"]) is None
 
     (killed / "config.yaml").unlink()

@@ -229,6 +229,7 @@ def test_a_worker_killed_from_outside_is_restarted_heals_and_nothing_listens_bey
     ft = summary["torchft"]
     assert ft["processes_started"] == {"0": 1, "1": 2, "2": 1}  # no job restart: one new process, worker 1's
     assert [(f["worker"], f["unplanned"]) for f in ft["failures"]] == [(1, True)]
+    assert 0 < summary["mean_workers_down"] < 1  # worker 1, down for part of the run (it said 0.0)
     # within the heartbeat timeout and a retaken step, never a collective's timeout (120 s)
     assert 0 < ft["failures"][0]["detected_at"] - killed_at < 30
     (rec,) = ft["recoveries"]
@@ -280,13 +281,99 @@ def two_machines(tmp_path, fixed_profile, method: str, steps: int):
     logs = tmp_path / "logs"
     logs.mkdir()
 
-    def machine(m: int, attempt: int = 0):
+    def machine(m: int, attempt: int = 0, restart_timeout_s: float = 300.0):
         cmd = torchft_cmd(run_dir, *common, "failure=none", "cluster.machines=2", f"cluster.machine_rank={m}",
-                          f"cluster.coordinator=127.0.0.1:{port}")
+                          f"cluster.coordinator=127.0.0.1:{port}", f"cluster.restart_timeout_s={restart_timeout_s}")
         out = open(logs / f"machine{m}-{attempt}.log", "w")
         return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env())
 
     return common, run_dir, logs, machine, port
+
+
+def test_sigterm_to_a_machines_launcher_is_that_machine_leaving_not_the_runs_end(tmp_path, fixed_profile):
+    """SLURM preempts a node with SIGTERM first. Machine 1's launcher gets it: its workers leave
+    the run as a machine does (machine 0's go on in place), the launcher exits 143, and the same
+    command started again brings the machine back. It used to end the whole run."""
+    _, run_dir, logs, machine, _ = two_machines(tmp_path, fixed_profile, "mecefo", steps=200)
+    first, second = machine(0), machine(1)
+    replacement = None
+    try:
+        wait_for_steps(run_dir, 8, [first, second])
+        workers = children(second.pid)
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=30) == 128 + signal.SIGTERM, (logs / "machine1-0.log").read_text()[-3000:]
+        assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
+        at_term = steps_done(run_dir)
+        wait_for_steps(run_dir, at_term + 5, [first])  # machine 0 goes on without machine 1
+        replacement = machine(1, attempt=1)
+        assert first.wait(timeout=240) == 0, (logs / "machine0-0.log").read_text()[-3000:]
+        assert replacement.wait(timeout=60) == 0, (logs / "machine1-1.log").read_text()[-3000:]
+    finally:
+        for p in (first, second, replacement):
+            if p is not None and p.poll() is None:
+                p.kill()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["steps"] == 200
+    ft = summary["torchft"]
+    assert ft["processes_started"] == {"0": 1, "1": 1, "2": 2, "3": 2}
+    assert [(f["worker"], f["unplanned"]) for f in ft["failures"]] == [(2, True), (3, True)]
+    assert not worker_processes(run_dir)
+
+
+def test_when_machine_0_dies_machine_1_closes_the_record_in_one_line(tmp_path, fixed_profile):
+    """Machine 0 (the store and the lighthouse) dies whole: the run cannot go on. Machine 1 stops its
+    workers and says so in one line, and, being the only one left, closes the record as failed (it
+    stayed `running` for ever, and machine 1 printed 71 lines of C++ frames)."""
+    _, run_dir, logs, machine, _ = two_machines(tmp_path, fixed_profile, "mecefo", steps=2000)
+    first, second = machine(0), machine(1)
+    try:
+        wait_for_steps(run_dir, 8, [first, second])
+        for pid in [first.pid, *children(first.pid)]:  # the whole machine at once
+            os.kill(pid, signal.SIGKILL)
+        first.wait(timeout=30)
+        assert second.wait(timeout=120) != 0
+    finally:
+        for p in (first, second):
+            if p.poll() is None:
+                p.kill()
+    out = (logs / "machine1-0.log").read_text()
+    said = [ln for ln in out.splitlines() if ln.startswith("failed: ")]
+    assert len(said) == 1 and "machine 0" in said[0], out[-3000:]
+    assert "frame #" not in out and "Traceback" not in out, out[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and "machine 0" in summary["error"], summary.get("error")
+    assert not worker_processes(run_dir)
+
+
+def test_a_machine_that_never_joins_is_named_by_machine_0_within_seconds(tmp_path, fixed_profile):
+    """cluster.machines=2 but machine 1's launcher is never started (a wrong count, a launcher that
+    failed to start): machine 0 names it within seconds, and at cluster.restart_timeout_s the run
+    fails in one line naming it (it used to end after the timeout in a 60-line DistStoreError that
+    named machine 0's own ready workers)."""
+    _, run_dir, logs, machine, _ = two_machines(tmp_path, fixed_profile, "mecefo", 50)
+    started = time.time()
+    first = machine(0, restart_timeout_s=40)
+    try:
+        named = None
+        while time.time() - started < 60 and first.poll() is None:
+            text = (logs / "machine0-0.log").read_text()
+            if "machine 1 has not announced itself" in text:
+                named = time.time() - started
+                break
+            time.sleep(0.2)
+        assert named is not None and named < 30, (logs / "machine0-0.log").read_text()[-3000:]
+        first.wait(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    out = (logs / "machine0-0.log").read_text()
+    assert first.returncode != 0
+    said = [ln for ln in out.splitlines() if ln.startswith("failed: ")]
+    assert len(said) == 1 and "machine 1 never announced itself" in said[0], out[-3000:]
+    assert "DistStoreError" not in out and "Traceback" not in out, out[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and "machine 1 never announced itself" in summary["error"]
+    assert not worker_processes(run_dir)
 
 
 @pytest.mark.parametrize("method", ["mecefo", "oobleck"])

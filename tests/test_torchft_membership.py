@@ -102,3 +102,46 @@ def test_a_launcher_started_again_says_its_predecessors_processes_are_gone():
     launcher.adopt_run_under_way()
     assert launcher.rejoined and launcher.incarnation == {2: 1, 3: 1}
     assert launcher.store.check(["exited/2/1", "exited/3/1"])
+
+
+def test_a_machine_whose_run_folder_is_not_machine_0s_is_one_line(tmp_path):
+    """Machine 1 reached machine 0's store, but its run folder is not the shared one (no config.yaml
+    there): one line saying so, not a FileNotFoundError's traceback."""
+    from omegaconf import OmegaConf
+
+    from mecefo_exp.config import ConfigError
+    from mecefo_exp.torchft_launch import Launcher
+
+    launcher = object.__new__(Launcher)
+    launcher.machine, launcher.run_dir = 1, tmp_path / "ft"
+    launcher.cfg = OmegaConf.create({"cluster": {"machine_rank": 1}})
+    with pytest.raises(ConfigError, match="machine 1: .*config.yaml.* is not there: every machine must see the run "
+                                          "folder machine 0 writes") as e:
+        launcher._check_same_settings()
+    assert "\n" not in str(e.value)
+
+
+def test_failures_no_trace_planned_count_in_the_mean_workers_down():
+    """torchft's summary said mean_workers_down 0.0 after workers killed from outside, where the
+    metrics' `alive` gave 0.8-1.9 down on average: only the trace's failures were counted."""
+    from mecefo_exp.books import Books
+    from mecefo_exp.context import Context
+    from mecefo_exp.faults import FAIL, RECOVER, Trace
+    from mecefo_exp.timing import SimClock
+
+    trace = Trace([], 3, 100.0, {"failures": 0.0, "unit_failures": 0.0, "mean_workers_down": 0.0})
+    method = types.SimpleNamespace(state_dict=lambda: {}, load_state_dict=lambda state: None)
+    books = Books(SimClock(), trace, method)
+    run = types.SimpleNamespace(event=lambda *args: None, books=books, clock=books.clock)
+    books.clock.charge("stall", 10.0)
+    Context.membership_event(run, FAIL, 1, {"membership": "torchft", "unplanned": True})
+    books.clock.charge("stall", 20.0)
+    Context.membership_event(run, RECOVER, 1, {"unplanned": True})
+    books.clock.charge("stall", 10.0)
+    assert books.trace_summary()["mean_workers_down"] == pytest.approx(20 / 40)
+    Context.membership_event(run, FAIL, 2, {"membership": "torchft", "unplanned": True})  # still down at the end
+    books.clock.charge("stall", 10.0)
+    assert books.trace_summary()["mean_workers_down"] == pytest.approx(30 / 50)
+    healed = Books(SimClock(), trace, method)  # a heal or a resume reads the same books
+    healed.load_state_dict(books.state_dict())
+    assert healed.trace_summary()["mean_workers_down"] == pytest.approx(30 / 50)

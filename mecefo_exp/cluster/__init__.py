@@ -1,8 +1,37 @@
 """Executors of a step's plan: `local` (n simulated workers in one process) and `torchrun`."""
 
 import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable, Optional
 
 
 def launched_by_torchrun() -> bool:
     """Whether torchrun started this process (read from the environment, without importing torch)."""
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def refuse_config_under_torchrun(check: Callable[[], Optional[str]]) -> None:
+    """Under torchrun, before the process group forms: a config error (`check`'s line) ends this
+    rank with exit 2, said once (rank 0 of the first round). torchrun restarts a group whose rank
+    exits non-zero, up to --max-restarts: a later round of the same torchrun finds this rank's note
+    (its agent is every round's parent) and ends at once, silent."""
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    note = Path(tempfile.gettempdir()) / f"mecefo-config-refused-{os.getppid()}-{run_id}"
+    last = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")
+    if note.exists():
+        if last:
+            note.unlink(missing_ok=True)
+        sys.exit(2)
+    problem = check()
+    if problem is None:
+        return
+    try:
+        if not last:
+            note.write_text(problem)
+    except OSError:
+        pass
+    if os.environ.get("RANK") == "0" and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
+        print(f"config error: {problem}", file=sys.stderr)
+    sys.exit(2)

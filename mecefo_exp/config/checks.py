@@ -219,8 +219,14 @@ def _validate_machines(c: Any) -> None:
         raise ConfigError(f"cluster.bind={c.bind!r}: give an address of this machine (127.0.0.1, the default, listens "
                           "on loopback only; an interface's address, e.g. 10.0.0.5, or 0.0.0.0 for every interface)"
                           ) from None
+    # torchft 0.2.0 builds its Manager's URI as http://host:port, which an IPv6 host breaks in every worker
+    ipv6 = ("an IPv6 address, which torchft 0.2.0 cannot take (its Manager's URI is http://host:port); give an "
+            "IPv4 address or a host name")
+    _check(bind.version == 4, f"cluster.bind={c.bind!r}: {ipv6}")
     if c.coordinator is not None:
         host, _ = split_host_port(c.coordinator, "cluster.coordinator")
+        _check(":" not in host, f"cluster.coordinator={c.coordinator!r}: {ipv6}")
+    _check(c.advertise is None or ":" not in str(c.advertise), f"cluster.advertise={c.advertise!r}: {ipv6}")
     _check(c.machines == 1 or c.coordinator is not None,
            f"cluster.machines={c.machines}: give cluster.coordinator=host:port, where machine 0's launcher serves the "
            "run's coordination store (every launcher and worker connects to it), e.g. cluster.coordinator=node001:29510")

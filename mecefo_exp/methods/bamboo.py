@@ -149,9 +149,12 @@ class Bamboo(InPlaceMethod):
         self.on_recoveries([worker])
 
     def after_fall_back(self) -> None:
-        """Adjacent failures: spares replace every failed worker, the ring is whole again."""
+        """Adjacent failures: spares replace every failed worker, the ring is whole again (under a
+        node trace, the ring is formed of the nodes there)."""
         self._reset_ring()
         self.credit = None  # the interrupted step, if any, is rolled back with the rest
+        if self.layout is None and self.down:
+            self._leave_out_down()
 
     # ------------------------------------------------------------ a hybrid layout
     def _stage_neighbours(self, gpu: int) -> Tuple[int, int]:
@@ -209,15 +212,19 @@ class Bamboo(InPlaceMethod):
             return out
         return SparsePlan(step, self.n, changes, degraded=True, notes={"cover": cover, "retired": len(retired)})
 
-    def _rebalance(self, reason: str, worker: Optional[int]) -> None:
-        stall = self.run.costs.stall_s(self.cfg.rebalance_stall_s)
-        self.run.clock.charge("stall", stall)
+    def _leave_out_down(self) -> None:
+        """The ring is the workers up now; the down workers' micro-batches are dealt over it."""
         self.left_out = set(self.down)
         self.load = _deal(self.n, self.down)
         self.heavy = sum(1 for owners in self.load.values() if len(owners) > 1)
         self.cover = {}
         self.cover_since = None
         self.degraded_since_cover = 0
+
+    def _rebalance(self, reason: str, worker: Optional[int]) -> None:
+        stall = self.run.costs.stall_s(self.cfg.rebalance_stall_s)
+        self.run.clock.charge("stall", stall)
+        self._leave_out_down()
         self.counts["rebalances"] += 1
         self.run.event("rebalance", worker, {"reason": reason, "left_out": sorted(self.down), "stall_s": stall,
                                              "extra": {w: self.load[w][1:] for w in sorted(self.load)}})

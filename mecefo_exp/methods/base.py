@@ -371,11 +371,15 @@ class InPlaceMethod(CheckpointedMethod):
     (`fall_back`: a `fatal` event) does it roll back through the checkpoint path, and then
     spares replace every failed worker, so the trace's later recoveries of those workers
     change nothing (`rejoins` is False for them).
+
+    A node trace has no spares: there the fall-back restarts the job on the nodes there (`without`:
+    the slots left empty, re-split over them by `plan` unless `after_fall_back` says otherwise).
     """
 
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
         self.replaced: set = set()  # failed workers a fatal restart replaced by spares
+        self.without: set = set()  # node traces: slots a fatal restart left empty (no spare exists)
         self.counts: Dict[str, int] = {"fatal": 0}
 
     def needs_workers(self) -> set:
@@ -390,20 +394,38 @@ class InPlaceMethod(CheckpointedMethod):
         if worker in self.replaced:
             self.replaced.discard(worker)
             return False
+        self.without.discard(worker)
         super().on_recover(worker)
         return True
 
     def fall_back(self, worker: int, detail: Dict[str, object]) -> None:
-        """System-level recovery: log `fatal`, restart from the checkpoint with spares."""
+        """System-level recovery: log `fatal`, restart from the checkpoint with spares (or on the nodes there)."""
         self.counts["fatal"] += 1
         self.run.event("fatal", worker, {"down": sorted(self.down), **detail})
-        self.replaced |= self.down
-        self.down.clear()
+        if getattr(self.run.trace, "node_rows", None) and len(self.down) < self.n:
+            self.without = set(self.down)
+        else:
+            self.replaced |= self.down
+            self.down.clear()
+            self.without.clear()
         self.after_fall_back()
         self.restart_from_checkpoint(worker, reason="fatal")
 
     def after_fall_back(self) -> None:
-        """Forget the method's own assignments: every worker is up again."""
+        """Forget the method's own assignments: every worker is up again (or `without` empty slots)."""
+
+    def plan(self, step: int) -> Plan:
+        """After a fall-back that left slots empty (`without`): their micro-batches dealt over the others."""
+        if not self.without:
+            return super().plan(step)
+        plan = resplit_plan(step, self.n, self.down)
+        plan.notes["survivors"] = True
+        return plan
+
+    def step_cost(self, plan: Plan) -> StepCost:
+        if plan.notes.get("survivors"):
+            return self.run.costs.spread_step(self.n, plan.n_computing)
+        return super().step_cost(plan)
 
 
 def admit_waiting(down: set, waiting: List[int], failed: List[int]) -> None:

@@ -153,6 +153,8 @@ class Mecefo(InPlaceMethod):
 
     def on_failure(self, worker: int) -> None:
         super().on_failure(worker)
+        if self.without:  # the job runs on the nodes a fall-back left (a node trace): it restarts there again
+            return self.fall_back(worker, {"reason": "the job runs on the nodes left by a fall-back"})
         self.uncovered.add(worker)
         ward = self.ward_of.pop(worker, None)
         if ward is not None:  # the neighbour itself failed: its ward needs a new one
@@ -214,7 +216,7 @@ class Mecefo(InPlaceMethod):
     def step_cost(self, plan: Plan) -> StepCost:
         """Each neighbour runs its pair kernel (two approximate micro-batches in one pass) in place of
         its own micro-batch; no node leaves the job; an SVD refresh is whole-model work of its step."""
-        if not plan.degraded:
+        if "cover" not in plan.notes:
             return super().step_cost(plan)
         profile = self.run.costs.profile
         pair = Help(kernel=f"neighbor_pair{self.tag}", microbatches=2)
@@ -226,18 +228,18 @@ class Mecefo(InPlaceMethod):
         """Quiet until the next checkpoint and, while degraded, the next SVD refresh (a refresh
         step costs more: it is an event of its own)."""
         quiet = super().steady_steps(plan, step_s)
-        if plan.degraded and self.projections is not None:
+        if "cover" in plan.notes and self.projections is not None:
             if self._svd_step == plan.step:
                 return 0
             quiet = min(quiet, self.projections.refreshed_at + self.projections.every - plan.step)
         return quiet
 
     def book_steady(self, plan: Plan, count: int) -> None:
-        if plan.degraded:
+        if "cover" in plan.notes:
             self.degraded_steps += count
 
     def before_optimizer(self, plan: Plan, result) -> None:
-        if not plan.degraded:
+        if "cover" not in plan.notes:
             return
         self.degraded_steps += 1
         every = self.cfg.grad_error_every

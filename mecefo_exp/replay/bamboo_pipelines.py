@@ -98,6 +98,10 @@ class BambooPipelines(Bamboo):
         if self.stages:
             self._form_pipelines(self.node_order)
 
+    def _leave_out_down(self) -> None:
+        if not self.stages:  # pipelines are formed of the nodes there (_form_pipelines), not a ring
+            super()._leave_out_down()
+
     def _form_pipelines(self, order: List[int]) -> None:
         """Fill floor(alive / stages) pipelines stage by stage in `order`; the rest are spares."""
         alive = [w for w in order if w not in self.down]

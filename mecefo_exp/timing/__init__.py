@@ -71,8 +71,11 @@ class Timing:
 
 
 def build_timing(cfg, method, modes, vocab_size: int, device: torch.device,
-                 real_model: Optional[torch.nn.Module] = None, stream=None, is_main: bool = True) -> Timing:
-    """`is_main`: under torchrun only rank 0 measures (the others get its profile by broadcast)."""
+                 real_model: Optional[torch.nn.Module] = None, stream=None, is_main: bool = True,
+                 own_profile: bool = False) -> Timing:
+    """`is_main`: under torchrun only rank 0 measures (the others get its profile by broadcast).
+    `own_profile`: `cluster.profile` is the run's own profile.json (a resume), whose clock the
+    record keeps describing as the run's first start did."""
     hw, d = cfg.hardware, cfg.data
     model_cfg = timed_model_cfg(cfg)
     dtype = "torch.bfloat16" if hw.compute_dtype == "bf16" else "torch.float32"
@@ -106,9 +109,14 @@ def build_timing(cfg, method, modes, vocab_size: int, device: torch.device,
         profile = load_or_measure({k: None for k in counts} | {"optimizer": None, "state_copy": None,
                                                                  "checkpoint_save": None},
                                   {}, Path("."), 0, 1, device, fixed_path=choice)
-        info["compute"] = "profile_file"
-        # a resumed run reads its own profile.json: the record keeps saying what made its clock
-        info.update({k: profile.meta[k] for k in ("compute", "efficiency", "efficiency_source") if k in profile.meta})
+        made_by = ("compute", "efficiency", "efficiency_source", "profile_file")
+        if own_profile:  # a resumed run reads its own profile.json: the record keeps saying what made its clock
+            info["compute"] = "profile_file"
+            info.update({k: profile.meta[k] for k in made_by if k in profile.meta})
+        else:  # the seconds are the file's; what made the file is kept beside (its profile.json says the same)
+            source = {k: profile.meta.pop(k) for k in made_by[:3] if k in profile.meta}
+            profile.meta.update(compute="profile_file", profile_file={"path": str(choice), **source})
+            info.update(compute="profile_file", profile_file=profile.meta["profile_file"])
     elif choice == "fresh" or hw.compute == "profile":
         if real_model is None or model_cfg is not cfg.model:
             raise ConfigError("hardware.compute=profile times this machine's model: it needs trainer.numerics=true "

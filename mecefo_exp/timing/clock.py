@@ -225,6 +225,11 @@ def steps_starting_before(now: float, step_s: float, t: Optional[float]) -> floa
     return max(0, round(q) if near else k + 1)
 
 
+class ClockOverflow(ArithmeticError):
+    """The simulated clock left the floats: some time setting is far too large for any run to say
+    how long it took (an end the record explains: one line, the run failed)."""
+
+
 class SimClock:
     """The simulated cluster clock with a per-category breakdown.
 
@@ -247,6 +252,10 @@ class SimClock:
             raise KeyError(f"unknown time category {category!r}")
         if seconds < 0:
             raise ValueError(f"negative time {seconds} for {category}")
+        if not math.isfinite(self.now + seconds):
+            raise ClockOverflow(f"the simulated clock overflowed: {seconds:g} s of {category} at {self.now:.4g} s is "
+                                "not a time (a restart, detection, reconfiguration or other time setting is far too "
+                                "large)")
         self.breakdown[category] += seconds
         self.now += seconds
 
