@@ -10,6 +10,7 @@ leaf without tensors, so that the command line can name them without loading tor
 from __future__ import annotations
 
 import contextlib
+import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, ContextManager, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -140,6 +141,25 @@ class FailureFreePlan(SparsePlan):
 
     def __init__(self, step: int, n: int):
         super().__init__(step, n)
+
+
+def resplit_plan(step: int, n: int, down: set) -> Plan:
+    """Elastic data parallelism that keeps the global batch: every alive worker computes its own
+    micro-batch and the down workers' micro-batches, in owner order, are dealt round-robin over
+    the alive workers. Samples are named by their owner and run in canonical order whoever
+    computes them, so the loss curve is the failure-free one, bit for bit. The deal is made only
+    when read (the numerics); the clock needs only the number of workers left."""
+
+    def deal() -> Dict[int, List[WorkItem]]:
+        orphans = sorted(down)
+        changes: Dict[int, List[WorkItem]] = {w: [] for w in orphans}
+        receivers = list(itertools.islice((w for w in range(n) if w not in down), len(orphans)))
+        for i, orphan in enumerate(orphans if receivers else ()):  # len(receivers) = min(len(down), alive)
+            w = receivers[i % len(receivers)]
+            changes.setdefault(w, [WorkItem(Sample(step, w))]).append(WorkItem(Sample(step, orphan)))
+        return changes
+
+    return SparsePlan(step, n, deal, degraded=True, n_computing=n - len(down))
 
 
 class NonFiniteLoss(RuntimeError):

@@ -167,7 +167,7 @@ class TorchftTier(LocalTier):
 
     def __init__(self, cfg, run_dir: Path):
         super().__init__(cfg, run_dir)
-        from .cluster.torchft import ENV_INCARNATION, ENV_WORKER
+        from .cluster.torchft_network import ENV_INCARNATION, ENV_WORKER
 
         self.rank = int(os.environ[ENV_WORKER])
         self.incarnation = int(os.environ.get(ENV_INCARNATION, "0"))
@@ -185,7 +185,8 @@ class TorchftTier(LocalTier):
         return TorchftCluster
 
     def cluster_extra(self, run) -> Dict:
-        from .cluster.torchft import ENV_LIGHTHOUSE, ENV_STORE, TorchftMembership
+        from .cluster.torchft import TorchftMembership
+        from .cluster.torchft_network import ENV_LIGHTHOUSE, ENV_STORE
 
         self.membership = TorchftMembership(run, self.rank, self.incarnation, os.environ[ENV_LIGHTHOUSE],
                                             os.environ[ENV_STORE], self.cluster_cfg, membership_from_quorum=self.kill)

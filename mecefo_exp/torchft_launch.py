@@ -51,9 +51,9 @@ import warnings
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from .cluster.torchft import (ENV_ADVERTISE, ENV_BIND, ENV_INCARNATION, ENV_LIGHTHOUSE, ENV_STARTED, ENV_STORE,
-                              ENV_WORKER, bound_store, connect_store, host_port, local_host, network_environment,
-                              require_torchft)
+from .cluster.torchft_network import (ENV_ADVERTISE, ENV_BIND, ENV_INCARNATION, ENV_LIGHTHOUSE, ENV_STARTED, ENV_STORE,
+                                      ENV_WORKER, bound_store, connect_store, host_port, local_host,
+                                      network_environment, require_torchft)
 from .config import ConfigError, split_host_port
 from .metrics import write_json_atomic
 from .torchft_machines import ALIVE_EVERY_S, POLL_S, MachinesOfARun, WorkerFailed

@@ -492,7 +492,7 @@ def test_two_machines_bound_to_a_network_address_listen_there_only(tmp_path):
     """cluster.bind names a non-loopback address (as across machines): every server of both
     launchers and their workers (stores, lighthouse, Managers, gloo) listens on it and on
     nothing else, and the run ends ok."""
-    from mecefo_exp.cluster.torchft import _ipv4_of
+    from mecefo_exp.cluster.torchft_network import _ipv4_of
 
     own = [a for a in (_ipv4_of(n) for _, n in socket.if_nameindex()) if a and not a.startswith("127.")]
     if not own:

@@ -18,7 +18,6 @@ computes nothing but still keeps the same books).
 from __future__ import annotations
 
 import copy
-import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional
@@ -26,7 +25,7 @@ from typing import Callable, Dict, Iterable, List, Optional
 from ..config import MethodConfig, at_least, choices
 from .run_context import RunContext, run_context_members  # noqa: F401  (what a method may use of the run)
 from ..timing.clock import StepCost
-from ..plan import NORMAL, FailureFreePlan, Mode, Plan, Sample, SparsePlan, WorkItem
+from ..plan import NORMAL, FailureFreePlan, Mode, Plan, resplit_plan  # noqa: F401  (methods import it from here)
 from .checkpointing import CheckpointStore
 
 
@@ -441,25 +440,6 @@ def steps_before_multiple(step: int, every: int) -> int:
     """Steps from `step` on before the first step t with (t + 1) % every == 0, whose end is an
     every-`every`-steps action (a checkpoint after step t is the state before step t + 1)."""
     return (every - 1 - step) % every
-
-
-def resplit_plan(step: int, n: int, down: set) -> Plan:
-    """Elastic data parallelism that keeps the global batch: every alive worker computes its own
-    micro-batch and the down workers' micro-batches, in owner order, are dealt round-robin over
-    the alive workers. Samples are named by their owner and run in canonical order whoever
-    computes them, so the loss curve is the failure-free one, bit for bit. The deal is made only
-    when read (the numerics); the clock needs only the number of workers left."""
-
-    def deal() -> Dict[int, List[WorkItem]]:
-        orphans = sorted(down)
-        changes: Dict[int, List[WorkItem]] = {w: [] for w in orphans}
-        receivers = list(itertools.islice((w for w in range(n) if w not in down), len(orphans)))
-        for i, orphan in enumerate(orphans if receivers else ()):  # len(receivers) = min(len(down), alive)
-            w = receivers[i % len(receivers)]
-            changes.setdefault(w, [WorkItem(Sample(step, w))]).append(WorkItem(Sample(step, orphan)))
-        return changes
-
-    return SparsePlan(step, n, deal, degraded=True, n_computing=n - len(down))
 
 
 def neighbors_on_ring(worker: int, n: int, shape=None) -> Iterable[int]:
