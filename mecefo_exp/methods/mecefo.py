@@ -92,6 +92,8 @@ class Mecefo(InPlaceMethod):
         # kernel names carry the switches, so a profile never mixes two configurations
         self.tag = f"[sa={int(cfg.skip_attention)},rc={int(cfg.recompute_ffn)},lr={int(cfg.lowrank_ffn)},r={cfg.rank}]"
         mode = Mode(MODE, contributes=contributes, context=self._context, kernel=f"mb:mecefo{self.tag}")
+        self.pair = Help(kernel=f"neighbor_pair{self.tag}", microbatches=2)  # what a neighbour runs, for the clock
+        self.svd_kernel = f"mecefo_svd{self.tag}"
         return {"normal": NORMAL, MODE: mode}
 
     def _context(self, model):
@@ -218,11 +220,9 @@ class Mecefo(InPlaceMethod):
         its own micro-batch; no node leaves the job; an SVD refresh is whole-model work of its step."""
         if "cover" not in plan.notes:
             return super().step_cost(plan)
-        profile = self.run.costs.profile
-        pair = Help(kernel=f"neighbor_pair{self.tag}", microbatches=2)
-        svd = profile[f"mecefo_svd{self.tag}"] if self._svd_step == plan.step else 0.0
-        return self.run.costs.step(plan, helpers={pair: plan.notes["cover"].values()}, slots=self.n,
-                                   model_work_s=svd)
+        costs = self.run.costs
+        svd = costs.profile[self.svd_kernel] if self._svd_step == plan.step else 0.0
+        return costs.step(plan, helpers={self.pair: plan.notes["cover"].values()}, slots=self.n, model_work_s=svd)
 
     def steady_steps(self, plan: Plan, step_s: float) -> Optional[int]:
         """Quiet until the next checkpoint and, while degraded, the next SVD refresh (a refresh

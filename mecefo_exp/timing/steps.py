@@ -104,10 +104,13 @@ class DataParallelSteps:
     def helped(self, plan, helpers: Helpers, slots: int, model_work_s: float,
                redundant: Optional[RedundantForward]) -> StepCost:
         costs = self.costs
-        kernels = {h: workers for h, workers in helpers.items() if h.kernel is not None}
-        if kernels:  # the slowest: a helper's kernel or, if any computing worker helps nobody, a normal one
-            slowest = max((costs.profile[h.kernel], h.microbatches) for h in kernels)
-            if plan.n_computing > sum(len(workers) for workers in kernels.values()):
+        slowest, helping = None, 0
+        for h, workers in helpers.items():  # the slowest: a helper's kernel or, if any computing
+            if h.kernel is not None:        # worker helps nobody, a normal micro-batch
+                slowest = max(slowest or (0.0, 0), (costs.profile[h.kernel], h.microbatches))
+                helping += len(workers)
+        if slowest is not None:
+            if plan.n_computing > helping:
                 slowest = max(slowest, (costs.worker_s(("normal",)), 1))
             return costs.synchronous_step(slowest[0], slowest[1], plan.n_computing, ft_overhead=model_work_s)
         base = self.workers(plan.special_modes(), plan.first_normal_worker(), plan.n_computing, 0.0)
