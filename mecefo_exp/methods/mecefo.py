@@ -155,6 +155,16 @@ class Mecefo(InPlaceMethod):
             self.uncovered.add(ward)
         self._assign()
 
+    def on_failures(self, workers: List[int]) -> None:
+        """The failures of one instant, one by one; once one is fatal the fall-back's spares replace
+        the rest of the instant too (a job-wide fault is one restart, not one per stage's replicas)."""
+        fatal = self.counts["fatal"]
+        for i, worker in enumerate(workers):
+            self.on_failure(worker)
+            if self.counts["fatal"] > fatal:
+                self.replaced |= set(workers[i + 1:])
+                return
+
     def on_recover(self, worker: int) -> None:
         if not self.rejoins(worker):
             return
