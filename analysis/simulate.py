@@ -62,14 +62,24 @@ def _job(overrides):
         return {"status": "failed", "error": f"{type(e).__name__}: {e}"}
 
 
-def run_all(jobs: List[List[str]], processes: int = 2) -> List[Dict]:
-    """Every job's summary, in order; `processes` worker processes (1: in this process)."""
-    if processes <= 1 or len(jobs) <= 1:
-        return [_job(j) for j in jobs]
-    import multiprocessing as mp
+def run_all(jobs: List[List[str]], processes: int = 2, each=None) -> List[Dict]:
+    """Every job's summary, in order; `processes` worker processes (1: in this process). `each(i,
+    summary)` is called as each job ends (in order), e.g. to keep a record that survives a stop."""
+    def results():
+        if processes <= 1 or len(jobs) <= 1:
+            yield from map(_job, jobs)
+            return
+        import multiprocessing as mp
 
-    with mp.get_context("fork").Pool(processes, maxtasksperchild=20) as pool:
-        return pool.map(_job, jobs, chunksize=1)
+        with mp.get_context("fork").Pool(processes, maxtasksperchild=20) as pool:
+            yield from pool.imap(_job, jobs, chunksize=1)
+
+    out = []
+    for i, summary in enumerate(results()):
+        out.append(summary)
+        if each is not None:
+            each(i, summary)
+    return out
 
 
 def effective_time(summary: Dict) -> float:

@@ -1,72 +1,20 @@
 """The simulated methods against closed forms (analysis/closed_forms.py), numerics off, seeds averaged,
 tolerances from the Monte Carlo interval; and the same checks failing when a cost is misbooked."""
 
-import json
 import math
-import statistics
 
 import pytest
 from omegaconf import OmegaConf
 
 from analysis import closed_forms as cf
-from analysis.simulate import compose, effective_time, run_cfg
-
-KERNELS = {"mb:normal": 0.010, "mb:forward": 0.0035, "optimizer": 0.001, "state_copy": 0.001,
-           "checkpoint_save": 0.002, "neighbor_pair": 0.015, "mb:mecefo[sa=1,rc=1,lr=1,r=64]": 0.010,
-           "neighbor_pair[sa=1,rc=1,lr=1,r=64]": 0.015, "mecefo_svd[sa=1,rc=1,lr=1,r=64]": 0.05}
-BASE = ["model=llama_tiny", "model.hidden_size=32", "model.intermediate_size=64", "model.num_hidden_layers=2",
-        "model.num_attention_heads=2", "data.seq_len=32", "data.micro_batch=2", "cluster.n_workers=8",
-        "trainer.numerics=false", "trainer.eval_every=0", "trainer.progress=none", "cluster.scale_stalls=false",
-        "method.charge_initial_checkpoint=false", "failure=poisson", "failure.unit=seconds",
-        "data.sources=[pydoc_topics,stdlib_docstrings,lee_background]"]
-# checkpoint-restart: one failure every M seconds cluster-wide, a spare at once (no repair time)
-CR = ["method=checkpoint", "failure.process=cluster", "failure.repair=replace", "failure.replace_s=0.0",
-      "failure.mttr=0"]
+from analysis.anchors import (BASE, CR, KERNELS, checkpoint_restart_agrees, cr_case, harness_form, interval, mecefo_agrees,
+                              runs, write_profile)
+from analysis.simulate import compose, effective_time
 
 
 @pytest.fixture(scope="module")
 def profile(tmp_path_factory):
-    path = tmp_path_factory.mktemp("profile") / "fixed.json"
-    path.write_text(json.dumps({"kernels": KERNELS, "meta": {"fixed": True}}))
-    return str(path)
-
-
-def runs(base, seeds, **values):
-    """Effective times of `seeds` runs of one composed config with `values` set (dotted keys)."""
-    out = []
-    for seed in range(seeds):
-        cfg = base.copy()
-        for key, value in {**values, "seed": seed}.items():
-            OmegaConf.update(cfg, key, value, merge=False)
-        out.append(run_cfg(cfg))
-    return out
-
-
-def interval(values):
-    return statistics.mean(values), 3.0 * statistics.stdev(values) / math.sqrt(len(values))
-
-
-def cr_case(profile, C, R, M, k, seeds, steps):
-    base = compose(BASE + CR + [f"cluster.profile={profile}", f"hardware.checkpoint_s={C}", f"method.restart_s={R}",
-                                f"failure.mtbf={M}", f"method.interval={k}", f"trainer.max_steps={steps}"])
-    summaries = runs(base, seeds)
-    T = k * summaries[0]["clock"]["failure_free_step_s"]
-    return interval([effective_time(s) for s in summaries]), T
-
-
-def harness_form(C, R, M, T):
-    """Daly's model with one difference the simulation has: a failure that falls inside a checkpoint
-    write is handled when the write ends, and the checkpoint stands (a write's C is paid either way)."""
-    restart = M * math.expm1(R / M)  # a restart, failures during it included
-    return T / (M * math.exp(R / M) * math.expm1(T / M) + C - math.expm1(-C / M) * restart)
-
-
-def checkpoint_restart_agrees(profile, k):
-    """M = 10 s, C = 0.2 s, R = 1 s (~220 failures a seed): (agrees, what was compared)."""
-    C, R, M = 0.2, 1.0, 10.0
-    (mean, half), T = cr_case(profile, C, R, M, k, seeds=3, steps=200_000)
-    form = harness_form(C, R, M, T)
-    return abs(mean - form) < half + 0.002, (mean, half, form, cf.daly(C, R, M, T))
+    return write_profile(tmp_path_factory.mktemp("profile") / "fixed.json")
 
 
 @pytest.mark.parametrize("k", [60, 200])
@@ -75,7 +23,7 @@ def test_checkpoint_restart_across_the_range(profile, k):
     interval; the first-order form is far off here."""
     ok, detail = checkpoint_restart_agrees(profile, k)
     assert ok, detail
-    C, R, M, T = 0.2, 1.0, 10.0, detail[2]
+    C, R, M = 0.2, 1.0, 10.0
     # Daly's own form books a failure during a write as losing the segment: below, by about C/M
     mean, _, harness, daly = detail
     assert daly < harness < daly + 0.02 and cf.first_order(C, R, M, k * 0.01122) < daly
@@ -108,30 +56,6 @@ def test_auto_interval_is_the_optimum_of_an_interval_sweep(profile):
     i = ks.index(best)
     assert ks[max(0, i - 1)] <= k_auto <= ks[min(len(ks) - 1, i + 1)], (k_auto, best, sweep)
     assert mean > sweep[best][0] - sweep[best][1] - half, (mean, sweep)
-
-
-def degraded_case(profile, method, U, lam, D, seeds, steps, extra=()):
-    base = compose(BASE + [f"method={method}", f"cluster.profile={profile}", f"cluster.n_workers={U}",
-                           "failure.process=per_worker", "failure.repair=fixed", f"failure.mtbf={1 / lam}",
-                           f"failure.mttr={D}", f"trainer.max_steps={steps}", "hardware.checkpoint_s=0.0",
-                           *extra])
-    return runs(base, seeds)
-
-
-def mecefo_agrees(profile):
-    """8 workers each down 5% of the time (mean up 19 s, repair 1 s): (agrees, what was compared)."""
-    U, D = 8, 1.0
-    lam = 1 / 19.0
-    summaries = degraded_case(profile, "mecefo", U, lam, D, seeds=3, steps=200_000,
-                              extra=["method.checkpoint_interval=100000", "method.svd_every=1000000"])
-    step = summaries[0]["clock"]["failure_free_step_s"]
-    degraded = step + KERNELS["neighbor_pair"] - KERNELS["mb:normal"]
-    form = cf.in_place_effective(U, lam, D, step, degraded)
-    mean, half = interval([effective_time(s) for s in summaries])
-    down = statistics.mean(s["mean_workers_down"] for s in summaries)
-    fatal = sum(s.get("fatal", 0) for s in summaries)
-    ok = abs(mean - form["effective"]) < half + 0.003 and fatal == 0
-    return ok, (mean, half, form, down, fatal)
 
 
 def test_mecefo_throughput_from_the_stationary_distribution_of_failed_workers(profile):
