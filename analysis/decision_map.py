@@ -21,7 +21,7 @@ runs, per method and seed (the same seed is the same trace for every method):
 Written under --out: tables/decision_map_runs.csv (every run), tables/decision_map.csv (per cell and
 method: mean effective training time and 95% interval over seeds), tables/decision_map.md (winner,
 margin, the paired interval of the margin), figures/decision_map_<model>.png (x: GPUs, y: rate or
-repair, colour: winner, hatched where the margin's interval holds 0), and the anchors
+repair, colour: winner, hatched where the margin's interval holds 0 or it is under 0.1 points), and the anchors
 (analysis/anchors.py): tables/closed_forms.md and tables/field_data.md.
 """
 
@@ -99,6 +99,7 @@ def _row(key: Dict, s: Dict) -> Dict:
             "error": s.get("error", "")}
 
 
+TIE = 0.001  # a margin under 0.1 points of effective training time is a tie, whatever its interval
 KEY = ["model", "gpus", "rate_x", "repair_s", "method", "seed"]
 
 
@@ -151,8 +152,8 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
             diff = (cell[cell.method == best].set_index("seed").effective_time
                     - cell[cell.method == second].set_index("seed").effective_time).dropna()
             m, half = mean_interval(diff.tolist())
-            row.update(winner=best, runner_up=second, margin=m, margin_ci95=half,
-                       decided=bool(m - half > 0) if half == half else False)
+            row.update(winner=best, runner_up=second, margin=m, margin_ci95=half,  # a tie: under 0.1 points
+                       decided=bool(m - half > 0 and m >= TIE) if half == half else False)
         out.append(row)
     return pd.DataFrame(out)
 
@@ -170,7 +171,7 @@ def markdown(table: pd.DataFrame) -> str:
         for m in METHODS:
             text = f"{_pct(d.get(m))} ± {_pct(d.get(m + '_ci95'))}"
             cells_.append(text + (" (c)" if d.get(m + "_censored") else ""))
-        mark = "" if d.get("decided") else " (within interval)"
+        mark = "" if d.get("decided") else " (tie)" if abs(d.get("margin") or 0) < TIE else " (within interval)"
         cells_ += [str(d.get("winner", "")), f"{_pct(d.get('margin'))} ± {_pct(d.get('margin_ci95'))}{mark}"]
         lines.append("| " + " | ".join(cells_) + " |")
     return "\n".join(lines)
@@ -205,7 +206,7 @@ def draw(table: pd.DataFrame, out: Path) -> List[Path]:
             ax.set_xlabel("GPUs")
             ax.set_ylabel(label)
         handles = [Patch(color=colours[m], label=m) for m in METHODS if m in set(t.winner)]
-        handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="margin inside interval"))
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="margin inside interval or < 0.1"))
         fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=7)
         fig.suptitle(f"Which method keeps the most training time: Llama {model.upper()} "
                      "(winner; number: its margin in points)", fontsize=9)
