@@ -41,12 +41,16 @@ def run_cfg(cfg, keep: Optional[Path] = None) -> Dict:
     """Run one composed config; its folder is a scratch one (removed) unless `keep` names one."""
     from mecefo_exp.trainer import Experiment
 
-    for name in ("mecefo_exp", "mecefo_exp.trainer", "mecefo_exp.timing"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    loggers = [logging.getLogger(name) for name in ("mecefo_exp", "mecefo_exp.trainer", "mecefo_exp.timing")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:  # a run's start lines and warnings say nothing here; put back afterwards
+        lg.setLevel(logging.ERROR)
     folder = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="mecefo-sim-"))
     try:
         return Experiment(cfg, folder).run()
     finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
         if not keep:
             shutil.rmtree(folder, ignore_errors=True)
 
