@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: setup run test test-slow test-crash test-fingerprints test-torchft bench bench-gpu figures paper-mini paper-table2 paper-table3 oobleck-artifact results notebook clean
+.PHONY: setup run test test-slow test-crash test-fingerprints test-torchft bench bench-gpu figures paper-mini paper-table2 paper-table3 oobleck-artifact decision-map results notebook clean
 
 setup: $(VENV)/.installed .cache/corpus/lee_background.cor .cache/data/default-corpus.txt
 
@@ -100,6 +100,11 @@ oobleck-artifact: setup
 # paper-table2, the ablation's memory table: ~15-30 min on 2 cores) into a scratch folder and
 # diff them against RESULTS.md; exits 1 if anything differs (analysis/published.py says what is
 # not regenerated and why)
+# which method wins where: the decision map (~15 min on 2 cores), its closed-form and field anchors
+DECISION_MAP_OUT ?= runs/decision_map_$(shell date +%Y-%m-%d_%H-%M-%S)
+decision-map: setup
+	$(PY) -m analysis.decision_map --out $(DECISION_MAP_OUT)
+
 RESULTS_OUT ?= runs/results_$(shell date +%Y-%m-%d_%H-%M-%S)
 results: setup
 	@start=$$(date +%s); \

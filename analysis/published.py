@@ -22,7 +22,8 @@ the tables (or mark them superseded) in the same commit.
     python -m analysis.published regenerate --out DIR [--write] # rerun, diff against RESULTS.md
     make results                                                 # the same, into a scratch folder
 
-`regenerate` reruns paper-mini (28 runs with numerics, ~12-25 min on 2 cores), paper-table2
+The decision map (`decision_map`) is its own command's output (`python -m analysis.decision_map`, about
+15 minutes on 2 cores); `--sweep decision_map=DIR` reads a finished one. `regenerate` reruns paper-mini (28 runs with numerics, ~12-25 min on 2 cores), paper-table2
 (318 numerics-free runs, ~2-6 min) and the ablation memory table (12 numerics-free runs,
 seconds), renders each marked table from the fresh runs, prints `identical` or a diff per table,
 and exits 1 when anything differs. It does not regenerate Table 3 and the other MeCeFO tables
@@ -72,6 +73,7 @@ class Study:
     tables_from_runs: Optional[Callable[[Path], Dict[str, str]]] = None  # run folders -> {file: markdown}
     trains: bool = True  # numerics on: the corpus's fingerprint is part of its provenance
     notes: List[str] = field(default_factory=list)
+    own_tables: Optional[Callable[[Path], Dict[str, str]]] = None  # its own command writes <folder>/tables/*.md
 
 
 def _paper_mini_configs() -> Dict[str, List[str]]:
@@ -139,12 +141,28 @@ def _frontier_configs() -> Dict[str, List[str]]:
     return {m: ["experiment=llama3_405b", f"method={m}"] for m in METHODS}
 
 
+def _decision_map_configs() -> Dict[str, List[str]]:
+    from .decision_map import MODELS
+
+    return {f"{model}/{m}": ["experiment=decision_map", *spec["overrides"], "cluster.n_workers=4096", f"method={m}"]
+            for model, spec in MODELS.items() for m in METHODS}
+
+
+def _decision_map_tables(folder: Path) -> Dict[str, str]:
+    from .decision_map import main as decision_map
+
+    if decision_map(["--out", str(folder), "--no-figures"]) != 0:
+        raise SystemExit("the decision map did not finish")
+    return {p.name: p.read_text() for p in sorted((folder / "tables").glob("*.md"))}
+
+
 STUDIES: Dict[str, Study] = {
     "paper_mini": Study("paper_mini", ["experiment=paper_mini"], _paper_mini_configs),
     "paper_table2": Study("paper_table2", ["experiment=paper_table2"], _paper_table2_configs, trains=False),
     "ablation_memory": Study("ablation_memory", [], _ablation_configs, tables_from_runs=_ablation_tables,
                              trains=False),
     "llama3_405b": Study("llama3_405b", ["experiment=llama3_405b"], _frontier_configs, trains=False),
+    "decision_map": Study("decision_map", [], _decision_map_configs, trains=False, own_tables=_decision_map_tables),
 }
 
 
@@ -319,6 +337,11 @@ def regenerate(study: Study, out: Path, sweep: Optional[Path] = None) -> Tuple[D
     """Rerun the study into out/<name> (or read a finished `sweep` of it); its tables and the
     fingerprints its runs carry."""
     folder = out / study.name
+    if study.own_tables is not None:  # its own command's output folder, given or made now
+        if sweep is None:
+            study.own_tables(folder)
+        tables = {p.name: p.read_text() for p in sorted(Path(sweep or folder).glob("tables/*.md"))}
+        return tables, fingerprints(study)
     if sweep is not None:
         return sweep_tables(study, sweep, folder / "analysis"), fingerprints_of_sweep(study, sweep)
     if study.tables_from_runs is not None:

@@ -420,6 +420,12 @@ def make_trace(failure_cfg, n_workers: int, step_s: float, max_steps: int, seed:
         trace.node_slot_of, trace.path = nodes.slot_of, failure_cfg.path
         return trace
 
+    if kind == "field":  # field data by cause, each with its blast radius (field_failures.py)
+        from .field_failures import draw, expected_events
+
+        check_trace_budget(failure_cfg, expected_events(failure_cfg, n_workers, horizon, hour_s), 1, n_workers)
+        events, expected, how = draw(failure_cfg, n_workers, horizon, run_s, hour_s, real_time, seed)
+        return Trace(events, n_workers, horizon, expected, how)
     process = _get(failure_cfg, "process", "per_worker")
     unit_gpus = int(_get(failure_cfg, "unit_gpus", 1))
     repair = _get(failure_cfg, "repair", "fixed")
@@ -438,7 +444,7 @@ def make_trace(failure_cfg, n_workers: int, step_s: float, max_steps: int, seed:
         unit_rate = cluster_rate = 1.0 / (failure_cfg.mtbf * unit_s)
         recover_s = failure_cfg.mttr * unit_s
     else:
-        raise ValueError(f"failure.kind={kind!r}: allowed: none, paper, poisson, trace, nodes")
+        raise ValueError(f"failure.kind={kind!r}: allowed: none, paper, poisson, field, trace, nodes")
     rate = unit_rate if process == "per_worker" else cluster_rate
 
     if repair == "replace":

@@ -146,7 +146,7 @@ def _validate_parallel(cfg: Any) -> None:
                                      "are not modelled yet: trainer.numerics=false")
     _check(cfg.method.name != "bamboo" or p.pp >= 2,
            f"method=bamboo with {layout}: Bamboo's shadow is the previous pipeline stage: needs parallel.pp >= 2")
-    if cfg.failure.kind in ("paper", "poisson"):  # a trace file's groups are checked when it is read
+    if cfg.failure.kind in ("paper", "poisson", "field"):  # a trace file's groups are checked when it is read
         unit = cfg.failure.get("unit_gpus", 1)
         _check(unit % p.tp == 0, f"failure.unit_gpus={unit} with {layout}: a failure takes out whole tensor-parallel "
                                  f"groups (a group cannot compute without one of its GPUs): a multiple of tp={p.tp}")
@@ -302,6 +302,11 @@ def _validate_failure(f: Any, n_workers: int) -> None:
         for key in ("every_h",) + (("recover_h",) if f.repair != "replace" else ()):
             _check(f[key] is not None and f[key] > 0, f"failure.{key}={f[key]}: must be > 0 hours")
         _check(f.paper_workers >= 1, f"failure.paper_workers={f.paper_workers}: must be >= 1")
+    if f.kind == "field":
+        from ..field_failures import TABLES
+
+        _check(f.name in TABLES, f"failure.name={f.name!r} with failure.kind=field: allowed: {', '.join(TABLES)}")
+        _check(f.every_h is not None and f.every_h > 0, f"failure.every_h={f.every_h}: must be > 0 hours")
     if f.kind == "poisson":
         _check(f.mtbf is not None and f.mtbf > 0, f"failure.mtbf={f.mtbf}: must be > 0 (mean time between failures)")
         _check(f.mttr is not None and f.mttr >= 0, f"failure.mttr={f.mttr}: must be >= 0 (mean time to repair)")

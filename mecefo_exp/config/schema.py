@@ -119,7 +119,7 @@ class MethodConfig:
 @dataclass
 class FailureConfig:
     name: str = MISSING
-    kind: str = field(default="none", metadata=choices("none", "paper", "poisson", "trace", "nodes"))
+    kind: str = field(default="none", metadata=choices("none", "paper", "poisson", "field", "trace", "nodes"))
     # paper (MeCeFO Table 1): one failure every `every_h` hours somewhere in a cluster of
     # `paper_workers` GPUs, each failed GPU back after `recover_h` hours.
     every_h: Optional[float] = None

@@ -164,6 +164,21 @@ class Mecefo(InPlaceMethod):
             self.uncovered.add(ward)
         self._assign()
 
+    def on_failures(self, workers: List[int]) -> None:
+        """The failures of one instant, one by one; once one is fatal the fall-back's spares replace
+        the rest of the instant too (a job-wide fault is one restart, not one per stage's replicas)."""
+        fatal = self.counts["fatal"]
+        for i, worker in enumerate(workers):
+            self.on_failure(worker)
+            if self.counts["fatal"] > fatal:
+                rest = workers[i + 1:]
+                if self.without:  # a node trace: no spares, the rest of the instant leaves with the others
+                    self.down.update(rest)
+                    self.without.update(rest)
+                else:
+                    self.replaced.update(rest)
+                return
+
     def on_recover(self, worker: int) -> None:
         if not self.rejoins(worker):
             return

@@ -1,0 +1,196 @@
+"""The anchors of the decision map: the simulation against closed forms on a pinned clock, and the
+field-data checks, as functions the tests and the published tables share.
+
+The closed-form cases run a tiny numerics-free data-parallel job (8 workers) whose kernel seconds are
+pinned (`KERNELS`), so every constant a closed form needs is a config value: the checkpoint write
+(`hardware.checkpoint_s`), the restart (`method.restart_s`), the failure process (`failure=poisson` in
+seconds). Each check returns (agrees, what was compared); tolerances are 3 standard errors over seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Dict, List
+
+from omegaconf import OmegaConf
+
+from . import closed_forms as cf
+from .simulate import compose, effective_time, run_cfg
+
+KERNELS = {"mb:normal": 0.010, "mb:forward": 0.0035, "optimizer": 0.001, "state_copy": 0.001,
+           "checkpoint_save": 0.002, "neighbor_pair": 0.015, "mb:mecefo[sa=1,rc=1,lr=1,r=64]": 0.010,
+           "neighbor_pair[sa=1,rc=1,lr=1,r=64]": 0.015, "mecefo_svd[sa=1,rc=1,lr=1,r=64]": 0.05}
+BASE = ["model=llama_tiny", "model.hidden_size=32", "model.intermediate_size=64", "model.num_hidden_layers=2",
+        "model.num_attention_heads=2", "data.seq_len=32", "data.micro_batch=2", "cluster.n_workers=8",
+        "trainer.numerics=false", "trainer.eval_every=0", "trainer.progress=none", "cluster.scale_stalls=false",
+        "method.charge_initial_checkpoint=false", "failure=poisson", "failure.unit=seconds",
+        "data.sources=[pydoc_topics,stdlib_docstrings,lee_background]"]
+# checkpoint-restart: one failure every M seconds cluster-wide, a spare at once (no repair time)
+CR = ["method=checkpoint", "failure.process=cluster", "failure.repair=replace", "failure.replace_s=0.0",
+      "failure.mttr=0"]
+
+
+
+def write_profile(path) -> str:
+    Path(path).write_text(json.dumps({"kernels": KERNELS, "meta": {"fixed": True}}))
+    return str(path)
+
+
+def runs(base, seeds, **values):
+    """Effective times of `seeds` runs of one composed config with `values` set (dotted keys)."""
+    out = []
+    for seed in range(seeds):
+        cfg = base.copy()
+        for key, value in {**values, "seed": seed}.items():
+            OmegaConf.update(cfg, key, value, merge=False)
+        out.append(run_cfg(cfg))
+    return out
+
+
+def interval(values):
+    return statistics.mean(values), 3.0 * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def cr_case(profile, C, R, M, k, seeds, steps):
+    base = compose(BASE + CR + [f"cluster.profile={profile}", f"hardware.checkpoint_s={C}", f"method.restart_s={R}",
+                                f"failure.mtbf={M}", f"method.interval={k}", f"trainer.max_steps={steps}"])
+    summaries = runs(base, seeds)
+    T = k * summaries[0]["clock"]["failure_free_step_s"]
+    return interval([effective_time(s) for s in summaries]), T
+
+
+def harness_form(C, R, M, T):
+    """Daly's model with one difference the simulation has: a failure that falls inside a checkpoint
+    write is handled when the write ends, and the checkpoint stands (a write's C is paid either way)."""
+    restart = M * math.expm1(R / M)  # a restart, failures during it included
+    return T / (M * math.exp(R / M) * math.expm1(T / M) + C - math.expm1(-C / M) * restart)
+
+
+def checkpoint_restart_agrees(profile, k):
+    """M = 10 s, C = 0.2 s, R = 1 s (~220 failures a seed): (agrees, what was compared)."""
+    C, R, M = 0.2, 1.0, 10.0
+    (mean, half), T = cr_case(profile, C, R, M, k, seeds=3, steps=200_000)
+    form = harness_form(C, R, M, T)
+    return abs(mean - form) < half + 0.002, (mean, half, form, cf.daly(C, R, M, T))
+
+
+def degraded_case(profile, method, U, lam, D, seeds, steps, extra=()):
+    base = compose(BASE + [f"method={method}", f"cluster.profile={profile}", f"cluster.n_workers={U}",
+                           "failure.process=per_worker", "failure.repair=fixed", f"failure.mtbf={1 / lam}",
+                           f"failure.mttr={D}", f"trainer.max_steps={steps}", "hardware.checkpoint_s=0.0",
+                           *extra])
+    return runs(base, seeds)
+
+
+def mecefo_agrees(profile):
+    """8 workers each down 5% of the time (mean up 19 s, repair 1 s): (agrees, what was compared)."""
+    U, D = 8, 1.0
+    lam = 1 / 19.0
+    summaries = degraded_case(profile, "mecefo", U, lam, D, seeds=3, steps=200_000,
+                              extra=["method.checkpoint_interval=100000", "method.svd_every=1000000"])
+    step = summaries[0]["clock"]["failure_free_step_s"]
+    degraded = step + KERNELS["neighbor_pair"] - KERNELS["mb:normal"]
+    form = cf.in_place_effective(U, lam, D, step, degraded)
+    mean, half = interval([effective_time(s) for s in summaries])
+    down = statistics.mean(s["mean_workers_down"] for s in summaries)
+    fatal = sum(s.get("fatal", 0) for s in summaries)
+    ok = abs(mean - form["effective"]) < half + 0.003 and fatal == 0
+    return ok, (mean, half, form, down, fatal)
+
+
+
+
+def _row(check: str, form: str, sim, half, closed, ok, pct: bool = True) -> Dict:
+    def f(v):
+        return "" if v != v else (f"{100 * v:.2f}%" if pct else f"{v:.3f}")
+    return {"check": check, "closed form": form, "simulated": f(sim) + ("" if half != half else
+            f" ± {100 * half:.2f}" if pct else f" ± {half:.3f}"), "closed form gives": f(closed),
+            "agrees": "yes" if ok else "**no**"}
+
+
+def closed_form_rows(profile: str) -> List[Dict]:
+    """The agreement table: each closed-form case, simulated mean +- 3 standard errors, the form."""
+    rows = []
+    C, R, M = 0.2, 1.0, 10.0
+    for k in (60, 200):
+        ok, (mean, half, form, daly) = checkpoint_restart_agrees(profile, k)
+        T = k * STEP_S
+        rows.append(_row(f"checkpoint-restart, M={M:g} s, C={C:g} s, R={R:g} s, T={T:.2f} s",
+                         "Daly 2006, a write outlives a failure", mean, half, form, ok))
+        rows.append(_row("", "Daly 2006 as published", mean, half, daly, abs(mean - daly) < half + 0.002))
+        rows.append(_row("", "Young 1974, first order", mean, half, cf.first_order(C, R, M, T),
+                         abs(mean - cf.first_order(C, R, M, T)) < half + 0.002))
+    C, R, M = 0.05, 0.3, 30.0
+    k = round(cf.young_interval(C, M) / STEP_S)
+    (mean, half), T = cr_case(profile, C, R, M, k, seeds=4, steps=400_000)
+    for name, f in (("Young 1974, first order", cf.first_order), ("Daly 2006 as published", cf.daly)):
+        rows.append(_row(f"checkpoint-restart, M={M:g} s, C={C:g} s, R={R:g} s, T={T:.2f} s (T << M)" if
+                         f is cf.first_order else "", name, mean, half, f(C, R, M, T),
+                         abs(mean - f(C, R, M, T)) < half + 0.004))
+    ok, (mean, half, form, down, fatal) = mecefo_agrees(profile)
+    rows.append(_row("MeCeFO, 8 workers each down 5% (up 19 s, repair 1 s)",
+                     "stationary Binomial(8, p), pair step 1.5x compute", mean, half, form["effective"], ok))
+    rows.append(_row("", "mean workers down = 8 p", down, float("nan"), 8 * form["p"],
+                     abs(down - 8 * form["p"]) < 0.1 * 8 * form["p"], pct=False))
+    base = compose(BASE + ["method=reft", f"cluster.profile={profile}", "failure=none", "trainer.max_steps=5000",
+                           "method.checkpoint_interval=100000"])
+    s = runs(base, 1)[0]
+    snap = cf.snapshot_effective(s["clock"]["failure_free_step_s"], 5, s["snapshot_charge_s"])
+    rows.append(_row("REFT, a snapshot every 5 steps, no failures", "5 step / (5 step + (1 - overlap) copy)",
+                     effective_time(s), float("nan"), snap, abs(effective_time(s) - snap) < 1e-4))
+    return rows
+
+
+STEP_S = 0.01121918  # the pinned clock's failure-free step (8 workers), for the table's T column
+
+
+def field_rows() -> List[Dict]:
+    """The field-data check: Llama 3's interruptions (419, 63 of them whole-job) at 16,384 GPUs in 54
+    days over 10 seeds, and the job MTTF at 1k/4k/16k GPUs over 2,000 interruptions each."""
+    from mecefo_exp import field_failures as ff
+
+    cfg = compose(["failure=llama3_taxonomy"]).failure
+    days = ff.LLAMA3_DAYS * 86400.0
+    counts, jobs = [], []
+    for seed in range(10):
+        drawn = list(ff.arrivals(cfg, ff.LLAMA3_GPUS, days, 3600.0, seed))
+        counts.append(len(drawn))
+        jobs.append(sum(c.radius == "job" for _, c, _ in drawn))
+    rows = []
+    for what, values, paper in (("interruptions in 54 days, 16,384 GPUs", counts, 419),
+                                ("of which whole-job (software, dependency, NCCL)", jobs, 63)):
+        mean = statistics.mean(values)
+        band = 1.96 * math.sqrt(paper / len(values))
+        rows.append({"check": what, "harness": f"{mean:.1f} (10 seeds: {min(values)}-{max(values)})",
+                     "field": f"{paper} (Llama 3)", "band": f"± {band:.1f} (Poisson, mean of 10)",
+                     "agrees": abs(mean - paper) < band})
+    for gpus in (1024, 4096, 16384):
+        expected_h = 54 * 24 / 419 * 16384 / gpus
+        times = [t for t, _, _ in ff.arrivals(cfg, gpus, 2000 * expected_h * 3600.0, 3600.0, seed=gpus)]
+        mttf = times[-1] / len(times) / 3600.0
+        rel = 1.96 / math.sqrt(len(times))
+        rows.append({"check": f"job MTTF at {gpus:,} GPUs (h)", "harness": f"{mttf:.3g} ({len(times)} interruptions)",
+                     "field": f"{expected_h:.3g} (Llama 3's rate per GPU)", "band": f"± {100 * rel:.1f}%",
+                     "agrees": abs(mttf / expected_h - 1) < rel})
+    return rows
+
+
+def _markdown(rows: List[Dict]) -> str:
+    cols = list(rows[0])
+    cell = {True: "yes", False: "**no**"}
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    return "\n".join(lines + ["| " + " | ".join(str(cell.get(r[k], r[k]) if isinstance(r[k], bool) else r[k])
+                                                  for k in cols) + " |" for r in rows])
+
+
+def write_tables(out: Path) -> Dict[str, str]:
+    """tables/closed_forms.md and tables/field_data.md under `out` ({file: text})."""
+    (out / "tables").mkdir(parents=True, exist_ok=True)
+    profile = write_profile(out / "tables" / "pinned_profile.json")
+    texts = {"closed_forms.md": _markdown(closed_form_rows(profile)), "field_data.md": _markdown(field_rows())}
+    for name, text in texts.items():
+        (out / "tables" / name).write_text(text + "\n")
+    return texts

@@ -1,0 +1,102 @@
+"""Numerics-free runs in this process, for sweeps that read only a run's summary (decision map, advise,
+the closed-form tests): compose with Hydra's compose API, run in a scratch folder, keep the summary.
+
+    summaries = run_all([["experiment=llama3_405b", "method=mecefo", "seed=0"], ...], processes=2)
+
+Effective training time is the failure-free time of the steps done over the simulated time, as
+analysis/frontier.py and Llama 3 report it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+METHODS = ["checkpoint", "reft", "baft", "bamboo", "oobleck", "mecefo"]
+
+
+def compose(overrides: Sequence[str]):
+    """The config the command line would run, validated (a bad override is one ConfigError line)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from mecefo_exp.config import validate
+    from mecefo_exp.hydra_glue import register_configs
+    from mecefo_exp.paths import conf_dir
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        cfg = hydra_compose("config", overrides=list(overrides))
+    validate(cfg)
+    return cfg
+
+
+def run_cfg(cfg, keep: Optional[Path] = None) -> Dict:
+    """Run one composed config; its folder is a scratch one (removed) unless `keep` names one."""
+    from mecefo_exp.trainer import Experiment
+
+    loggers = [logging.getLogger(name) for name in ("mecefo_exp", "mecefo_exp.trainer", "mecefo_exp.timing")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:  # a run's start lines and warnings say nothing here; put back afterwards
+        lg.setLevel(logging.ERROR)
+    folder = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="mecefo-sim-"))
+    try:
+        return Experiment(cfg, folder).run()
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def run(overrides: Sequence[str]) -> Dict:
+    return run_cfg(compose(overrides))
+
+
+def _job(overrides):
+    try:
+        return run(overrides)
+    except Exception as e:  # one failed cell is reported, never the whole sweep lost
+        return {"status": "failed", "error": f"{type(e).__name__}: {e}"}
+
+
+def run_all(jobs: List[List[str]], processes: int = 2, each=None) -> List[Dict]:
+    """Every job's summary, in order; `processes` worker processes (1: in this process). `each(i,
+    summary)` is called as each job ends (in order), e.g. to keep a record that survives a stop."""
+    def results():
+        if processes <= 1 or len(jobs) <= 1:
+            yield from map(_job, jobs)
+            return
+        import multiprocessing as mp
+
+        with mp.get_context("fork").Pool(processes, maxtasksperchild=20) as pool:
+            yield from pool.imap(_job, jobs, chunksize=1)
+
+    out = []
+    for i, summary in enumerate(results()):
+        out.append(summary)
+        if each is not None:
+            each(i, summary)
+    return out
+
+
+def effective_time(summary: Dict) -> float:
+    """Failure-free seconds of the steps done over the simulated seconds (NaN for a failed run)."""
+    step_s = (summary.get("clock") or {}).get("failure_free_step_s")
+    if summary.get("status") != "ok" or not step_s or not summary.get("sim_time_s"):
+        return math.nan
+    return summary["steps"] * step_s / summary["sim_time_s"]
+
+
+def mean_interval(values: Sequence[float]):
+    """Mean and the 95% Student-t half-width over seeds (NaN half-width for one value)."""
+    from analysis.tables import mean_ci
+
+    mean, half, _ = mean_ci(list(values))
+    return mean, half

@@ -1,0 +1,148 @@
+"""Field failure data as traces: Llama 3 405B's interruptions by cause, each with its blast radius.
+
+`failure=llama3_taxonomy` (kind `field`) draws, for every cause of the Llama 3 paper's table of
+419 unexpected interruptions in a 54-day snapshot on 16,384 H100 (docs/METHODS.md, "Field failure
+data"), a cluster-wide Poisson process at that cause's count per GPU-second times the cluster's GPUs
+(so the rate scales with the cluster; `failure.every_h` scales every cause together: 3.0931 h is
+Llama 3's one interruption every 54 x 24 / 419 h at 16,384 GPUs). Each arrival takes down its
+cause's blast radius:
+
+- `gpu`: one GPU (rounded up to `failure.unit_gpus`: in a TP8 layout a GPU's loss stops its
+  tensor-parallel group, that is its server);
+- `server`: the 8 GPUs of one server (Llama 3's servers);
+- `switch`: the servers under one top-of-rack switch (`SWITCH_SERVERS`, an assumption);
+- `job`: every worker of the job at one instant (software bugs, dependencies, NCCL watchdog
+  timeouts): no hardware is lost, the job as a whole stops. Each method meets it through its fatal
+  fall-back, as it would a failure it cannot absorb.
+
+Repair (assumptions, the paper gives none per cause): hardware radii are replaced after
+`failure.replace_s`; a job fault's workers are back at the same instant (a zero-length outage: the
+method's own detection, restart and reload are the whole cost).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from typing import Dict, Iterator, List, NamedTuple, Tuple
+
+from .trace_events import FAIL, RECOVER, FailureEvent
+
+#: Llama 3 paper (Llama Team, "The Llama 3 Herd of Models", 2024, Table 5): cause, category, count
+LLAMA3_CAUSES: List[Tuple[str, str, int]] = [
+    ("Faulty GPU", "GPU", 148), ("GPU HBM3 Memory", "GPU", 72), ("Software Bug", "Dependency", 54),
+    ("Network Switch/Cable", "Network", 35), ("Host Maintenance", "Unplanned Maintenance", 32),
+    ("GPU SRAM Memory", "GPU", 19), ("GPU System Processor", "GPU", 17), ("NIC", "Host", 7),
+    ("NCCL Watchdog Timeouts", "Unknown", 7), ("Silent Data Corruption", "GPU", 6),
+    ("GPU Thermal Interface + Sensor", "GPU", 6), ("SSD", "Host", 3), ("Power Supply", "Host", 3),
+    ("Server Chassis", "Host", 2), ("IO Expansion Board", "Host", 2), ("Dependency", "Dependency", 2),
+    ("CPU", "Host", 2), ("System Memory", "Host", 2),
+]
+LLAMA3_DAYS, LLAMA3_GPUS, LLAMA3_TOTAL = 54, 16384, 419
+SERVER_GPUS = 8  # Llama 3's servers: 8 GPUs on NVLink
+#: ASSUMPTION (the paper does not say how many servers a switch or cable fault took out): two
+SWITCH_SERVERS = 2
+#: blast radius by the paper's category (its "Unknown" is the NCCL watchdog: a job-wide stop)
+RADIUS_OF_CATEGORY = {"GPU": "gpu", "Host": "server", "Unplanned Maintenance": "server", "Network": "switch",
+                      "Dependency": "job", "Unknown": "job"}
+TABLES = {"llama3_taxonomy": LLAMA3_CAUSES}
+
+
+class Cause(NamedTuple):
+    name: str
+    radius: str  # gpu | server | switch | job
+    rate_per_gpu_s: float  # at failure.every_h = Llama 3's
+
+
+def causes(table: str = "llama3_taxonomy") -> List[Cause]:
+    if table not in TABLES:
+        raise ValueError(f"failure.name={table!r} with failure.kind=field: allowed: {', '.join(TABLES)}")
+    per_gpu_s = 1.0 / (LLAMA3_DAYS * 86400.0 * LLAMA3_GPUS)
+    return [Cause(name, RADIUS_OF_CATEGORY[cat], count * per_gpu_s) for name, cat, count in TABLES[table]]
+
+
+def radius_gpus(radius: str, n_workers: int, unit_gpus: int) -> int:
+    g = {"gpu": 1, "server": SERVER_GPUS, "switch": SERVER_GPUS * SWITCH_SERVERS, "job": n_workers}[radius]
+    return min(n_workers, max(g, unit_gpus))
+
+
+def job_share(table: str = "llama3_taxonomy") -> float:
+    """Share of interruptions that stop the whole job (63 of Llama 3's 419)."""
+    cs = causes(table)
+    return sum(c.rate_per_gpu_s for c in cs if c.radius == "job") / sum(c.rate_per_gpu_s for c in cs)
+
+
+def _scale(cfg, hour_s: float) -> float:
+    """Every cause's rate multiplier: Llama 3's every_h over the config's, and the time map."""
+    return (LLAMA3_DAYS * 24 / LLAMA3_TOTAL) / float(cfg.every_h) * (3600.0 / hour_s)
+
+
+def rates(cfg, n_workers: int, hour_s: float = 3600.0) -> List[Tuple[Cause, int, float]]:
+    """(cause, its blast radius in workers, its arrivals per simulated second) on n_workers GPUs."""
+    scale, unit_gpus = _scale(cfg, hour_s), int(cfg.unit_gpus or 1)
+    return [(c, radius_gpus(c.radius, n_workers, unit_gpus), c.rate_per_gpu_s * n_workers * scale)
+            for c in causes(cfg.name)]
+
+
+def arrivals(cfg, n_workers: int, horizon_s: float, hour_s: float, seed: int) -> Iterator[Tuple[float, Cause, int]]:
+    """The interruptions in [0, horizon_s): (time, cause, blast radius in workers), in time order."""
+    table = rates(cfg, n_workers, hour_s)
+    total = sum(rate for _, _, rate in table)
+    if total <= 0:
+        return
+    rng = random.Random(f"mecefo-field:{seed}")
+    weights = [rate for _, _, rate in table]
+    t = 0.0
+    while True:
+        t += rng.expovariate(total)
+        if t >= horizon_s:
+            return
+        cause, g, _ = rng.choices(table, weights)[0]
+        yield t, cause, g
+
+
+def draw(cfg, n_workers: int, horizon_s: float, run_s: float, hour_s: float, real_time: bool,
+         seed: int) -> Tuple[List[FailureEvent], Dict[str, float], str]:
+    """The events, the expectation over [0, run_s] and how it was computed (Trace's arguments)."""
+    replace_s = float(cfg.replace_s) if real_time else float(cfg.replace_s) / 3600.0 * hour_s
+    table = rates(cfg, n_workers, hour_s)
+    expected = {"failures": 0.0, "unit_failures": sum(rate for _, _, rate in table) * run_s, "mean_workers_down": 0.0}
+    for c, g, rate in table:
+        expected["failures"] += rate * run_s * g
+        expected["mean_workers_down"] += 0.0 if c.radius == "job" else rate * g * replace_s
+    events: List[FailureEvent] = []
+    pick = random.Random(f"mecefo-field-unit:{seed}")  # which unit: a stream of its own
+    down_until: Dict[int, float] = {}
+    repairs: List[Tuple[float, int]] = []
+    for t, cause, g in arrivals(cfg, n_workers, horizon_s, hour_s, seed):
+        while repairs and repairs[0][0] <= t:
+            _, w = heapq.heappop(repairs)
+            if down_until.get(w, math.inf) <= t:
+                del down_until[w]
+        if cause.radius == "job":  # every worker that is up stops and is back at once
+            up = [w for w in range(n_workers) if w not in down_until]
+            events += [FailureEvent(t, w, FAIL) for w in up] + [FailureEvent(t, w, RECOVER) for w in up]
+            continue
+        for _ in range(8):  # a unit whose workers are all up (else the arrival is dropped)
+            first = pick.randrange(n_workers // g) * g
+            members = range(first, first + g)
+            if not any(w in down_until for w in members):
+                break
+        else:
+            continue
+        back = t + replace_s
+        for w in members:
+            events.append(FailureEvent(t, w, FAIL))
+            if back < horizon_s:
+                events.append(FailureEvent(back, w, RECOVER))
+            down_until[w] = back
+            heapq.heappush(repairs, (back, w))
+    how = (f"field causes ({cfg.name}): cluster-wide Poisson arrivals per cause, rate per GPU x {n_workers} GPUs; "
+           "stationary, ignoring arrivals dropped on units already down")
+    return events, expected, how
+
+
+def expected_events(cfg, n_workers: int, horizon_s: float, hour_s: float) -> float:
+    """Worker events (fail + recover) the trace is expected to hold: its memory budget."""
+    return sum(2 * rate * horizon_s * g for _, g, rate in rates(cfg, n_workers, hour_s))
