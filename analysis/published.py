@@ -143,9 +143,10 @@ def _frontier_configs() -> Dict[str, List[str]]:
 
 def _decision_map_configs() -> Dict[str, List[str]]:
     from .decision_map import MODELS
+    from .simulate import METHODS as MAPPED  # the methods the published map was swept with
 
     return {f"{model}/{m}": ["experiment=decision_map", *spec["overrides"], "cluster.n_workers=4096", f"method={m}"]
-            for model, spec in MODELS.items() for m in METHODS}
+            for model, spec in MODELS.items() for m in MAPPED}
 
 
 def _decision_map_tables(folder: Path) -> Dict[str, str]:

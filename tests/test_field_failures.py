@@ -85,10 +85,12 @@ def test_a_whole_job_fault_is_one_fall_back_for_every_method(run_exp, tmp_path, 
     path = tmp_path / "job.csv"
     rows = [f"10.5,{w},fail" for w in range(16)] + [f"10.5,{w},recover" for w in range(16)]
     path.write_text("time,worker,event\n" + "\n".join(rows) + "\n")
-    interval = {"checkpoint": "method.interval=4", "baft": "method.checkpoint_every=4"}.get(
-        method, "method.checkpoint_interval=4")
+    from mecefo_exp.registry import method_class
+
+    key = method_class(method).interval_key  # each method names its interval its own way (JIT has none)
+    interval = [f"method.{key}=4"] if key else []
     summary, run_dir = run_exp(*HYBRID, f"method={method}", "failure=trace", "failure.unit=steps",
-                               f"failure.path={path}", interval, micro=False)
+                               f"failure.path={path}", *interval, micro=False)
     assert summary["status"] == "ok" and summary["steps"] == 40
     assert summary["rollbacks"] == 1, summary["rollbacks"]
     if "fatal" in summary:
