@@ -133,7 +133,8 @@ def test_the_caches_follow_mecefo_cache(tmp_path, monkeypatch):
     """An installed package has no checkout: its corpus and its token caches live under $MECEFO_CACHE."""
     from omegaconf import OmegaConf
 
-    from mecefo_exp.data import CORPUS_SOURCES, cache_root
+    from mecefo_exp.data import cache_root
+    from mecefo_exp.local_corpus import CORPUS_SOURCES
 
     monkeypatch.setenv("MECEFO_CACHE", str(tmp_path / "cache"))
     assert cache_root(OmegaConf.create({"cache_dir": None})) == tmp_path / "cache"
