@@ -1,67 +1,13 @@
 """Failure traces: lists of (time, worker, fail|recover), drawn before training starts.
 
-A trace depends only on the failure config, the number of workers, the seed and the time
-unit (the failure-free step time from the profile), never on the method: every method of
-a sweep with the same seed and preset sees the same trace (common random numbers).
-
-Presets `failure=low|medium|high` are the MeCeFO paper's Table 1: one failure every
-`every_h` hours somewhere in its 32-GPU cluster, each failed GPU back after `recover_h`
-hours. The paper does not say whether failures are per worker or cluster-wide, fixed or
-exponential, per GPU or per machine; the config's *readings* (docs/DESIGN.md "Failure
-readings") choose:
-
-- `process=per_worker` (default): each failure *unit* fails independently, Poisson
-  arrivals while it is up, at rate 1 / ((paper_workers / unit_gpus) * every_h): the paper's
-  cluster as a whole sees one failure every every_h (a little less, since down units do not
-  fail). One RNG stream per unit. With the defaults a worker is down
-  recover_h / (32 * every_h + recover_h) of the time: 1.9 / 2.7 / 3.6 of 32 workers on
-  average (low / medium / high), the same share of 8 miniature workers.
-- `process=cluster`: one Poisson arrival every every_h (mean) somewhere in the cluster,
-  whatever its size; each takes down a unit chosen uniformly among those up (and failable);
-  an arrival finding none up is dropped. One RNG stream for the cluster. (docs/METHODS.md's
-  2 / 3 / 4 workers down reads the rate this way, with arrivals also hitting units already
-  down.)
-- `unit_gpus=g`: a failure takes unit u = workers u*g .. u*g+g-1 down (and back) at one
-  instant; with `failure.workers`, a unit may fail only if all its workers are listed.
-- `repair=fixed` (default): back after recover_h; `repair=tick`: back at the next multiple of
-  recover_h (ticks at recover_h, 2 recover_h, ... from time 0); `repair=replace`: a spare
-  takes the unit's place after `replace_s` seconds (the unit recovers then).
-
-`failure=nodes` replays a node add/remove trace (`t_ms,add|remove,name`, the format of the
-Oobleck authors' spot-instance traces): node_trace.py.
-
-`failure=poisson` uses the same readings with `mtbf` for every_h (per unit for per_worker,
-cluster-wide for cluster; paper_workers is not used) and `mttr` for recover_h.
-
-Time map. `real_time=False` (a miniature run): one paper hour maps to run_s / paper_run_h
-simulated seconds, where run_s is this run's failure-free duration (max_steps times the
-failure-free step from the profile): each worker then fails as often per run, and stays down
-for the same share of it, as in the paper's LLaMA-1B run (cluster.paper_run_h = 12.4 h,
-derived). `real_time=True` (a paper-scale clock): one hour is 3600 simulated seconds, no
-rescaling. `replace_s` is in seconds of the same clock: real seconds when real_time, else
-paper seconds (replace_s / 3600 paper hours, mapped as above), whatever `failure.unit` is.
-
-`Trace.expected` gives "failures" (worker `fail` events, as `Trace.stats_until` counts them:
-a unit failure of g workers counts g), "unit_failures" (failure instants) and
-"mean_workers_down", all over the failure-free run [0, run_s]; `Trace.expected_how` names
-the formula:
-
-- per_worker, fixed or replace (down time D fixed): alternating renewal, stationary:
-  a unit fails run_s / (1/rate + D) times and is down D / (1/rate + D) of the time
-  (ignores that every unit starts up; exact in the long run).
-- fixed or replace with D >= run_s (failure.replace_s=1e12: a unit fails at most once, and the
-  stationary formulas say almost none): exact, as one tick interval of length run_s below.
-- per_worker, tick: exact over [0, run_s]: every unit is up at each tick (a unit down at
-  a tick recovers there), so each tick interval of length s independently holds at most
-  one failure, with probability 1 - exp(-rate s), and (s - (1 - exp(-rate s)) / rate) of
-  down time. The wait to the next tick is then recover_h / 2 on average when failures per
-  interval are rare, a little more otherwise (the formula is exact, not recover_h / 2).
-- cluster, fixed or replace: Erlang's loss system M/G/c/c with c = failable units,
-  offered load rate * D: stationary accepted rate rate * (1 - B) and mean units down
-  rate * D * (1 - B), B = Erlang B(c, rate * D) (insensitive to the repair-time law; exact
-  in the long run, ignores that every unit starts up).
-- cluster, tick: exact over [0, run_s]: each tick interval starts with every unit up;
-  with N(s) ~ Poisson(rate s) arrivals by s into it, min(N(s), c) units are down.
+A trace depends only on the failure config, the number of workers, the seed and the time unit
+(the failure-free step time from the profile), never on the method: every method of a sweep with
+the same seed and preset sees the same trace (common random numbers). The presets
+`failure=low|medium|high` are the MeCeFO paper's Table 1, read through `failure.process`,
+`unit_gpus` and `repair`; `failure=poisson` takes an MTBF and an MTTR; `failure=trace` replays a
+CSV; `failure=nodes` an add/remove node trace (node_trace.py); `failure=field` draws field data
+(field_failures.py). docs/CLOCK.md ("Failure traces: the readings, the time map and the
+expectations") has every reading and formula.
 """
 
 from __future__ import annotations
@@ -74,6 +20,7 @@ import random
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
+from .failure_expectations import expected_failures
 from .trace_events import FAIL, RECOVER, FailureEvent, TraceError  # noqa: F401 (the trace's vocabulary, re-exported)
 
 
@@ -277,60 +224,6 @@ def _cluster_events(units: List[Tuple[int, List[int]]], rate_per_s: float, recov
     return events
 
 
-def _poisson_tails(x: float, k_max: int) -> List[float]:
-    """[P(N >= k) for k = 0..k_max], N ~ Poisson(x)."""
-    tails, cdf = [1.0], 0.0
-    for i in range(k_max):
-        cdf += math.exp(-x + i * math.log(x) - math.lgamma(i + 1)) if x > 0 else float(i == 0)
-        tails.append(-math.expm1(-x) if i == 0 else max(0.0, 1.0 - cdf))
-    return tails
-
-
-def _erlang_b(c: int, load: float) -> float:
-    """Erlang's loss probability of c servers offered `load` (B(0) = 1)."""
-    b = 1.0
-    for k in range(1, c + 1):
-        b = load * b / (k + load * b)
-    return b
-
-
-def _expected(process: str, repair: str, rate: float, down_s: float, c: int, run_s: float) -> Tuple[float, float, str]:
-    """Expected unit failures and mean units down over [0, run_s] (module docstring)."""
-    # a down time as long as the run: a unit fails at most once, as in one tick interval from every unit up
-    at_most_once = repair != "tick" and down_s >= run_s > 0
-    if repair == "tick" or at_most_once:
-        n_full = math.floor(run_s / down_s) if not at_most_once else 0
-        rem = max(0.0, run_s - n_full * down_s)
-        if process == "per_worker":
-            def fails(s):
-                return c * -math.expm1(-rate * s)
-
-            def area(s):
-                return c * (s - -math.expm1(-rate * s) / rate)
-            how = "per_worker tick: exact over the run (at most one failure per unit and tick interval)"
-        else:
-            def fails(s):
-                return sum(_poisson_tails(rate * s, c)[1:])
-
-            def area(s):  # integral over [0, s] of E[min(N(u), c)] du
-                tails = _poisson_tails(rate * s, c)
-                return sum(s - sum(tails[1:k + 1]) / rate for k in range(1, c + 1))
-            how = "cluster tick: exact over the run (min(Poisson arrivals, units) down in each tick interval)"
-        unit_fail = n_full * fails(down_s) + fails(rem)
-        units_down = (n_full * area(down_s) + area(rem)) / run_s if run_s > 0 else 0.0
-        if at_most_once:
-            how = f"{process} {repair}, a down time as long as the run: exact (at most one failure per unit)"
-        return unit_fail, units_down, how
-    if process == "per_worker":
-        cycle = 1.0 / rate + down_s
-        return (c * run_s / cycle, c * down_s / cycle,
-                f"per_worker {repair}: alternating renewal, stationary (ignores that every unit starts up)")
-    load = rate * down_s
-    accepted = 1.0 - _erlang_b(c, load)
-    return (rate * accepted * run_s, load * accepted,
-            f"cluster {repair}: Erlang loss M/G/c/c, stationary (ignores that every unit starts up)")
-
-
 def read_trace_csv(path: str, n_workers: int, unit_s: float) -> List[FailureEvent]:
     """Parse and validate a CSV of time,worker,event; errors name the line."""
     p = Path(path)
@@ -466,7 +359,7 @@ def make_trace(failure_cfg, n_workers: int, step_s: float, max_steps: int, seed:
         events = _per_unit_events(units, unit_gpus, rate, recover_at, horizon, seed)
     else:
         events = _cluster_events(units, rate, recover_at, horizon, seed)
-    unit_fail, units_down, how = _expected(process, repair, rate, down_s, len(units), run_s)
+    unit_fail, units_down, how = expected_failures(process, repair, rate, down_s, len(units), run_s)
     expected = {"failures": unit_gpus * unit_fail, "unit_failures": unit_fail,
                 "mean_workers_down": unit_gpus * units_down}
     return Trace(events, n_workers, horizon, expected, how)
