@@ -489,7 +489,7 @@ def _nodes_at(rows, ready_s):
 
 @pytest.mark.parametrize("method", [
     ["method=mecefo", "method.charge_initial_checkpoint=false"],
-    ["method=bamboo", "method.rebalance_after_steps=1000", "method.fatal_restart_s=1",
+    ["method=bamboo", "method.rebalance_after_steps=1000", "method.restart_s=1",
      "method.charge_initial_checkpoint=false"]])
 def test_a_fatal_fall_back_under_a_node_trace_restarts_on_the_nodes_there(tmp_path, method):
     """b, c and d are removed for good at 10, 20 and 30 s; e is added at 40 s (usable at 41 s) in the
