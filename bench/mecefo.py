@@ -35,7 +35,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 
 from mecefo_exp.approx import (LowRankProjections, approximations, is_attention_parameter,  # noqa: E402
                                saved_activation_bytes)
-from mecefo_exp.cluster.local import LocalCluster  # noqa: E402
+from mecefo_exp.executor import LocalCluster  # noqa: E402
 from mecefo_exp.hydra_glue import register_configs  # noqa: E402
 from mecefo_exp.data import SampleStream, load_corpus  # noqa: E402
 from mecefo_exp.model import build_model  # noqa: E402

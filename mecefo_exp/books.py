@@ -75,15 +75,20 @@ class Window:
 class Books:
     """Stateful-like: `state_dict()` / `load_state_dict()` with the checkpoint's historical keys."""
 
-    def __init__(self, clock: SimClock, trace: Optional[Trace] = None, method=None, store=None):
+    def __init__(self, clock: SimClock):
         self.clock = clock
-        self.trace = trace
-        self.method = method
-        self.store = store  # the method's disk checkpoints (None for a method that writes none)
+        self.trace: Optional[Trace] = None  # the parts whose positions the books save: `keep` names them
+        self.method = None
+        self.store = None  # the method's disk checkpoints (None for a method that writes none)
         self.counters = Counters()
         self.tokens_processed = 0
         self.final_val_loss = float("nan")
         self.window = Window()
+
+    def keep(self, trace: Trace, method, store) -> None:
+        """Once the run has built them: the trace, the method and its store, whose positions and
+        state the books save and restore with their own (built once, these books live as long as the run)."""
+        self.trace, self.method, self.store = trace, method, store
 
     def state_dict(self) -> Dict:
         return {"clock": self.clock.state_dict(), "counters": self.counters.as_dict(),

@@ -27,7 +27,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from . import runlock
-from .config import ConfigError, validate, with_new_defaults
+from .errors import ConfigError
+from .config import typed_config, validate
 from .hydra_glue import register_configs, run_name, torchrun_restarted
 from .faults import TraceError
 from .console import install_console, resume_command
@@ -106,15 +107,15 @@ def _job(cfg: DictConfig, run_dir: Path):
     hc = HydraConfig.get()
     if torchrun_restarted():
         cfg.resume = True  # torchrun restarted the group after a failure: continue, don't start over
-    if cfg.resume and (run_dir / "config.yaml").exists():
-        typed = cfg
-        # the run's own config (entry() refused other changes), with keys added since at their defaults
-        cfg = with_new_defaults(OmegaConf.load(run_dir / "config.yaml"))
-        cfg.resume = True
-        typed_keys = {o.lstrip("+~").split("=", 1)[0] for o in _user_overrides(list(hc.overrides.task))}
-        for key in typed_keys & set(RESUME_MAY_CHANGE):
-            OmegaConf.update(cfg, key, OmegaConf.select(typed, key))
     try:
+        if cfg.resume and (run_dir / "config.yaml").exists():
+            given = cfg
+            # the run's own config (entry() refused other changes), typed, with keys added since at their defaults
+            cfg = typed_config(OmegaConf.load(run_dir / "config.yaml"), str(run_dir / "config.yaml"))
+            cfg.resume = True
+            typed_keys = {o.lstrip("+~").split("=", 1)[0] for o in _user_overrides(list(hc.overrides.task))}
+            for key in typed_keys & set(RESUME_MAY_CHANGE):
+                OmegaConf.update(cfg, key, OmegaConf.select(given, key))
         validate_run(cfg)
     except ConfigError as e:
         _config_error(run_dir, e)
@@ -142,7 +143,7 @@ def _job(cfg: DictConfig, run_dir: Path):
             # torch's C++ side logs each failed store read with its C++ frames when a peer dies (read
             # once, at torch's first import; the workers get it too): the Python errors say it in a line
             os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-            from .torchft_launch import WorkerFailed, launch
+            from .tiers.torchft.launcher import WorkerFailed, launch
 
             anticipated += (WorkerFailed,)
             summary = launch(cfg, run_dir)
@@ -226,13 +227,13 @@ def torchrun_prelude() -> None:
     """Under torchrun every rank runs @hydra.main: make them agree on rank 0's run folder.
 
     Ranks other than 0 stay quiet and write no .hydra/ files; only rank 0 writes
-    the run record (see mecefo_exp/cluster/torchrun.py).
+    the run record (see mecefo_exp/tiers/torchrun.py).
     """
-    from .cluster import launched_by_torchrun
+    from .tiers.torchrun_launch import launched_by_torchrun
 
     if not launched_by_torchrun():
         return
-    from .cluster.torchrun import agree_run_dir, init_distributed
+    from .tiers.torchrun import agree_run_dir, init_distributed
     import datetime
 
     import torch.distributed as dist
@@ -420,7 +421,7 @@ def _no_such_setting(key: str, schema) -> str:
 
 def entry() -> None:
     """The console script (pyproject [project.scripts]) and `python -m mecefo_exp`."""
-    from .cluster import launched_by_torchrun, refuse_config_under_torchrun
+    from .tiers.torchrun_launch import launched_by_torchrun, refuse_config_under_torchrun
 
     if launched_by_torchrun():  # before the group forms, once: torchrun restarts a group whose rank exits 2
         refuse_config_under_torchrun(lambda: check_overrides(sys.argv[1:]))

@@ -22,7 +22,7 @@ from .console import EventPrinter, Progress, speak_for_the_run
 from .metrics import RunRecords, git_sha
 from .methods.base import Method
 from .methods.checkpointing import CheckpointStore
-from .tiers import LocalTier, build_tier
+from .tiers import Tier, build_tier
 from .timing import CostModel, SimClock, Timing, layout_shape
 from .timing.layout import LayoutShape
 from .faults import Trace
@@ -44,7 +44,7 @@ class Context:
     cluster_cfg: object  # plain cluster settings (detection_s, restart_s, reconfigure_s, ...)
     model_cfg: object
     placement: Optional[LayoutShape]  # where each GPU sits in a hybrid layout; None: pure data parallelism
-    tier: LocalTier
+    tier: Tier
     # ---- the parts, built by setup(); None until then
     records: Optional[RunRecords]
     training: Optional[object]  # TrainingState, or ShapeOnlyState without numerics

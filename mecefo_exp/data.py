@@ -186,7 +186,7 @@ def check_tokenizer(data_cfg):
     Returns the tokenizer (kept for the corpus build). Raises ConfigError naming the
     tokenizer, where it was looked for and how to point data.tokenizer at a local folder.
     """
-    from .config import ConfigError
+    from .errors import ConfigError
 
     name = str(data_cfg.tokenizer)
     try:

@@ -51,7 +51,7 @@ def hydra_output_subdir(resume: Any, output_dir: str, machine_rank: Any = 0) -> 
 
 def torchrun_restarted() -> bool:
     """Whether this process belongs to a later torchrun round than the first: it resumes.
-    (cluster/torchrun.py's init_distributed says which round; torch-free here.)"""
+    (tiers/torchrun.py's init_distributed says which round; torch-free here.)"""
     import os
 
     return os.environ.get("MECEFO_TORCHRUN_ROUND", os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) != "0"

@@ -1,7 +1,8 @@
-"""The methods by name: the module and class of each, imported on demand by name.
+"""The methods and the tiers by name: the module and class of each, imported on demand by name.
 
-One line per method. The config layer reads a method's own settings (its class's `Config`)
-through here without importing the methods, and no method's imports slow down another's run.
+One line per method, one per tier. The config layer reads a method's own settings (its class's
+`Config`) and a tier's own checks through here without importing them, and no method's or tier's
+imports (torch, torchft) slow down another's run.
 """
 
 import importlib
@@ -28,3 +29,31 @@ def method_class(name: str) -> type:
 def method_config(name: str) -> type:
     """The dataclass of method=<name>'s settings (Hydra composes conf/method/<name>.yaml onto it)."""
     return method_class(name).Config
+
+
+# cluster.name -> "module:Class" under mecefo_exp.tiers
+TIERS = {
+    "local": "local:LocalTier",
+    "torchrun": "torchrun:TorchrunTier",
+    "torchft": "torchft.tier:TorchftTier",
+}
+
+# cluster.name -> "module:function" checking the settings only that tier has (imports no tensor library)
+TIER_CHECKS = {
+    "torchrun": "torchrun_launch:check_config",
+    "torchft": "torchft.checks:check_config",
+}
+
+
+def _tiers_attribute(spec: str):
+    module, name = spec.split(":")
+    return getattr(importlib.import_module(f"mecefo_exp.tiers.{module}"), name)
+
+
+def tier_class(name: str) -> type:
+    return _tiers_attribute(TIERS[name])
+
+
+def tier_checks(name: str):
+    """cluster=<name>'s own checks, a function of the config raising ConfigError (a no-op where there are none)."""
+    return _tiers_attribute(TIER_CHECKS[name]) if name in TIER_CHECKS else (lambda cfg: None)

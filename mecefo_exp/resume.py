@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from .config import ConfigError
+from .errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +59,9 @@ def config_incomplete(run_dir: Path) -> Optional[str]:
 
     from omegaconf import MISSING, OmegaConf
 
-    from .config import with_new_defaults
     from .config.schema import Config
 
-    stored = with_new_defaults(OmegaConf.load(Path(run_dir) / "config.yaml"))
+    stored = OmegaConf.load(Path(run_dir) / "config.yaml")
     missing = [f.name for f in dataclasses.fields(Config) if f.default is MISSING and f.name not in stored]
     return f"its config.yaml lacks {', '.join(missing)} (it is not the run's: put it back)" if missing else None
 

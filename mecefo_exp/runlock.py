@@ -26,7 +26,7 @@ from typing import Dict
 
 from filelock import FileLock, Timeout
 
-from .config import ConfigError
+from .errors import ConfigError
 
 log = logging.getLogger(__name__)
 

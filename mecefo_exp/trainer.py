@@ -13,7 +13,7 @@ once (`book_quiet_steps`); the steps at events go through the loop above.
 
 `Experiment` builds the parts in order and runs the loop; each part lives in its own file:
 the training state (training.py), the books that are saved (books.py), the tier the workers
-run on (tiers.py), resume (resume.py), the record (record.py), signals (signals.py) and the
+run on (tiers/), resume (resume.py), the record (record.py), signals (signals.py) and the
 console (console.py). Methods see the run only through `RunContext` (methods/base.py).
 """
 
@@ -27,14 +27,15 @@ import time
 from typing import Dict, Optional
 
 from . import runlock
-from .books import Books, optional_store
-from .config import ConfigError, plain
+from .books import optional_store
+from .errors import ConfigError
+from .config import plain
 from .console import Progress
 from .context import Context, log
 from .faults import check_whole_groups, make_trace
 from .methods import build_method
 from .methods.base import steps_before_multiple
-from .methods.checkpointing import CheckpointStore
+from .methods.checkpointing import store_of_run
 from .metrics import RunRecords
 from .record import (clock_summary, identity, log_done, log_start, now_iso, record_failure,
                      warn_if_memory_does_not_fit, window_summary)
@@ -111,9 +112,9 @@ class Experiment(Context):
         modes = self.method.modes()
         self.training.attach(self.tier.make_cluster(self, self.training, modes, cfg.cluster, cfg.trainer), modes)
         self.build_clock(modes)
-        self.books = Books(self.books.clock, self.trace, self.method, optional_store(self.method))
+        self.books.keep(self.trace, self.method, optional_store(self.method))
         self.method.setup()
-        self.resume_store = CheckpointStore(self, keep=1, folder="resume") if self.training.numerics else None
+        self.resume_store = store_of_run(self, folder="resume", keep=1) if self.training.numerics else None
         for store in (optional_store(self.method), self.resume_store):
             if store is not None and store.clean_incomplete():
                 log.warning("%s: removed half-written checkpoints a killed run left", store.root)

@@ -18,8 +18,9 @@ from typing import Dict, Optional
 
 import torch
 
-from .cluster.local import microbatch_losses
-from .config import ConfigError, plain
+from .executor import microbatch_losses
+from .errors import ConfigError
+from .config import plain
 from .data import SampleStream, load_corpus, validation_blocks
 from .model import build_model, count_parameters
 from .optim import lr_factor, make_optimizer, make_scheduler

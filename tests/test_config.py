@@ -205,7 +205,7 @@ def _is_local(address: str) -> bool:
 def test_the_bind_address_names_the_interface_gloo_is_given():
     import socket
 
-    from mecefo_exp.cluster.torchft_network import interface_of, loopback_interface, network_environment
+    from mecefo_exp.tiers.torchft.network import interface_of, loopback_interface, network_environment
 
     assert interface_of("127.0.0.1") == loopback_interface()
     assert network_environment("0.0.0.0") == {}  # every interface: gloo picks as it would alone
@@ -233,7 +233,7 @@ def test_launchers_of_other_machines_lock_and_record_apart(tmp_path):
 
 def test_torchft_missing_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "torchft", None)  # `import torchft` raises ImportError
-    from mecefo_exp.cluster.torchft_network import require_torchft
+    from mecefo_exp.tiers.torchft.network import require_torchft
 
     with pytest.raises(ConfigError, match=r"pip install -c constraints.txt torchft==0.2.0"):
         require_torchft()

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from mecefo_exp.approx import (LowRankProjections, LowRankWeightGradLinear, approximations,
                                is_attention_parameter, top_right_singular_vectors)
-from mecefo_exp.cluster.local import LocalCluster
+from mecefo_exp.executor import LocalCluster
 from mecefo_exp.plan import NORMAL, Mode, Plan, Sample, WorkItem
 
 from conftest import losses_by_step, read_jsonl

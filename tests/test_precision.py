@@ -5,7 +5,7 @@ import torch
 
 from conftest import MICRO, compose_cfg, losses_by_step, read_jsonl, tiny_model, tiny_stream
 from mecefo_exp.approx import LowRankProjections, approximations, is_attention_parameter
-from mecefo_exp.cluster.local import LocalCluster
+from mecefo_exp.executor import LocalCluster
 from mecefo_exp.plan import NORMAL, Mode, Plan, Sample, WorkItem
 
 N, B, T = 4, 4, 16

@@ -42,7 +42,7 @@ def worker_processes(run_dir: Path):
             cmd = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"mecefo_exp.torchft_launch" in cmd and str(run_dir).encode() in cmd:
+        if b"mecefo_exp.tiers.torchft.launcher" in cmd and str(run_dir).encode() in cmd:
             found.append(int(proc.name))
     return found
 
@@ -495,7 +495,7 @@ def test_two_machines_bound_to_a_network_address_listen_there_only(tmp_path):
     """cluster.bind names a non-loopback address (as across machines): every server of both
     launchers and their workers (stores, lighthouse, Managers, gloo) listens on it and on
     nothing else, and the run ends ok."""
-    from mecefo_exp.cluster.torchft_network import _ipv4_of
+    from mecefo_exp.tiers.torchft.network import _ipv4_of
 
     own = [a for a in (_ipv4_of(n) for _, n in socket.if_nameindex()) if a and not a.startswith("127.")]
     if not own:
@@ -537,7 +537,7 @@ def _ring_member(rank: int, port: int, timeout_s: float, results):
     import torch
     import torch.distributed as dist
 
-    from mecefo_exp.cluster.torchft import closing_gloo
+    from mecefo_exp.tiers.torchft.membership import closing_gloo
 
     timeout = datetime.timedelta(seconds=timeout_s)
     store = dist.TCPStore("127.0.0.1", port, 4, rank == 0, timeout=timeout)
@@ -652,7 +652,7 @@ def test_a_kill_a_kill_of_its_replacement_and_a_hung_worker_are_all_survived(run
         (second,) = [p for p in processes_of_worker(run_dir, 1) if p != first]
         # while it starts (imports, model, Manager): before any quorum could take it in. Killed
         # the moment it joins one, the survivors' group configuration waits quorum_timeout_s for it
-        # and the run has been seen to fail (docs/DESIGN.md, "Real faults on torchft")
+        # and the run has been seen to fail (docs/TORCHFT.md, "Real faults on torchft")
         os.kill(second, signal.SIGKILL)
         wait_until(lambda: any(e["kind"] == "recover" and e["worker"] == 1 for e in read_jsonl(run_dir / "events.jsonl")),
                    "worker 1 back", launcher, 180)

@@ -6,7 +6,7 @@ import types
 import pytest
 import torch
 
-from mecefo_exp.cluster.torchft import TorchftMembership
+from mecefo_exp.tiers.torchft.membership import TorchftMembership
 
 
 class Store:
@@ -92,7 +92,7 @@ def test_a_launcher_started_again_says_its_predecessors_processes_are_gone():
     """A machine died again while its restarted workers healed; its launcher, started a third time,
     finds their incarnations in the store and says they exited, so that the survivors ask for new
     ones (it starts what they ask for)."""
-    from mecefo_exp.torchft_launch import Launcher
+    from mecefo_exp.tiers.torchft.launcher import Launcher
 
     launcher = object.__new__(Launcher)
     launcher.mine, launcher.rejoined, launcher.store = [2, 3], False, Store()
@@ -110,7 +110,7 @@ def test_a_machine_whose_run_folder_is_not_machine_0s_is_one_line(tmp_path):
     from omegaconf import OmegaConf
 
     from mecefo_exp.config import ConfigError
-    from mecefo_exp.torchft_launch import Launcher
+    from mecefo_exp.tiers.torchft.launcher import Launcher
 
     launcher = object.__new__(Launcher)
     launcher.machine, launcher.run_dir = 1, tmp_path / "ft"
@@ -131,7 +131,8 @@ def test_failures_no_trace_planned_count_in_the_mean_workers_down():
 
     trace = Trace([], 3, 100.0, {"failures": 0.0, "unit_failures": 0.0, "mean_workers_down": 0.0})
     method = types.SimpleNamespace(state_dict=lambda: {}, load_state_dict=lambda state: None)
-    books = Books(SimClock(), trace, method)
+    books = Books(SimClock())
+    books.keep(trace, method, None)
     run = types.SimpleNamespace(event=lambda *args: None, books=books, clock=books.clock)
     books.clock.charge("stall", 10.0)
     Context.membership_event(run, FAIL, 1, {"membership": "torchft", "unplanned": True})
@@ -142,6 +143,7 @@ def test_failures_no_trace_planned_count_in_the_mean_workers_down():
     Context.membership_event(run, FAIL, 2, {"membership": "torchft", "unplanned": True})  # still down at the end
     books.clock.charge("stall", 10.0)
     assert books.trace_summary()["mean_workers_down"] == pytest.approx(30 / 50)
-    healed = Books(SimClock(), trace, method)  # a heal or a resume reads the same books
+    healed = Books(SimClock())  # a heal or a resume reads the same books
+    healed.keep(trace, method, None)
     healed.load_state_dict(books.state_dict())
     assert healed.trace_summary()["mean_workers_down"] == pytest.approx(30 / 50)

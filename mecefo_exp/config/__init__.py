@@ -12,16 +12,16 @@ key of `method=mecefo` and a typo in it is an error, not a silently ignored extr
 """
 
 # schema.py: the dataclasses, their field rules and what a config implies; checks.py: validate
-from .checks import (validate, is_loopback, split_host_port, model_presets)
+from .checks import (validate, model_presets)
 from .schema import (ConfigError, choices, at_least, above, within, check_fields, ModelConfig, DataConfig,
                      MethodConfig, FailureConfig,
                      ClusterConfig, HardwareConfig, ParallelConfig, TrainerConfig, LoggerConfig, Config,
-                     MAX_WORKERS, with_new_defaults, AttrDict, plain, is_hybrid,
+                     MAX_WORKERS, typed_config, AttrDict, plain, is_hybrid,
                      data_parallel_size, sequences_per_step, stage_layers)
 
 __all__ = ["AttrDict", "ClusterConfig",
            "Config", "ConfigError", "DataConfig", "FailureConfig", "HardwareConfig", "LoggerConfig",
            "MAX_WORKERS", "MethodConfig", "ModelConfig", "ParallelConfig", "TrainerConfig", "above", "at_least",
-           "check_fields", "choices", "data_parallel_size", "is_hybrid", "is_loopback", "model_presets",
-           "plain", "sequences_per_step", "split_host_port", "stage_layers", "validate", "with_new_defaults",
+           "check_fields", "choices", "data_parallel_size", "is_hybrid", "model_presets",
+           "plain", "sequences_per_step", "stage_layers", "validate", "typed_config",
            "within"]

@@ -9,9 +9,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
-
-class ConfigError(ValueError):
-    """A configuration value that cannot be run. The message is one line for the user."""
+from ..errors import ConfigError
 
 
 # ----------------------------------------------------------------------------- model
@@ -178,7 +176,7 @@ class ClusterConfig:
     join_timeout_ms: int = 30000  # the lighthouse waits this long for a heartbeating worker to join a quorum
     quorum_timeout_s: float = 120.0  # a worker gives up on a quorum after this long
     restart_timeout_s: float = 300.0  # a restarted worker must be up (imports, model, torchft) by then
-    # torchft across machines (one launcher per machine; docs/DESIGN.md, "torchft across machines")
+    # torchft across machines (one launcher per machine; docs/TORCHFT.md, "torchft across machines")
     machines: int = field(default=1, metadata=at_least(1))  # how many launchers (machines) the run has
     machine_rank: int = field(default=0, metadata=at_least(0))  # this launcher's machine: 0 hosts the lighthouse and store
     # machine 0's coordination store as host:port, which every machine reaches (needed when machines > 1)
@@ -343,34 +341,25 @@ class Config:
 #: measured.
 MAX_WORKERS = 1_048_576
 
-def with_new_defaults(stored: Any) -> Any:
-    """A run's stored config.yaml with the keys the schemas gained since it was written, at their
-    defaults (a folder written by an older version still resumes; a stored value always wins)."""
-    from omegaconf import MISSING as missing, OmegaConf
+def typed_config(stored: Any, source: str = "config.yaml") -> Any:
+    """A run's stored config.yaml typed as Hydra types a composed config: every section on its
+    schema (the method's own, from the registry), so a value of the wrong type or an unknown key
+    fails here in one line, and keys the schemas gained since it was written come at their defaults
+    (a folder written by an older version still resumes; a stored value always wins)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
-    sections = {"model": ModelConfig, "data": DataConfig, "failure": FailureConfig, "cluster": ClusterConfig,
-                "hardware": HardwareConfig, "logger": LoggerConfig, "trainer": TrainerConfig,
-                "parallel": ParallelConfig}
     from ..registry import REGISTRY, method_config
 
-    if "method" in stored and OmegaConf.select(stored, "method.name") in REGISTRY:
-        sections["method"] = method_config(stored.method.name)
-    for key, schema in [(None, Config)] + list(sections.items()):
-        node = stored if key is None else stored.get(key)
-        if node is None:
-            continue
-        for f in dataclasses.fields(schema):
-            if f.name in node or f.name in sections:
-                continue
-            if f.default is not dataclasses.MISSING:
-                value = f.default
-            elif f.default_factory is not dataclasses.MISSING:
-                value = f.default_factory()
-            else:
-                continue
-            if value is not missing:
-                node[f.name] = value
-    return stored
+    schema = OmegaConf.structured(Config)
+    name = OmegaConf.select(stored, "method.name")
+    if name in REGISTRY:
+        schema.method = OmegaConf.structured(method_config(name))
+    try:
+        return OmegaConf.merge(schema, stored)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None) or "?"
+        raise ConfigError(f"{source}: {key}: {str(e).splitlines()[0]}") from None
 
 
 class AttrDict(dict):

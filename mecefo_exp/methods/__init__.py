@@ -17,7 +17,7 @@ def check_variant(method_cfg, cfg=None) -> None:
     """method.variant: an importable subclass of the method's class, with the options it reads and
     (given the whole config `cfg`) its own check; ConfigError in one line otherwise. Called with the
     other checks, before any compute."""
-    from ..config import ConfigError
+    from ..errors import ConfigError
 
     path = method_cfg.variant
     if not path:

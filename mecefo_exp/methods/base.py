@@ -26,7 +26,7 @@ from ..config import MethodConfig, at_least, choices
 from .run_context import RunContext, run_context_members  # noqa: F401  (what a method may use of the run)
 from ..timing.clock import StepCost
 from ..plan import NORMAL, FailureFreePlan, Mode, Plan, resplit_plan  # noqa: F401  (methods import it from here)
-from .checkpointing import CheckpointStore
+from .checkpointing import store_of_run
 
 
 class Method:
@@ -205,7 +205,7 @@ class CheckpointedMethod(Method):
 
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
-        self.store = CheckpointStore(run, keep=cfg.keep, backend=cfg.backend)
+        self.store = store_of_run(run, keep=cfg.keep, backend=cfg.backend)
         self.waiting: List[int] = []  # recovered workers that join at the next restart or re-formation
         self.interval = 0
         self.checkpoint_due = False  # a checkpoint after the first step of a restart (checkpoint_after_restart)

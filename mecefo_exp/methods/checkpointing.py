@@ -25,7 +25,7 @@ import errno
 import os
 import shutil
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 
 def complete_steps(root: Path) -> List[int]:
@@ -38,15 +38,23 @@ def complete_steps(root: Path) -> List[int]:
 
 
 class CheckpointStore:
-    def __init__(self, run, keep: int = 2, backend: str = "torch", folder: str = "checkpoints"):
+    """Checkpoints under `root`, the newest `keep` of them; it knows nothing of the run but what it
+    is handed: `state_dict(harness=...)` the state to save, `writes()` whether this process is the
+    one that writes (ranks hold identical replicas), `barrier()` how to wait for the others."""
+
+    def __init__(self, root: Path, state_dict: Callable[..., Dict], *, in_memory: bool = False,
+                 writes: Callable[[], bool] = lambda: True, barrier: Callable[[], None] = lambda: None,
+                 keep: int = 2, backend: str = "torch"):
         if backend not in ("torch", "dcp"):
             raise ValueError(f"method.backend={backend!r}: allowed: torch, dcp")
-        self.run = run
+        self.state_dict = state_dict
+        self.writes = writes
+        self.barrier = barrier
         self.keep = max(1, keep)
         self.backend = backend
-        self.root = Path(run.run_dir) / folder
+        self.root = Path(root)
         self.saved: List[int] = []
-        self.in_memory = not run.numerics
+        self.in_memory = in_memory
         self._memory: Dict[int, Dict] = {}
         self.pending: Optional[int] = None  # saved, to be written by flush()
 
@@ -58,7 +66,7 @@ class CheckpointStore:
             self.saved.remove(step)
         self.saved.append(step)
         if self.in_memory:
-            self._memory[step] = self.run.state_dict()
+            self._memory[step] = self.state_dict()
             while len(self.saved) > self.keep:
                 self._memory.pop(self.saved.pop(0), None)
             return
@@ -71,7 +79,7 @@ class CheckpointStore:
             return False
         step, self.pending = self.pending, None
         self._write(step)
-        if self.run.is_main:
+        if self.writes():
             for old in self.on_disk():
                 if old not in self.saved:
                     self._delete(old)
@@ -81,10 +89,10 @@ class CheckpointStore:
         import torch
 
         self.root.mkdir(parents=True, exist_ok=True)
-        state = self.run.state_dict(harness=True)  # the harness's books too: a killed run resumes
+        state = self.state_dict(harness=True)  # the harness's books too: a killed run resumes
         target = self.path(step)
         if self.backend == "torch":
-            if self.run.is_main:  # ranks hold identical replicas: rank 0 writes, all read
+            if self.writes():  # ranks hold identical replicas: rank 0 writes, all read
                 tmp = target.with_suffix(".tmp")
                 try:
                     with open(tmp, "wb") as f:
@@ -101,7 +109,7 @@ class CheckpointStore:
                 except BaseException:
                     tmp.unlink(missing_ok=True)
                     raise
-            self.run.barrier()
+            self.barrier()
         else:
             import torch.distributed.checkpoint as dcp
 
@@ -120,7 +128,7 @@ class CheckpointStore:
     def clean_incomplete(self) -> List[str]:
         """Remove what a killed run left half-written (temp files, dcp folders without metadata)."""
         removed = []
-        if not self.root.exists() or not self.run.is_main:
+        if not self.root.exists() or not self.writes():
             return removed
         for p in sorted(self.root.glob("step_*")):
             if p.suffix == ".tmp" or (p.is_dir() and not (p / ".metadata").exists()):
@@ -149,6 +157,13 @@ class CheckpointStore:
             return torch.load(target, weights_only=True)
         import torch.distributed.checkpoint as dcp
 
-        state = self.run.state_dict(harness=True)  # dcp loads in place into a state dict of the right shape
+        state = self.state_dict(harness=True)  # dcp loads in place into a state dict of the right shape
         dcp.load(state, checkpoint_id=str(target))
         return state
+
+
+def store_of_run(run, folder: str = "checkpoints", keep: int = 2, backend: str = "torch") -> CheckpointStore:
+    """A store of `run`'s state in `run_dir/folder` (without numerics: the step, in memory); the
+    process that writes the run record writes the files."""
+    return CheckpointStore(Path(run.run_dir) / folder, run.state_dict, in_memory=not run.numerics,
+                           writes=lambda: run.is_main, barrier=run.barrier, keep=keep, backend=backend)

@@ -81,7 +81,7 @@ def run_cell(cell: Cell, fixture: Path = FIXTURE) -> Tuple[Cell, Optional[float]
     """(cell, our samples/s or None when the table says the system cannot run, a note)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ..cli import validate_run
-    from ..config import ConfigError
+    from ..errors import ConfigError
     from ..trainer import Experiment
 
     trace, model, system, setting = cell

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional
 
-from ..config import ConfigError, data_parallel_size, is_hybrid, plain
+from ..errors import ConfigError
+from ..config import data_parallel_size, is_hybrid, plain
 from ..plan import FORWARD
 from .clock import CATEGORIES, CostModel, SimClock, StepCost
 from .counts import (build_model_on_meta, cached_counts, counting_sources, parameter_count,  # noqa: F401

@@ -17,7 +17,7 @@ from typing import Callable, Dict
 
 import torch
 
-from ..cluster.local import LocalCluster
+from ..executor import LocalCluster
 from ..optim import make_optimizer
 from ..plan import FORWARD, Mode, Sample
 from .seconds import BYTE_KERNELS

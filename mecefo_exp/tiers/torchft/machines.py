@@ -1,6 +1,6 @@
 """A torchft run's launchers across machines: who joined, who left, and that they run one run.
 
-`Launcher` (torchft_launch.py) is one of these: each machine's launcher says it is alive every
+`Launcher` (launcher.py) is one of these: each machine's launcher says it is alive every
 second in the coordination store (`alive/<m>`); machine 0 names the machines never heard of
 (after ANNOUNCE_WARN_S) and fails the run naming them at cluster.restart_timeout_s; a launcher
 started again on its machine adopts the run under way; a launcher stopped by a signal (not machine
@@ -14,10 +14,10 @@ import logging
 import time
 from typing import Dict, List
 
-from .config import ConfigError
-from .metrics import flatten
+from ...errors import ConfigError
+from ...metrics import flatten
 
-log = logging.getLogger("mecefo_exp.torchft_launch")
+log = logging.getLogger("mecefo_exp.tiers.torchft.launcher")
 
 POLL_S = 0.05
 ALIVE_EVERY_S = 1.0  # each launcher says it is alive this often (machine 0 waits only for live ones)

@@ -1,4 +1,4 @@
-"""n simulated data-parallel workers in one process.
+"""The executor of a step's plan in one process: n simulated data-parallel workers (every tier's numerics run through it).
 
 Gradients are aggregated per parameter: the sum of the contributions of every
 micro-batch whose mode reaches that parameter, divided by how many did. With every
@@ -27,7 +27,7 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from ..plan import Mode, Plan, Sample
+from .plan import Mode, Plan, Sample
 
 
 @dataclass

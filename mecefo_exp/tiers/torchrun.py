@@ -25,8 +25,11 @@ from typing import Dict, List, Optional
 import torch
 import torch.distributed as dist
 
+from ..errors import ConfigError
+from ..executor import LocalCluster
 from ..plan import Plan, Sample
-from .local import LocalCluster
+from .local import LocalTier
+from .torchrun_launch import launched_by_torchrun
 
 
 #: the torchrun round this process belongs to (0: the first start), set by init_distributed
@@ -115,3 +118,33 @@ def broadcast_object(obj: Optional[object]) -> object:
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+class TorchrunTier(LocalTier):
+    """One worker per torchrun rank; gradients all-reduced (TorchrunCluster above)."""
+
+    def start(self, device: torch.device) -> torch.device:
+        if not launched_by_torchrun():
+            raise ConfigError("cluster=torchrun needs torchrun: torchrun --nproc-per-node=N run.py cluster=torchrun ...")
+        init_distributed(self._backend)
+        self.rank, world = dist.get_rank(), dist.get_world_size()
+        if world != self.n_workers:
+            raise ConfigError(f"cluster.n_workers={self.n_workers} but torchrun started {world} ranks; "
+                              f"set cluster.n_workers={world}")
+        if device is not None and device.type == "cuda":  # None: numerics off
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        return device
+
+    def __init__(self, cfg, run_dir: Path):
+        super().__init__(cfg, run_dir)
+        self._backend = cfg.cluster.backend
+
+    def cluster_class(self):
+        return TorchrunCluster
+
+    def share_profile(self, timing) -> None:
+        if timing.info["compute"] == "measured":
+            timing.profile = broadcast_object(timing.profile)  # rank 0 measured it
+
+    def barrier(self) -> None:
+        dist.barrier()

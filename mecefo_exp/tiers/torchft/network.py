@@ -10,7 +10,8 @@ import datetime
 import socket
 from typing import Dict, Optional
 
-from ..config import is_loopback
+from ...config.checks import require
+from ...errors import ConfigError
 
 
 #: the environment the launcher gives each worker process
@@ -21,11 +22,30 @@ ENV_LIGHTHOUSE, ENV_STORE, ENV_STARTED = "MECEFO_TORCHFT_LIGHTHOUSE", "MECEFO_TO
 ENV_BIND, ENV_ADVERTISE = "MECEFO_TORCHFT_BIND", "MECEFO_TORCHFT_ADVERTISE"
 
 
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an address or localhost) names this machine's loopback interface."""
+    import ipaddress
+
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def split_host_port(address: str, key: str) -> tuple:
+    """host:port (an IPv6 host in brackets) -> (host, port), or a ConfigError naming `key`."""
+    host, sep, port = str(address).rpartition(":")
+    require(bool(sep) and bool(host.strip("[]")) and port.isdigit() and 0 < int(port) < 65536,
+           f"{key}={address!r}: give host:port (a port in 1..65535), e.g. node001:29510")
+    return host.strip("[]"), int(port)
+
+
 def require_torchft() -> None:
     try:
         import torchft  # noqa: F401  (is it there?)
     except ImportError as e:
-        from ..config import ConfigError
 
         raise ConfigError("cluster=torchft needs torchft (optional): pip install -c constraints.txt torchft==0.2.0 "
                           f"({e})") from None
@@ -68,7 +88,6 @@ def bound_store(bind: str, timeout_s: float, port: int = 0):
         sock.bind((bind, port))
     except OSError as e:
         sock.close()
-        from ..config import ConfigError
 
         raise ConfigError(f"cannot listen on {host_port(bind, port)} (cluster.bind, cluster.coordinator): {e}") from None
     sock.listen(128)
@@ -131,7 +150,6 @@ def network_environment(bind: str) -> Dict[str, str]:
     if name is None and is_loopback(bind):
         return {}  # loopback under a name other than lo/lo0: gloo's default resolves to it as well
     if name is None:
-        from ..config import ConfigError
 
         raise ConfigError(f"cluster.bind={bind}: no interface of this machine has this address; give one of this "
                           "machine's addresses (127.0.0.1, the default, listens on loopback only)")

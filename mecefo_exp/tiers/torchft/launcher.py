@@ -1,40 +1,12 @@
 """`python run.py cluster=torchft ...`: the lighthouse, the worker processes, their restarts.
 
-This process trains nothing. One launcher runs per machine (`cluster.machines`, this one's
-`cluster.machine_rank`); machine m runs workers m*k .. m*k+k-1 (k = n_workers / machines).
-Machine 0's launcher writes config.yaml (every worker loads it) and serves, on `cluster.bind`,
-the small store everyone coordinates through (at `cluster.coordinator` across machines) and
-torchft's lighthouse (unless cluster.lighthouse names a running one). Each launcher starts
-its own workers (`python -m mecefo_exp.torchft_launch <run dir>`: `worker_main` below), then
-watches them:
-
-- a worker that SIGKILLed itself for the trace (it says so first in the store) is gone as
-  planned; the survivors go on without it (cluster/torchft.py);
-- when the survivors ask for worker w again (a trace recovery, a spare, a replacement after an
-  unplanned death), w's launcher starts its next process, which heals from a live peer: the
-  job itself is never restarted;
-- a worker SIGKILLed from outside, or a whole machine gone with its launcher, is a real fault:
-  the survivors go on without it and ask for its next process. A launcher started again on
-  that machine (by SLURM, or by hand with the same command) finds the run under way in the
-  store and starts only the processes the survivors asked for;
-- a replacement that dies before it joined (killed while it starts or heals) is noted in the
-  store (`exited/<w>/<n>`; a launcher started again notes its predecessor's processes), and the
-  survivors ask for the next one;
-- a worker asked for again while its old process is still there (hung: it missed the quorums)
-  has that process killed first;
-- a worker that exits with an error ends the run;
-- machine 0 names the machines whose launcher never said it is alive (after ANNOUNCE_WARN_S),
-  and fails the run naming them at cluster.restart_timeout_s.
-
-How the run ended reaches every launcher through the store's `end` key (the first launcher to
-see a worker finish, or fail, sets it): at `ok` each launcher lets its workers finish, at an
-error it stops them. Each launcher then sets `left/<m>`, and machine 0's waits for the others
-(those still alive) before it writes the launchers' part of summary.json and stops the
-lighthouse and the store. A launcher that loses the store (machine 0 gone) stops its workers
-and fails: the run cannot go on without machine 0.
-
-Whatever happens, a launcher's workers are gone when it returns (they also die with it:
-PR_SET_PDEATHSIG).
+This process trains nothing. One launcher runs per machine; machine 0's writes config.yaml and
+serves the coordination store and torchft's lighthouse on `cluster.bind`. Each launcher starts
+its own workers (`python -m mecefo_exp.tiers.torchft.launcher <run dir>`: `worker_main` below)
+and watches them: a worker the survivors ask for again is started anew (after killing a hung
+old process), a worker that exits with an error ends the run, and how the run ended reaches
+every launcher through the store. Whatever happens, a launcher's workers are gone when it
+returns. docs/TORCHFT.md tells each case.
 """
 
 from __future__ import annotations
@@ -51,13 +23,15 @@ import warnings
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from .cluster.torchft_network import (ENV_ADVERTISE, ENV_BIND, ENV_INCARNATION, ENV_LIGHTHOUSE, ENV_STARTED, ENV_STORE,
+from .network import (ENV_ADVERTISE, ENV_BIND, ENV_INCARNATION, ENV_LIGHTHOUSE, ENV_STARTED, ENV_STORE,
                                       ENV_WORKER, bound_store, connect_store, host_port, local_host,
                                       network_environment, require_torchft)
-from .config import ConfigError, split_host_port
-from .metrics import write_json_atomic
-from .torchft_machines import ALIVE_EVERY_S, POLL_S, MachinesOfARun, WorkerFailed
-from .trainer import Experiment, Terminated, signals_end_the_run
+from ...errors import ConfigError
+from ...config import typed_config
+from .network import split_host_port
+from ...metrics import write_json_atomic
+from .machines import ALIVE_EVERY_S, POLL_S, MachinesOfARun, WorkerFailed
+from ...trainer import Experiment, Terminated, signals_end_the_run
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +127,7 @@ class Launcher(MachinesOfARun):
                ENV_INCARNATION: str(incarnation),
                ENV_LIGHTHOUSE: self.lighthouse_address, ENV_STORE: self.store_address, ENV_STARTED: repr(time.time()),
                ENV_BIND: self.bind, ENV_ADVERTISE: self.advertise}
-        self.procs[w] = subprocess.Popen([sys.executable, "-m", "mecefo_exp.torchft_launch", str(self.run_dir)],
+        self.procs[w] = subprocess.Popen([sys.executable, "-m", "mecefo_exp.tiers.torchft.launcher", str(self.run_dir)],
                                          env=env, preexec_fn=_die_with_parent)
         self.incarnation[w] = incarnation
         self.store.set(f"launched/{w}", str(incarnation))
@@ -356,13 +330,13 @@ def _read_summary(run_dir: Path) -> dict:
 
 
 def worker_main() -> int:
-    """One worker process (`python -m mecefo_exp.torchft_launch <run dir>`, started by `launch`):
+    """One worker process (`python -m mecefo_exp.tiers.torchft.launcher <run dir>`, started by `launch`):
     the run's config from its folder, who it is from the environment."""
     from omegaconf import OmegaConf
 
     run_dir = Path(sys.argv[1])
     worker = int(os.environ[ENV_WORKER])
-    cfg = OmegaConf.load(run_dir / "config.yaml")
+    cfg = typed_config(OmegaConf.load(run_dir / "config.yaml"))  # written by the launcher: valid, typed again
     log_file = run_dir / "torchft" / f"worker-{worker}.log"
     fmt = f"[%(asctime)s][worker {worker}][%(name)s][%(levelname)s] - %(message)s"
     console = logging.StreamHandler()

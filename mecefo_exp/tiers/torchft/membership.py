@@ -1,52 +1,14 @@
 """One process per worker, membership from torchft's quorum: real kills, real rejoins.
 
-Every worker process runs the loop of the torchrun tier (the same trace, the same method
-books, the same plan; it computes only its own micro-batches). What changes is who is alive.
-torchft's lighthouse keeps a quorum of the workers whose processes heartbeat, and the
-survivors act only on what the quorum shows:
-
-    trace: worker w fails     -> w's process SIGKILLs itself. The others keep the event pending;
-                                 at their next quorum w is missing (the lighthouse's heartbeat
-                                 timeout: a real detection), and only then `method.on_failures`.
-    trace: worker w recovers  -> the launcher starts w's process again. The others wait until
-                                 its torchft Manager is up; the next quorum includes it, torchft
-                                 heals it from a live peer (model, optimizer and the harness's
-                                 books over the process group, no disk), then everyone runs
-                                 `method.on_recoveries` with all the quorum brought back.
-    a plan needs a dead one   -> a spare (checkpoint-restart's replacement, an in-place method's
-                                 fall-back): started and healed the same way, no method hook.
-    a worker dies unplanned   -> (killed from outside, a crash of its machine) the quorum misses
-                                 it: `on_failures` as for a trace failure, and its next process
-                                 is asked for at once; it heals like a trace recovery and then
-                                 `on_recoveries`. A death inside a collective fails that step's
-                                 commit or the membership all-reduce: the step or the quorum is
-                                 taken again without it.
-
-Every server of a run (the coordination store, each worker's group store, torchft's Manager,
-gloo's connections) listens on one address, `cluster.bind`: the loopback interface unless the
-user names another, which a run across machines must. A heal moves state over the process
-group rather than torchft's HTTP checkpoint server (docs/DESIGN.md, "What listens on the
-network").
-
-The trace says *when*; the quorum says *whether*. Gradients are summed with torchft's
-allreduce (ReduceOp.SUM, not its default average) and divided by the plan's contributor
-counts, as on every tier; a step is applied only when torchft's `should_commit` agrees.
-
-One process writes the run record: the leader, worker 0 at the start, the lowest live worker
-after the leader dies. The launcher (mecefo_exp/torchft_launch.py) owns the lighthouse, the small
-coordination store below and the processes:
-
-    ready/<w>/<n>    worker w's n-th process has its Manager up (time)
-    restart/<w>      the incarnation of worker w the survivors want running
-    killed/<w>/<n>   worker w's n-th process is about to SIGKILL itself (time): a planned death
-    heal/<w>/<n>     what healing cost worker w's n-th process (json)
-    exited/<w>/<n>   worker w's n-th process died unplanned (time; its launcher writes it, or the
-                     launcher started again on its machine): one the survivors still wait for
-                     (it died healing) is asked for again
-
-and, for the launchers (one per machine, mecefo_exp/torchft_launch.py): `lighthouse`,
-`launched/<w>` (the newest incarnation of w started), `end` (how the run ended) and
-`left/<m>` (machine m's launcher has stopped its workers).
+Every worker process runs the torchrun tier's loop (the same trace, method books and plan; it
+computes only its own micro-batches). What changes is who is alive: the survivors act only on
+what torchft's quorum shows. A trace failure SIGKILLs the worker's own process; the others hear
+of it at the quorum that misses it. A recovery, a spare or a replacement after an unplanned
+death is a new process that heals from a live peer (model, optimizer and the harness's books
+over the process group, no disk) before everyone runs `on_recoveries`. Gradients are summed with
+torchft's allreduce and divided by the plan's contributor counts, as on every tier; a step is
+applied only when `should_commit` agrees. One process, the lowest live worker, writes the record.
+docs/TORCHFT.md has the whole protocol and the coordination store's keys.
 """
 
 from __future__ import annotations
@@ -61,10 +23,10 @@ from typing import Dict, List, Optional, Set
 
 import torch
 
-from ..faults import FAIL, RECOVER
-from .torchft_network import (ENV_ADVERTISE, ENV_BIND, ENV_STARTED, LOOPBACK, bound_store, connect_store, local_host,
+from ...faults import FAIL, RECOVER
+from .network import (ENV_ADVERTISE, ENV_BIND, ENV_STARTED, LOOPBACK, bound_store, connect_store, local_host,
                               manager_server_bound_to)
-from .torchrun import TorchrunCluster
+from ..torchrun import TorchrunCluster
 
 log = logging.getLogger(__name__)
 

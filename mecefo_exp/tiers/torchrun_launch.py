@@ -1,10 +1,13 @@
-"""Executors of a step's plan: `local` (n simulated workers in one process) and `torchrun`."""
+"""cluster=torchrun before torch loads: whether torchrun started this process, its config check,
+and a refused config said once across torchrun's restarts."""
 
 import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
+
+from ..errors import ConfigError
 
 
 def launched_by_torchrun() -> bool:
@@ -35,3 +38,10 @@ def refuse_config_under_torchrun(check: Callable[[], Optional[str]]) -> None:
     if os.environ.get("RANK") == "0" and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
         print(f"config error: {problem}", file=sys.stderr)
     sys.exit(2)
+
+
+def check_config(cfg: Any) -> None:
+    """cluster=torchrun's own settings (raises ConfigError)."""
+    if not launched_by_torchrun():
+        raise ConfigError("cluster=torchrun needs torchrun to start the ranks: torchrun --nproc-per-node=N run.py "
+                          "cluster=torchrun cluster.n_workers=N ...; without torchrun use cluster=local")
