@@ -556,7 +556,7 @@ def test_a_torchft_worker_that_fails_leaves_its_traceback_in_its_own_log(tmp_pat
     (run_dir / "torchft").mkdir(parents=True)
     (run_dir / "config.yaml").write_text("seed: 0\n")  # a config no worker can run: it fails at once
     env = {**os.environ, "MECEFO_TORCHFT_WORKER": "1", "MECEFO_TORCHFT_INCARNATION": "0", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-m", "mecefo_exp.tiers.torchft.launcher", str(run_dir)], cwd=ROOT, env=env,
+    out = subprocess.run([sys.executable, "-m", "mecefo_exp.torchft_worker", str(run_dir)], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode != 0
     logged = (run_dir / "torchft" / "worker-1.log").read_text()

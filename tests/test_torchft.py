@@ -42,7 +42,7 @@ def worker_processes(run_dir: Path):
             cmd = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"mecefo_exp.tiers.torchft.launcher" in cmd and str(run_dir).encode() in cmd:
+        if b"mecefo_exp.torchft_worker" in cmd and str(run_dir).encode() in cmd:
             found.append(int(proc.name))
     return found
 

@@ -2,7 +2,7 @@
 
 This process trains nothing. One launcher runs per machine; machine 0's writes config.yaml and
 serves the coordination store and torchft's lighthouse on `cluster.bind`. Each launcher starts
-its own workers (`python -m mecefo_exp.tiers.torchft.launcher <run dir>`: `worker_main` below)
+its own workers (`python -m mecefo_exp.torchft_worker <run dir>`)
 and watches them: a worker the survivors ask for again is started anew (after killing a hung
 old process), a worker that exits with an error ends the run, and how the run ended reaches
 every launcher through the store. Whatever happens, a launcher's workers are gone when it
@@ -19,19 +19,16 @@ import signal
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from .network import (ENV_ADVERTISE, ENV_BIND, ENV_INCARNATION, ENV_LIGHTHOUSE, ENV_STARTED, ENV_STORE,
-                                      ENV_WORKER, bound_store, connect_store, host_port, local_host,
-                                      network_environment, require_torchft)
 from ...errors import ConfigError
-from ...config import typed_config
-from .network import split_host_port
 from ...metrics import write_json_atomic
+from ...signals import Terminated, signals_end_the_run
 from .machines import ALIVE_EVERY_S, POLL_S, MachinesOfARun, WorkerFailed
-from ...trainer import Experiment, Terminated, signals_end_the_run
+from .network import (ENV_ADVERTISE, ENV_BIND, ENV_INCARNATION, ENV_LIGHTHOUSE, ENV_STARTED, ENV_STORE, ENV_WORKER,
+                      bound_store, connect_store, host_port, local_host, network_environment, require_torchft,
+                      split_host_port)
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +124,7 @@ class Launcher(MachinesOfARun):
                ENV_INCARNATION: str(incarnation),
                ENV_LIGHTHOUSE: self.lighthouse_address, ENV_STORE: self.store_address, ENV_STARTED: repr(time.time()),
                ENV_BIND: self.bind, ENV_ADVERTISE: self.advertise}
-        self.procs[w] = subprocess.Popen([sys.executable, "-m", "mecefo_exp.tiers.torchft.launcher", str(self.run_dir)],
+        self.procs[w] = subprocess.Popen([sys.executable, "-m", "mecefo_exp.torchft_worker", str(self.run_dir)],
                                          env=env, preexec_fn=_die_with_parent)
         self.incarnation[w] = incarnation
         self.store.set(f"launched/{w}", str(incarnation))
@@ -327,37 +324,3 @@ def _read_summary(run_dir: Path) -> dict:
         return json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return {"run_dir": str(run_dir)}
-
-
-def worker_main() -> int:
-    """One worker process (`python -m mecefo_exp.tiers.torchft.launcher <run dir>`, started by `launch`):
-    the run's config from its folder, who it is from the environment."""
-    from omegaconf import OmegaConf
-
-    run_dir = Path(sys.argv[1])
-    worker = int(os.environ[ENV_WORKER])
-    cfg = typed_config(OmegaConf.load(run_dir / "config.yaml"))  # written by the launcher: valid, typed again
-    log_file = run_dir / "torchft" / f"worker-{worker}.log"
-    fmt = f"[%(asctime)s][worker {worker}][%(name)s][%(levelname)s] - %(message)s"
-    console = logging.StreamHandler()
-    console.setLevel(logging.INFO if worker == 0 and os.environ.get(ENV_INCARNATION, "0") == "0" else logging.WARNING)
-    file = logging.FileHandler(log_file)
-    for h in (console, file):
-        h.setFormatter(logging.Formatter(fmt))
-    logging.basicConfig(level=logging.INFO, handlers=[console, file])
-    for noisy in ("torchft", "torchft_quorums", "torchft_commits", "torchft_errors"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    # torchft 0.2.0's process-group transport warns on every heal about its own buffer handling
-    warnings.filterwarnings("ignore", module="torchft.checkpointing.pg_transport")
-    try:
-        Experiment(cfg, run_dir).run()
-    except Terminated as e:
-        return 128 + e.signum
-    except BaseException:  # summary.json names this worker's log: the traceback belongs there, not only on a console
-        logging.getLogger(__name__).exception("worker %d (process %d) failed", worker, os.getpid())
-        raise
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(worker_main())

@@ -25,7 +25,7 @@ import torch
 
 from ...faults import FAIL, RECOVER
 from .network import (ENV_ADVERTISE, ENV_BIND, ENV_STARTED, LOOPBACK, bound_store, connect_store, local_host,
-                              manager_server_bound_to)
+                      manager_server_bound_to)
 from ..torchrun import TorchrunCluster
 
 log = logging.getLogger(__name__)
