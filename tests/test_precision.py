@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conftest import MICRO, compose_cfg, losses_by_step, read_jsonl, tiny_model, tiny_stream
+from conftest import MICRO, ROOT, compose_cfg, losses_by_step, read_jsonl, tiny_model, tiny_stream
 from mecefo_exp.approx import LowRankProjections, approximations, is_attention_parameter
 from mecefo_exp.executor import LocalCluster
 from mecefo_exp.plan import NORMAL, Mode, Plan, Sample, WorkItem
@@ -89,10 +89,28 @@ def test_the_peak_table_knows_the_paper_and_lent_gpus_by_their_cuda_names():
     from mecefo_exp.timing.peaks import peak_tflops
 
     assert peak_tflops("NVIDIA A100-SXM4-80GB", "bf16") == 312.0
-    assert peak_tflops("NVIDIA H100 80GB HBM3", "bf16") == 989.5
+    assert peak_tflops("NVIDIA H100 80GB HBM3", "bf16") == 989.0
     assert peak_tflops("NVIDIA H100 PCIe", "bf16") == 756.0  # the more specific entry wins
     assert peak_tflops("NVIDIA H200", "tf32") == 494.5
     assert peak_tflops("Tesla T4", "bf16") is None and peak_tflops("NVIDIA A100-SXM4-80GB", "fp8") is None
+
+
+def test_the_clocks_gpu_presets_and_the_mfu_table_give_one_peak():
+    """A run's clock (conf/hardware) and its MFU (timing/peaks.py) divide by the same peak."""
+    from omegaconf import OmegaConf
+
+    from mecefo_exp.timing.peaks import peak_tflops
+
+    gpus = {"a100": "NVIDIA A100-SXM4-80GB", "h100": "NVIDIA H100 80GB HBM3"}
+    checked = 0
+    for preset in sorted((ROOT / "conf" / "hardware").glob("*.yaml")):
+        hw = OmegaConf.load(preset)
+        gpu = next((name for key, name in gpus.items() if key in preset.stem), None)
+        if gpu is None or hw.get("peak_tflops") is None:
+            continue
+        assert hw.peak_tflops == peak_tflops(gpu, "bf16"), preset.name
+        checked += 1
+    assert checked >= 3  # a100_32, h100_8, llama3_h100 at least
 
 
 def test_every_step_records_its_achieved_flops_and_a_cpu_has_no_mfu(run_exp, fixed_profile):
