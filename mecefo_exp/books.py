@@ -127,8 +127,3 @@ class Books:
                 "mean_workers_down_expected": self.trace.expected["mean_workers_down"],
                 # the trace's failures, and those no trace planned (torchft)
                 "mean_workers_down": actual["mean_workers_down"] + unplanned}
-
-
-def optional_store(method) -> Optional[object]:
-    """The method's disk checkpoint store, if it keeps one."""
-    return getattr(method, "store", None)

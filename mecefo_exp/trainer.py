@@ -8,7 +8,7 @@
     optimizer step, clock.commit_step, metrics row, method.after_step (checkpoints ...)
 
 Without numerics the loop is event-driven (trainer.event_driven): the steps up to the next event
-(a trace event, the method's own: `Method.steady_steps`) all cost the same, so they are booked at
+(a trace event, the method's own: `Method.quiet_steps`) all cost the same, so they are booked at
 once (`book_quiet_steps`); the steps at events go through the loop above.
 
 `Experiment` builds the parts in order and runs the loop; each part lives in its own file:
@@ -27,7 +27,6 @@ import time
 from typing import Dict, Optional
 
 from . import runlock
-from .books import optional_store
 from .errors import ConfigError
 from .config import plain
 from .console import Progress
@@ -98,7 +97,7 @@ class Experiment(Context):
                 # the run's identity, written first and never again: what resume=true reuses
                 OmegaConf.save(cfg, self.run_dir / "config.yaml", resolve=True)
         self.config_sha256 = self.config_sha256 or config_sha256(self.run_dir)
-        self.records = RunRecords(self.run_dir, cfg.logger, _plain(cfg), enabled=self.is_main)
+        self.records = RunRecords(self.run_dir, cfg.logger, plain(cfg), enabled=self.is_main)
         if not cfg.resume:  # a resume says `running` once it has loaded a checkpoint (resume())
             self.records.summary(self.summary("running"))
 
@@ -112,10 +111,10 @@ class Experiment(Context):
         modes = self.method.modes()
         self.training.attach(self.tier.make_cluster(self, self.training, modes, cfg.cluster, cfg.trainer), modes)
         self.build_clock(modes)
-        self.books.keep(self.trace, self.method, optional_store(self.method))
+        self.books.keep(self.trace, self.method, self.method.store)
         self.method.setup()
         self.resume_store = store_of_run(self, folder="resume", keep=1) if self.training.numerics else None
-        for store in (optional_store(self.method), self.resume_store):
+        for store in (self.method.store, self.resume_store):
             if store is not None and store.clean_incomplete():
                 log.warning("%s: removed half-written checkpoints a killed run left", store.root)
         if cfg.resume:
@@ -132,9 +131,8 @@ class Experiment(Context):
         """The kernel seconds (measured, from FLOPs, or a profile file), the cost model, the trace."""
         cfg = self.cfg
         resumed_profile = self.run_dir / "profile.json"
-        own = bool(cfg.resume and cfg.cluster.profile == "auto" and resumed_profile.exists())
-        if own:
-            cfg.cluster.profile = str(resumed_profile)  # a resumed run keeps its own clock
+        # a resumed run keeps its own clock: the profile.json its first start wrote
+        own = resumed_profile if cfg.resume and cfg.cluster.profile == "auto" and resumed_profile.exists() else None
         numerics = self.training.numerics
         self.timing = build_timing(cfg, self.method, modes, self.training.vocab_size, self.device,
                                    real_model=self.training.model if numerics else None,
@@ -159,7 +157,7 @@ class Experiment(Context):
     # ------------------------------------------------------------------ resume
     def resume(self) -> None:
         """Continue this run folder from its newest complete checkpoint (resume=true)."""
-        point = resume_from_folder(self.run_dir, self.cfg.method.name, optional_store(self.method),
+        point = resume_from_folder(self.run_dir, self.cfg.method.name, self.method.store,
                                    self.resume_store, self.training, self.books, self.records, len(self.resumes))
         self.step = point.step
         self.wall_start = time.perf_counter() - point.wall_time_s
@@ -185,7 +183,7 @@ class Experiment(Context):
         while due := self.trace.pop_instant(self.clock.now):  # one instant at a time: each is dated by its own
             for kind, same in itertools.groupby(due, key=lambda ev: ev.kind):
                 self.tier.deliver(kind, list(same), self)
-        store = optional_store(self.method)
+        store = self.method.store
         if store is not None and store.pending is not None:  # saved while the events were handled (JIT)
             with signals_held():
                 store.flush()  # now that the books hold every event of the instant
@@ -206,7 +204,7 @@ class Experiment(Context):
                     continue
                 break  # a node trace's hard stop: nothing is left to happen before it
             cost = method.step_cost(plan)
-            if self.event_driven and (quiet := self.quiet_steps(plan, cost.total)) > 0:
+            if self.event_driven and (quiet := self.quiet_steps_ahead(plan, cost.total)) > 0:
                 self.book_quiet_steps(plan, cost, quiet)
                 continue
             end = clock.now + cost.total
@@ -271,16 +269,16 @@ class Experiment(Context):
         clock.charge("stall", max(0.0, nxt - clock.now))
         return True
 
-    def quiet_steps(self, plan, step_s: float) -> int:
+    def quiet_steps_ahead(self, plan, step_s: float) -> int:
         """How many steps from this one on change nothing but the books: the method's quiet steps
-        (`Method.steady_steps`), up to the step the next trace event falls in (a failure interrupts
+        (`Method.quiet_steps`), up to the step the next trace event falls in (a failure interrupts
         it, so it is left out; a recovery takes effect after it), the method's timer, a node
         trace's stop, an evaluation, a harness checkpoint and the end of the run. A time limit
         within a millionth of a step of a step boundary leaves that step to be taken alone,
         compared with the clock as in a step-by-step run."""
         if step_s <= 0:
             return 0
-        quiet = self.method.steady_steps(plan, step_s)
+        quiet = self.method.quiet_steps(plan, step_s)
         if not quiet:
             return 0
         now, trace = self.clock.now, self.trace
@@ -301,7 +299,7 @@ class Experiment(Context):
         clock.commit_steps(first, count, cost)
         numbers = self.training.book_steps(first, count)
         books.tokens_processed += numbers.pop("tokens")
-        self.method.book_steady(plan, count)
+        self.method.book_quiet(plan, count)
         self.step += count
         alive = self.alive
         self.records.metric({"step": self.step - 1, "first_step": first, "tokens": self.step * self.tokens_per_step,
@@ -325,7 +323,7 @@ class Experiment(Context):
     def end_of_boundary(self, evaluated: bool) -> None:
         """Between two steps, after all end-of-step work: write the checkpoint saved at this
         boundary (its books are now complete) and refresh summary.json's progress fields."""
-        store = optional_store(self.method)
+        store = self.method.store
         with signals_held():
             wrote = store.flush() if store is not None else False
             every = self.resume_every
@@ -421,9 +419,3 @@ def heap_frozen(enabled: bool):
         yield
     finally:
         gc.unfreeze()
-
-
-def _plain(cfg) -> dict:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(cfg, resolve=True)

@@ -408,8 +408,8 @@ class ForgetsWhoIsDown(Oobleck):
 class ChargesQuietStepsAgain(Oobleck):
     """Books a run of quiet steps with an overhead that the same steps one by one do not pay."""
 
-    def book_steady(self, plan, count):
-        super().book_steady(plan, count)
+    def book_quiet(self, plan, count):
+        super().book_quiet(plan, count)
         self.run.clock.charge("ft_overhead", 1e-4 * count)
 
 

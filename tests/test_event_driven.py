@@ -100,7 +100,7 @@ def test_a_method_that_cannot_name_its_events_is_stepped(run_exp, monkeypatch, c
     from mecefo_exp.methods.base import Method
     from mecefo_exp.methods.oobleck import Oobleck
 
-    monkeypatch.setattr(Oobleck, "steady_steps", Method.steady_steps)
+    monkeypatch.setattr(Oobleck, "quiet_steps", Method.quiet_steps)
     with caplog.at_level("INFO"):
         summary, run_dir = run_exp(*SHAPE, "method=oobleck", "failure=high", micro=False)
     assert "cannot name its next event" in caplog.text

@@ -63,7 +63,7 @@ class Baft(RollbackMethod):
         if (step + 1) % self.interval == 0:
             self.save_checkpoint(step + 1, charge_s=self.checkpoint_charge_s)
 
-    def steady_steps(self, plan, step_s: float) -> Optional[int]:
+    def quiet_steps(self, plan, step_s: float) -> Optional[int]:
         return steps_before_multiple(plan.step, self.interval)  # its after_step writes on the interval only
 
     def summary(self) -> Dict[str, object]:

@@ -312,12 +312,12 @@ class Bamboo(InPlaceMethod):
             self.degraded_steps += 1
             self.degraded_since_cover += 1
 
-    def steady_steps(self, plan: Plan, step_s: float) -> Optional[int]:
+    def quiet_steps(self, plan: Plan, step_s: float) -> Optional[int]:
         """Quiet until the next checkpoint or rebalance (after so many degraded steps, or once the
         cover is old enough); a step that survived a failure is an event of its own."""
         if self.credit:
             return 0
-        quiet = super().steady_steps(plan, step_s)
+        quiet = super().quiet_steps(plan, step_s)
         if self.cover:
             after_steps = self.cfg.rebalance_after_steps
             if after_steps is not None and plan.degraded:
@@ -327,7 +327,7 @@ class Bamboo(InPlaceMethod):
                 quiet = min(quiet, steps_ending_by(self.run.clock.now, step_s, due_s))
         return quiet
 
-    def book_steady(self, plan: Plan, count: int) -> None:
+    def book_quiet(self, plan: Plan, count: int) -> None:
         if plan.degraded:
             self.degraded_steps += count
             self.degraded_since_cover += count

@@ -1,13 +1,9 @@
 """The interface every fault-tolerance method implements, and the shared rollback path.
 
-A method sees failures and recoveries from the trace (`on_failure`, `on_recover`), says
-each step which worker computes which micro-batch in which mode (`plan`), what the step
-costs on the simulated clock (`step_cost`), and may do work after a step (`after_step`:
-checkpoints, snapshots). Rolling back is real: `RunContext.restore` loads the saved
-model, optimizer and scheduler state and moves the step counter back.
-
-Every method here keeps the global batch: each step, every owner's micro-batch is
-computed by somebody, so the algorithm only changes where a method approximates.
+A method hears failures and recoveries from the trace, says each step which worker computes
+which micro-batch in which mode (`plan`) and what the step costs (`step_cost`), and may work
+after a step (`after_step`). Rolling back is real (`RunContext.restore`). Every method here keeps
+the global batch, so the algorithm only changes where a method approximates.
 
 A method's state must depend only on the trace, the config and the plan, never on what
 this process happened to compute: under torchrun every rank runs the method and the
@@ -26,7 +22,7 @@ from ..config import MethodConfig, at_least, choices
 from .run_context import RunContext, run_context_members  # noqa: F401  (what a method may use of the run)
 from ..timing.clock import StepCost
 from ..plan import NORMAL, FailureFreePlan, Mode, Plan, resplit_plan  # noqa: F401  (methods import it from here)
-from .checkpointing import store_of_run
+from .checkpointing import CheckpointStore, store_of_run
 
 
 class Method:
@@ -36,6 +32,8 @@ class Method:
     Config = MethodConfig
     #: plain methods never change the math; approximate ones (MeCeFO) do while degraded
     exact = True
+    #: the method's disk checkpoints, for a method that keeps them (CheckpointedMethod)
+    store: Optional[CheckpointStore] = None
 
     def __init__(self, cfg, run: RunContext):
         self.cfg = cfg
@@ -132,18 +130,18 @@ class Method:
     # ---- event-driven numerics-free runs: quiet steps are booked at once
     @property
     def names_its_events(self) -> bool:
-        """Whether `steady_steps` is this method's own (the base's None steps it one at a time)."""
-        return type(self).steady_steps is not Method.steady_steps
+        """Whether `quiet_steps` is this method's own (the base's None steps it one at a time)."""
+        return type(self).quiet_steps is not Method.quiet_steps
 
-    def steady_steps(self, plan: Plan, step_s: float) -> Optional[int]:
+    def quiet_steps(self, plan: Plan, step_s: float) -> Optional[int]:
         """How many steps from `plan.step` on (this one included) run with this plan and this
         cost (`step_s` seconds each) and end with nothing but counting: no checkpoint, snapshot,
         refresh, rebalance or anything else that changes a later step. The loop books them at once
-        (`book_steady`) and takes the next step as usual. 0: this very step is the method's next
+        (`book_quiet`) and takes the next step as usual. 0: this very step is the method's next
         event. None: the method cannot tell; the loop then steps it one step at a time."""
         return None
 
-    def book_steady(self, plan: Plan, count: int) -> None:
+    def book_quiet(self, plan: Plan, count: int) -> None:
         """What `before_optimizer(plan, None)` and `after_step` do over `count` quiet steps
         (a method's step counters), in closed form."""
 
@@ -267,7 +265,7 @@ class CheckpointedMethod(Method):
             self.checkpoint_due = False
             self.save_checkpoint(step + 1)
 
-    def steady_steps(self, plan: Plan, step_s: float) -> Optional[int]:
+    def quiet_steps(self, plan: Plan, step_s: float) -> Optional[int]:
         """Quiet until the next step that ends on a multiple of the interval (its checkpoint)."""
         return 0 if self.checkpoint_due else steps_before_multiple(plan.step, self.interval)
 

@@ -239,17 +239,17 @@ class Mecefo(InPlaceMethod):
         svd = costs.profile[self.svd_kernel] if self._svd_step == plan.step else 0.0
         return costs.step(plan, helpers={self.pair: plan.notes["cover"].values()}, slots=self.n, model_work_s=svd)
 
-    def steady_steps(self, plan: Plan, step_s: float) -> Optional[int]:
+    def quiet_steps(self, plan: Plan, step_s: float) -> Optional[int]:
         """Quiet until the next checkpoint and, while degraded, the next SVD refresh (a refresh
         step costs more: it is an event of its own)."""
-        quiet = super().steady_steps(plan, step_s)
+        quiet = super().quiet_steps(plan, step_s)
         if "cover" in plan.notes and self.projections is not None:
             if self._svd_step == plan.step:
                 return 0
             quiet = min(quiet, self.projections.refreshed_at + self.projections.every - plan.step)
         return quiet
 
-    def book_steady(self, plan: Plan, count: int) -> None:
+    def book_quiet(self, plan: Plan, count: int) -> None:
         if "cover" in plan.notes:
             self.degraded_steps += count
 

@@ -103,7 +103,7 @@ class Oobleck(InPlaceMethod):
     def step_cost(self, plan: Plan) -> StepCost:
         return self.run.costs.spread_step(self.n, plan.n_computing) if plan.degraded else super().step_cost(plan)
 
-    def book_steady(self, plan: Plan, count: int) -> None:
+    def book_quiet(self, plan: Plan, count: int) -> None:
         if plan.degraded:
             self.degraded_steps += count
 

@@ -69,9 +69,9 @@ class Reft(RollbackMethod):
             self.take_snapshot(step + 1)
         super().after_step(step)  # the disk checkpoint, every `interval` steps
 
-    def steady_steps(self, plan, step_s: float) -> Optional[int]:
+    def quiet_steps(self, plan, step_s: float) -> Optional[int]:
         """Quiet until the next snapshot or disk checkpoint."""
-        return min(steps_before_multiple(plan.step, self.cfg.snapshot_every), super().steady_steps(plan, step_s))
+        return min(steps_before_multiple(plan.step, self.cfg.snapshot_every), super().quiet_steps(plan, step_s))
 
     def take_snapshot(self, step: int) -> None:
         """Snapshot the state before step `step` into the workers' memory; charge its visible part."""

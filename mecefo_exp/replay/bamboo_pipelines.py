@@ -176,10 +176,10 @@ class BambooPipelines(Bamboo):
     def step_cost(self, plan: Plan) -> StepCost:
         return self._pipeline_step_cost(plan) if self.stages else super().step_cost(plan)
 
-    def steady_steps(self, plan: Plan, step_s: float) -> Optional[int]:
+    def quiet_steps(self, plan: Plan, step_s: float) -> Optional[int]:
         if self.stages:
             return None  # the re-formation rule is read after every step: stepped one at a time
-        return super().steady_steps(plan, step_s)
+        return super().quiet_steps(plan, step_s)
 
     def after_step(self, step: int) -> None:
         super().after_step(step)  # credit, checkpoints (the ring's rebalance: no cover here)

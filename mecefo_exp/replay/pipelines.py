@@ -51,9 +51,9 @@ class OobleckArtifact(ArtifactRestarts, Oobleck):
         carried = self.carried_cost()
         return carried if carried is not None else super().step_cost(plan)
 
-    def steady_steps(self, plan: Plan, step_s: float) -> Optional[int]:
+    def quiet_steps(self, plan: Plan, step_s: float) -> Optional[int]:
         """A step that a removal did not stop is an event of its own."""
-        return 0 if self.carry is not None else super().steady_steps(plan, step_s)
+        return 0 if self.carry is not None else super().quiet_steps(plan, step_s)
 
     def after_step(self, step: int) -> None:
         self.carry = None

@@ -224,13 +224,13 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
             return StepCost(compute=max(0.0, cost.total - self.head_start))
         return cost
 
-    def steady_steps(self, plan: Plan, step_s: float) -> Optional[int]:
+    def quiet_steps(self, plan: Plan, step_s: float) -> Optional[int]:
         """Quiet until the next checkpoint, counted in completed steps; a carried step is an event."""
         if self.carry is not None or self.head_start or self.checkpoint_due:
             return 0
         return steps_before_multiple(self.completed, self.interval)
 
-    def book_steady(self, plan: Plan, count: int) -> None:
+    def book_quiet(self, plan: Plan, count: int) -> None:
         first = self.run.step
         self.recorded.extend([step, True] for step in range(max(first, first + count - self.interval), first + count))
         self.completed += count

@@ -73,10 +73,10 @@ class Timing:
 
 def build_timing(cfg, method, modes, vocab_size: int, device: torch.device,
                  real_model: Optional[torch.nn.Module] = None, stream=None, is_main: bool = True,
-                 own_profile: bool = False) -> Timing:
+                 own_profile: Optional[Path] = None) -> Timing:
     """`is_main`: under torchrun only rank 0 measures (the others get its profile by broadcast).
-    `own_profile`: `cluster.profile` is the run's own profile.json (a resume), whose clock the
-    record keeps describing as the run's first start did."""
+    `own_profile`: the run's own profile.json (a resume), which pins the clock in place of
+    `cluster.profile`, and which the record keeps describing as the run's first start did."""
     hw, d = cfg.hardware, cfg.data
     model_cfg = timed_model_cfg(cfg)
     dtype = "torch.bfloat16" if hw.compute_dtype == "bf16" else "torch.float32"
@@ -105,7 +105,7 @@ def build_timing(cfg, method, modes, vocab_size: int, device: torch.device,
     info: Dict[str, object] = {"hardware": hw.name, "timed_model": model_cfg.name}
     layout = None  # the hybrid layout's step (parallel.tp or pp > 1), else None: pure DP
 
-    choice = cfg.cluster.profile
+    choice = str(own_profile) if own_profile is not None else cfg.cluster.profile
     if choice not in ("auto", "fresh"):  # a profile file pins the clock
         profile = load_or_measure({k: None for k in counts} | {"optimizer": None, "state_copy": None,
                                                                  "checkpoint_save": None},
