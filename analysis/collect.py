@@ -146,7 +146,8 @@ def workers_down(run_dir, until: Optional[float] = None) -> pd.DataFrame:
             detail = r.get("detail")
             t = detail.get("trace_time_s") if isinstance(detail, dict) else None
             t = r["sim_time_s"] if t is None else t
-            changes.append((float(t), 1 if r["kind"] == "fail" else -1))
+            count = detail.get("workers", 1) if isinstance(detail, dict) and detail.get("job") else 1  # job-wide
+            changes.append((float(t), count if r["kind"] == "fail" else -count))
     elif (run_dir / "trace.csv").exists():
         try:
             trace = pd.read_csv(run_dir / "trace.csv")

@@ -70,6 +70,8 @@ def describe_event(row: Dict[str, Any]) -> Optional[str]:
     d = row.get("detail") or {}
     who = f" worker {row['worker']}" if row.get("worker") is not None else ""
     head = f"step {row['step']} sim {row['sim_time_s']:.4g}s: {kind}{who}"
+    if d.get("job"):  # a job-wide fault: every worker up, one row
+        return f"{head} (job-wide: {d.get('workers')} workers)"
     if kind == "rollback":
         return f"{head} -> step {d.get('to_step')} ({d.get('reason')}; {d.get('lost_steps')} steps lost)"
     if kind in ("neighbor", "neighbor_release"):

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from .failure_expectations import expected_failures
-from .trace_events import FAIL, RECOVER, FailureEvent, TraceError  # noqa: F401 (the trace's vocabulary, re-exported)
+from .trace_events import FAIL, JOB, RECOVER, FailureEvent, TraceError  # noqa: F401 (the trace's vocabulary, re-exported)
 
 
 #: the peak memory a drawn trace takes per event (one worker's fail or recover): drawing, ordering,
@@ -74,6 +74,8 @@ class Trace:
         self.path: Optional[str] = None  # a node trace: its file
         self.position = 0  # index of the first event not yet handed out: the cursor a resume restores
         self._next_fail: Optional[List[int]] = None  # next_failure_time's index, built at its first call
+        self._down: Set[int] = set()  # workers down after the first _down_at events (up_workers)
+        self._down_at = 0
 
     def state_dict(self) -> Dict[str, int]:
         return {"position": self.position}
@@ -108,6 +110,17 @@ class Trace:
         i = self._next_fail[self.position]
         return self.events[i].time if i < len(self.events) else None
 
+    def up_workers(self) -> List[int]:
+        """The workers up after the events handed out so far, in order: those a job-wide event
+        (worker `JOB`) stops. Kept up to date from the cursor, rebuilt when it moved back (a resume)."""
+        if self._down_at > self.position:
+            self._down, self._down_at = set(), 0
+        for e in self.events[self._down_at:self.position]:
+            if e.worker != JOB:
+                (self._down.add if e.kind == FAIL else self._down.discard)(e.worker)
+        self._down_at = self.position
+        return [w for w in range(self.n_workers) if w not in self._down]
+
     def next_event_time(self) -> Optional[float]:
         return self.events[self.position].time if self.position < len(self.events) else None
 
@@ -121,7 +134,7 @@ class Trace:
             w = csv.writer(f)
             w.writerow(["time_s", "worker", "event"])
             for e in self.events:
-                w.writerow([f"{e.time:.6f}", e.worker, e.kind])
+                w.writerow([f"{e.time:.6f}", "job" if e.worker == JOB else e.worker, e.kind])
 
     def expected_down_fraction(self) -> float:
         """Expected share of workers down at a time (0 without failures)."""
@@ -137,15 +150,19 @@ class Trace:
         return run_s / expected
 
     def stats_until(self, t_end: float) -> Dict[str, float]:
-        """Failures that happened before t_end and the time-averaged number of workers down."""
-        failures = sum(1 for e in self.events if e.kind == FAIL and e.time < t_end)
-        down, last, area = 0, 0.0, 0.0
+        """Worker failures that happened before t_end (a job-wide one: each worker up then) and the
+        time-averaged number of workers down."""
+        failures, down, last, area = 0, 0, 0.0, 0.0
         for e in self.events:
             if e.time >= t_end:
                 break
             area += down * (e.time - last)
-            down += 1 if e.kind == FAIL else -1
             last = e.time
+            if e.worker == JOB:  # back at the same instant: no area
+                failures += (self.n_workers - down) if e.kind == FAIL else 0
+                continue
+            failures += e.kind == FAIL
+            down += 1 if e.kind == FAIL else -1
         area += down * max(0.0, t_end - last)
         return {"failures": failures, "mean_workers_down": area / t_end if t_end > 0 else 0.0}
 
@@ -231,7 +248,7 @@ def read_trace_csv(path: str, n_workers: int, unit_s: float) -> List[FailureEven
         raise TraceError(f"failure.path={path}: no such file")
     if not p.is_file():  # a FIFO or a device would block the read before anything runs
         raise TraceError(f"failure.path={path}: not a regular file")
-    events, alive, last_t = [], [True] * n_workers, 0.0
+    events, alive, last_t, job_open = [], [True] * n_workers, 0.0, None
     try:
         with open(p, newline="", encoding="utf-8-sig") as f:  # -sig: a BOM some editors write is not data
             rows = list(csv.reader(f))
@@ -248,7 +265,7 @@ def read_trace_csv(path: str, n_workers: int, unit_s: float) -> List[FailureEven
         if len(row) != 3:
             raise TraceError(f"{path} line {lineno}: expected 3 fields time,worker,event, got {len(row)}")
         try:
-            t, w = float(row[0]), int(row[1])
+            t, w = float(row[0]), JOB if row[1].strip().lower() == "job" else int(row[1])
         except ValueError:
             raise TraceError(f"{path} line {lineno}: time must be a number and worker an integer (got {row[0]!r}, {row[1]!r})")
         if not math.isfinite(t) or t < 0:
@@ -256,20 +273,30 @@ def read_trace_csv(path: str, n_workers: int, unit_s: float) -> List[FailureEven
         kind = row[2].strip().lower()
         if kind not in (FAIL, RECOVER):
             raise TraceError(f"{path} line {lineno}: event {row[2]!r} unknown; allowed: fail, recover")
-        if not 0 <= w < n_workers:
+        if job_open is not None and not (w == JOB and kind == RECOVER and t == last_t):
+            raise TraceError(f"{path} line {lineno}: the `job` fail of line {job_open} (every worker up stops) must be "
+                             "followed by a `job` recover row at its time")
+        if w == JOB and kind == RECOVER and job_open is None:
+            raise TraceError(f"{path} line {lineno}: a `job` recover row must follow a `job` fail row at its time")
+        job_open = lineno if w == JOB and kind == FAIL else None
+        if w != JOB and not 0 <= w < n_workers:
             raise TraceError(f"{path} line {lineno}: worker {w} does not exist (0..{n_workers - 1})")
         if t < last_t:
             raise TraceError(f"{path} line {lineno}: time {t} is before the previous row's time {last_t} "
                              "(rows must be in time order)")
-        if kind == FAIL and not alive[w]:
-            raise TraceError(f"{path} line {lineno}: worker {w} fails while already down")
-        if kind == RECOVER and alive[w]:
-            raise TraceError(f"{path} line {lineno}: worker {w} recovers while alive")
-        alive[w] = kind == RECOVER
+        if w != JOB:
+            if kind == FAIL and not alive[w]:
+                raise TraceError(f"{path} line {lineno}: worker {w} fails while already down")
+            if kind == RECOVER and alive[w]:
+                raise TraceError(f"{path} line {lineno}: worker {w} recovers while alive")
+            alive[w] = kind == RECOVER
         last_t = t
         if not math.isfinite(t * unit_s):
             raise TraceError(f"{path} line {lineno}: time {row[0]} is too large: {t:g} x {unit_s:g} s per unit overflows")
         events.append(FailureEvent(t * unit_s, w, kind))
+    if job_open is not None:
+        raise TraceError(f"{path} line {job_open}: the `job` fail (every worker up stops) must be followed by a `job` "
+                         "recover row at its time")
     return events
 
 
@@ -396,7 +423,8 @@ def check_whole_groups(trace: "Trace", tp: int) -> None:
         return
     by_instant: Dict[tuple, set] = {}
     for e in trace.events:
-        by_instant.setdefault((e.time, e.kind), set()).add(e.worker)
+        if e.worker != JOB:  # every worker up: whole groups
+            by_instant.setdefault((e.time, e.kind), set()).add(e.worker)
     for (t, kind), workers in sorted(by_instant.items()):
         groups = {w // tp for w in workers}
         if workers != {w for g in groups for w in range(g * tp, (g + 1) * tp)}:

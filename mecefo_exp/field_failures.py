@@ -13,7 +13,8 @@ cause's blast radius:
 - `switch`: the servers under one top-of-rack switch (`SWITCH_SERVERS`, an assumption);
 - `job`: every worker of the job at one instant (software bugs, dependencies, NCCL watchdog
   timeouts): no hardware is lost, the job as a whole stops. Each method meets it through its fatal
-  fall-back, as it would a failure it cannot absorb.
+  fall-back, as it would a failure it cannot absorb. The trace holds it as one job-wide fail and
+  recover (worker `JOB`), not one per worker: its cost does not grow with the cluster.
 
 Repair (assumptions, the paper gives none per cause): hardware radii are replaced after
 `failure.replace_s`; a job fault's workers are back at the same instant (a zero-length outage: the
@@ -27,7 +28,7 @@ import math
 import random
 from typing import Dict, Iterator, List, NamedTuple, Tuple
 
-from .trace_events import FAIL, RECOVER, FailureEvent
+from .trace_events import FAIL, JOB, RECOVER, FailureEvent
 
 #: Llama 3 paper (Llama Team, "The Llama 3 Herd of Models", 2024, Table 5): cause, category, count
 LLAMA3_CAUSES: List[Tuple[str, str, int]] = [
@@ -121,8 +122,8 @@ def draw(cfg, n_workers: int, horizon_s: float, run_s: float, hour_s: float, rea
             if down_until.get(w, math.inf) <= t:
                 del down_until[w]
         if cause.radius == "job":  # every worker that is up stops and is back at once
-            up = [w for w in range(n_workers) if w not in down_until]
-            events += [FailureEvent(t, w, FAIL) for w in up] + [FailureEvent(t, w, RECOVER) for w in up]
+            if len(down_until) < n_workers:
+                events += [FailureEvent(t, JOB, FAIL), FailureEvent(t, JOB, RECOVER)]
             continue
         for _ in range(8):  # a unit whose workers are all up (else the arrival is dropped)
             first = pick.randrange(n_workers // g) * g
@@ -144,5 +145,5 @@ def draw(cfg, n_workers: int, horizon_s: float, run_s: float, hour_s: float, rea
 
 
 def expected_events(cfg, n_workers: int, horizon_s: float, hour_s: float) -> float:
-    """Worker events (fail + recover) the trace is expected to hold: its memory budget."""
-    return sum(2 * rate * horizon_s * g for _, g, rate in rates(cfg, n_workers, hour_s))
+    """Events (fail + recover; a job-wide fault is one of each) the trace is expected to hold: its memory budget."""
+    return sum(2 * rate * horizon_s * (1 if c.radius == "job" else g) for c, g, rate in rates(cfg, n_workers, hour_s))

@@ -4,6 +4,10 @@ that cannot be replayed raises. A leaf: faults.py draws traces of them, node_tra
 from dataclasses import dataclass
 
 FAIL, RECOVER = "fail", "recover"
+#: the worker of a job-wide event: every worker up at that instant stops (a software or NCCL fault)
+#: and is back at once. A trace holds it as one fail and one recover at one instant, never one
+#: event per worker, so its cost does not grow with the cluster; trace.csv names it `job`
+JOB = -1
 
 
 @dataclass(frozen=True, order=True)

@@ -31,7 +31,7 @@ from .errors import ConfigError
 from .config import plain
 from .console import Progress
 from .context import Context, log
-from .faults import check_whole_groups, make_trace
+from .faults import FAIL, JOB, FailureEvent, check_whole_groups, make_trace
 from .methods import build_method
 from .methods.base import steps_before_multiple
 from .methods.checkpointing import store_of_run
@@ -67,6 +67,7 @@ class Experiment(Context):
 
     _idle = 0  # loop passes in a row that left the step, the trace position and the clock as they were
     _last_place = None
+    _job_workers = None  # the workers a job-wide fault stopped, until its recovery at the same instant
 
     # ------------------------------------------------------------------ building
     def setup(self) -> None:
@@ -181,12 +182,29 @@ class Experiment(Context):
         if self.tier.joining:
             return  # a restarted worker: its trace position comes from the peer that heals it
         while due := self.trace.pop_instant(self.clock.now):  # one instant at a time: each is dated by its own
-            for kind, same in itertools.groupby(due, key=lambda ev: ev.kind):
-                self.tier.deliver(kind, list(same), self)
+            for (kind, job), same in itertools.groupby(due, key=lambda ev: (ev.kind, ev.worker == JOB)):
+                if job:
+                    self.deliver_job_wide(kind, next(same))
+                else:
+                    self.tier.deliver(kind, list(same), self)
         store = self.method.store
         if store is not None and store.pending is not None:  # saved while the events were handled (JIT)
             with signals_held():
                 store.flush()  # now that the books hold every event of the instant
+
+    def deliver_job_wide(self, kind: str, ev) -> None:
+        """A job-wide fault (worker `JOB`): the workers up stop, and are back at the same instant. The
+        method hears them as from one event per worker; the record has one row (worker null, `workers`:
+        how many). A tier that kills ranks for real (failure.kill) gets one event per worker."""
+        if kind == FAIL:  # its recovery, next, brings back the same workers
+            self._job_workers = self.trace.up_workers()
+        workers, counted = self._job_workers or [], "failures" if kind == FAIL else "recoveries"
+        if workers and self.tier.kill:
+            self.tier.deliver(kind, [FailureEvent(ev.time, w, kind) for w in workers], self)
+        elif workers:
+            self.event(kind, None, {"trace_time_s": ev.time, "job": True, "workers": len(workers)})
+            setattr(self.books.counters, counted, getattr(self.books.counters, counted) + len(workers))
+            (self.method.on_failures if kind == FAIL else self.method.on_recoveries)(workers)
 
     def train(self) -> None:
         books, trace, clock, method, training = self.books, self.trace, self.clock, self.method, self.training

@@ -256,7 +256,7 @@ def test_where_a_gpu_sits_and_its_neighbours_by_hand():
     # GPU 11 = tensor rank 1 of replica (11 // 2) % 4 = 1 on stage 11 // 8 = 1
     assert (shape.stage(11), shape.replica(11)) == (1, 1)
     # the same slot (stage 1, tensor rank 1) in replicas 2, 3, 0
-    assert shape.same_slot_in_next_replicas(11) == [13, 15, 9]
+    assert list(shape.same_slot_in_next_replicas(11)) == [13, 15, 9]
     assert [shape.stage(g) for g in range(16)] == [0] * 8 + [1] * 8
     # REFT's parity chains: each (stage, tensor rank) slot's GPUs, one per replica
     assert shape.replica_chains() == [[0, 2, 4, 6], [1, 3, 5, 7], [8, 10, 12, 14], [9, 11, 13, 15]]

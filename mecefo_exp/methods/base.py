@@ -81,8 +81,7 @@ class Method:
         self.down.add(worker)
 
     def on_failures(self, workers: List[int]) -> None:
-        """Workers that fail at the same instant (e.g. a whole 8-GPU machine). By default each
-        is a failure of its own; a job-wide restart overrides this to restart once."""
+        """Workers that fail at one instant (a machine): by default each on its own (a restart: once)."""
         for worker in workers:
             self.on_failure(worker)
 
@@ -90,8 +89,7 @@ class Method:
         self.down.discard(worker)
 
     def on_recoveries(self, workers: List[int]) -> None:
-        """Workers that come back at the same instant (a replaced machine). By default each is a
-        recovery of its own; a method that reconfigures on a rejoin overrides this to do it once."""
+        """Workers back at one instant (a replaced machine): by default each on its own (a re-formation: once)."""
         for worker in workers:
             self.on_recover(worker)
 
@@ -162,13 +160,11 @@ class Method:
 
 
 def _is_plain(value) -> bool:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return True
     if isinstance(value, (list, tuple, set, frozenset)):
         return all(_is_plain(v) for v in value)
     if isinstance(value, dict):
         return all(_is_plain(k) and _is_plain(v) for k, v in value.items())
-    return False
+    return value is None or isinstance(value, (bool, int, float, str))
 
 
 @dataclass
@@ -331,9 +327,8 @@ class RollbackMethod(CheckpointedMethod):
 
     def on_failures(self, workers: List[int]) -> None:
         """One restart for failures at the same instant (charging one restart per worker would
-        bill a machine failure 8 times)."""
-        for worker in workers:
-            super().on_failure(worker)  # mark down
+        bill a machine failure 8 times). Marked down at once: a job-wide fault is every worker."""
+        self.down.update(workers)
         self.admit_held_back(workers)  # the workers that came back join this restart
         self.restart_after(workers)
         if self.on_survivors:
@@ -349,6 +344,11 @@ class RollbackMethod(CheckpointedMethod):
     def on_recover(self, worker: int) -> None:
         if not self.hold_back(worker, {"down": self.running_without}):
             super().on_recover(worker)  # on spares: the job already runs on a replacement
+
+    def on_recoveries(self, workers: List[int]) -> None:
+        if self.on_survivors or type(self).on_recover is not RollbackMethod.on_recover:
+            return super().on_recoveries(workers)  # each may wait for the next restart
+        self.down.difference_update(workers)  # on spares: at once (a job-wide fault is every worker)
 
     def plan(self, step: int) -> Plan:
         if self.running_without:

@@ -166,7 +166,15 @@ class Mecefo(InPlaceMethod):
 
     def on_failures(self, workers: List[int]) -> None:
         """The failures of one instant, one by one; once one is fatal the fall-back's spares replace
-        the rest of the instant too (a job-wide fault is one restart, not one per stage's replicas)."""
+        the rest of the instant too (a job-wide fault is one restart, not one per stage's replicas).
+        An instant after which more workers are down than up (a job-wide fault) falls back at once:
+        each neighbour covers one worker, so the one-by-one covering would end in that fall-back
+        anyway, after O(workers x dp) work and as many `neighbor` rows (a node trace keeps it)."""
+        node_trace = self.without or getattr(self.run.trace, "node_rows", None)
+        if not node_trace and 2 * len(self.down.union(workers)) > self.n:
+            self.down.update(workers)  # marked down, as on_failure does, at once
+            self.replaced.difference_update(workers)
+            return self.fall_back(workers[0], {"reason": "no worker is left up"})
         fatal = self.counts["fatal"]
         for i, worker in enumerate(workers):
             self.on_failure(worker)
@@ -178,6 +186,12 @@ class Mecefo(InPlaceMethod):
                 else:
                     self.replaced.update(rest)
                 return
+
+    def on_recoveries(self, workers: List[int]) -> None:
+        if self.replaced.issuperset(workers):  # spares took every one's place (a fall-back): at once
+            self.replaced.difference_update(workers)
+        else:
+            super().on_recoveries(workers)
 
     def on_recover(self, worker: int) -> None:
         if not self.rejoins(worker):

@@ -11,7 +11,7 @@ rule, its source and what is assumed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List
+from typing import Dict, Iterator, List
 
 from ..config import AttrDict, plain, stage_layers
 from .comm import exposed_comm_s
@@ -152,12 +152,13 @@ class LayoutShape:
         return [[stage * self.tp * self.dp + r * self.tp + t for r in range(self.dp)]
                 for stage in range(self.pp) for t in range(self.tp)]
 
-    def same_slot_in_next_replicas(self, gpu: int) -> List[int]:
+    def same_slot_in_next_replicas(self, gpu: int) -> Iterator[int]:
         """The GPU at the same tensor rank and stage in replicas r+1, r+2, ... (mod dp): MeCeFO's
-        neighbours in a layout (the adjacent data-parallel replica holds the same weights)."""
+        neighbours in a layout (the adjacent data-parallel replica holds the same weights). Lazy:
+        a neighbour is usually found within a few."""
         base = self.stage(gpu) * self.tp * self.dp + gpu % self.tp
-        r = self.replica(gpu)
-        return [base + ((r + k) % self.dp) * self.tp for k in range(1, self.dp)]
+        r, dp, tp = self.replica(gpu), self.dp, self.tp
+        return (base + ((r + k) % dp) * tp for k in range(1, dp))
 
 
 def degraded_pipeline_s(kernels: Dict[str, float], stage_factor: Dict[int, float], share: float = 1.0) -> float:
