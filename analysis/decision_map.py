@@ -10,9 +10,9 @@ runs, per method and seed (the same seed is the same trace for every method):
 
 - length: 10 mean times between interruptions, between 2 h and 7 days, at most 200,000 steps; the
   trace covers 3x that (`failure.horizon_factor`), a run that outlasts it is flagged `censored`;
-- sizes: 3 per model up to 16,384 GPUs (`MODELS`). Larger clusters run (add them to `MODELS`) but
-  do not fit the map's 15 minutes on 2 cores: a whole-job fault is one event per GPU (131,072 at
-  65,536 GPUs, each written to the run's events.jsonl), tens of seconds a run;
+- sizes: 4 per model, 64 to 65,536 GPUs (`MODELS`); a whole-job fault is one job-wide event in the
+  trace and the record (not one per GPU), so a run's cost follows its events, not its GPUs;
+- methods: every method of the registry (analysis/simulate.py `METHODS`);
 - fall-back checkpoints (MeCeFO, Bamboo, Oobleck, REFT's disk): Young's sqrt(2 C M) with M the mean
   time between whole-job faults, which none of them absorbs (their `auto` counts only independent
   failures); checkpoint-restart keeps `auto` (every interruption); REFT snapshots and BAFT
@@ -39,9 +39,9 @@ from .simulate import METHODS, effective_time, mean_interval, run_all
 
 LLAMA3_EVERY_H = 54 * 24 / 419
 MODELS = {
-    "405b": {"sizes": [256, 2048, 16384],
+    "405b": {"sizes": [256, 2048, 16384, 65536],
              "overrides": ["model=llama_405b", "parallel.pp=16", "parallel.microbatches=16", "parallel.split=llama3"]},
-    "7b": {"sizes": [64, 1024, 16384],
+    "7b": {"sizes": [64, 1024, 16384, 65536],
            "overrides": ["model=llama_7b", "model.max_position_embeddings=8192", "parallel.pp=2",
                          "parallel.microbatches=8", "parallel.split=even"]},
 }
@@ -76,7 +76,7 @@ def cell_overrides(cell: Dict, probe: Dict) -> Dict[str, List[str]]:
     every = max(5, math.ceil(30.0 / step_s))
     common = ["experiment=decision_map", *MODELS[cell["model"]]["overrides"], f"cluster.n_workers={cell['gpus']}",
               f"failure.every_h={every_h!r}", f"failure.replace_s={cell['repair_s']}", f"trainer.max_steps={steps}"]
-    own = {"checkpoint": [], "baft": [f"method.checkpoint_every={every}"],
+    own = {"checkpoint": [], "jit": [], "baft": [f"method.checkpoint_every={every}"],
            "reft": [f"method.snapshot_every={every}", f"method.checkpoint_interval={fallback}"]}
     return {m: common + [f"method={m}"] + own.get(m, [f"method.checkpoint_interval={fallback}"]) for m in METHODS}
 
@@ -130,7 +130,7 @@ def sweep(grid: List[Dict], seeds: int, processes: int, record: Path) -> pd.Data
             print(f"{i + 1}/{len(jobs)} runs, {time.perf_counter() - start:.0f} s", flush=True)
 
     print(f"{len(jobs)} runs to do ({len(done)} already in {record})", flush=True)
-    run_all(jobs, processes=processes, each=keep)
+    run_all(jobs, processes=processes, each=keep, chunksize=seeds)
     return pd.read_csv(record)
 
 
@@ -184,7 +184,7 @@ def draw(table: pd.DataFrame, out: Path) -> List[Path]:
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    colours = dict(zip(METHODS, ["#7f7f7f", "#1f77b4", "#9467bd", "#ff7f0e", "#2ca02c", "#d62728"]))
+    from .methods import METHOD_COLORS as colours
     paths = []
     for model, t in table.groupby("model"):
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))

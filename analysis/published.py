@@ -22,7 +22,7 @@ the tables (or mark them superseded) in the same commit.
     python -m analysis.published regenerate --out DIR [--write] # rerun, diff against RESULTS.md
     make results                                                 # the same, into a scratch folder
 
-The decision map (`decision_map`) is its own command's output (`python -m analysis.decision_map`, about
+The decision map (`decision_map`) is its own command's output (`python -m analysis.decision_map`, under
 15 minutes on 2 cores); `--sweep decision_map=DIR` reads a finished one. `regenerate` reruns paper-mini (28 runs with numerics, ~12-25 min on 2 cores), paper-table2
 (318 numerics-free runs, ~2-6 min) and the ablation memory table (12 numerics-free runs,
 seconds), renders each marked table from the fresh runs, prints `identical` or a diff per table,

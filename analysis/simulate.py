@@ -16,9 +16,10 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-#: the methods the decision map sweeps: the six its published table was made with (JIT checkpointing,
-#: registered later, joins when the map is swept again: 108 more runs, about 4 min on 2 cores)
-METHODS = ["checkpoint", "reft", "baft", "bamboo", "oobleck", "mecefo"]
+from .methods import METHOD_ORDER
+
+#: the methods the decision map and advise run: every method of the registry, in the tables' order
+METHODS = list(METHOD_ORDER)
 
 
 def compose(overrides: Sequence[str]):
@@ -61,24 +62,47 @@ def run(overrides: Sequence[str]) -> Dict:
     return run_cfg(compose(overrides))
 
 
+_COMPOSED: Dict[tuple, object] = {}  # this process's last composed config, by its overrides besides seed=
+
+
+def compose_seeded(overrides: Sequence[str]):
+    """compose(overrides), composed once for consecutive jobs that differ only in `seed=` (a seed is
+    read at run time, never while composing): a copy with the seed set, validated again."""
+    import copy
+
+    from mecefo_exp.config import validate
+
+    rest = tuple(o for o in overrides if not o.startswith("seed="))
+    seeds = [o.split("=", 1)[1] for o in overrides if o.startswith("seed=")]
+    if rest not in _COMPOSED:
+        _COMPOSED.clear()
+        _COMPOSED[rest] = compose(rest)
+    cfg = copy.deepcopy(_COMPOSED[rest])
+    if seeds:
+        cfg.seed = int(seeds[-1])
+        validate(cfg)
+    return cfg
+
+
 def _job(overrides):
     try:
-        return run(overrides)
+        return run_cfg(compose_seeded(overrides))
     except Exception as e:  # one failed cell is reported, never the whole sweep lost
         return {"status": "failed", "error": f"{type(e).__name__}: {e}"}
 
 
-def run_all(jobs: List[List[str]], processes: int = 2, each=None) -> List[Dict]:
+def run_all(jobs: List[List[str]], processes: int = 2, each=None, chunksize: int = 1) -> List[Dict]:
     """Every job's summary, in order; `processes` worker processes (1: in this process). `each(i,
-    summary)` is called as each job ends (in order), e.g. to keep a record that survives a stop."""
+    summary)` is called as each job ends (in order), e.g. to keep a record that survives a stop.
+    `chunksize` consecutive jobs go to one process (the seeds of one config: composed once)."""
     def results():
         if processes <= 1 or len(jobs) <= 1:
             yield from map(_job, jobs)
             return
         import multiprocessing as mp
 
-        with mp.get_context("fork").Pool(processes, maxtasksperchild=20) as pool:
-            yield from pool.imap(_job, jobs, chunksize=1)
+        with mp.get_context("fork").Pool(processes, maxtasksperchild=20 * chunksize) as pool:
+            yield from pool.imap(_job, jobs, chunksize=chunksize)
 
     out = []
     for i, summary in enumerate(results()):

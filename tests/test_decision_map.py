@@ -46,7 +46,9 @@ def test_each_cell_scales_its_run_and_fall_back_to_its_failures():
     small = dm.cell_overrides({**cell, "gpus": 256}, probe)
     steps = int(next(o for o in small["reft"] if o.startswith("trainer.max_steps=")).split("=")[1])
     assert steps == round(7 * 86400 / 7.0)  # capped at 7 days
-    assert len(dm.cells()) == 3 * 6 + 3 * 6
+    assert len(dm.cells()) == 4 * 6 + 4 * 6
+    assert min(g for m in dm.MODELS.values() for g in m["sizes"]) == 64
+    assert max(g for m in dm.MODELS.values() for g in m["sizes"]) == 65536
 
 
 def test_bad_input_is_one_line_before_any_run(capsys):
