@@ -96,7 +96,7 @@ def _row(key: Dict, s: Dict) -> Dict:
     return {**key, "status": s.get("status"), "effective_time": effective_time(s), "steps": s.get("steps"),
             "sim_time_s": s.get("sim_time_s"), "failures": s.get("failures"), "rollbacks": s.get("rollbacks"),
             "fatal": s.get("fatal"), "censored": bool(s.get("sim_time_s") and s["sim_time_s"] > horizon),
-            "error": s.get("error", "")}
+            "wall_s": s.get("wall_time_s"), "error": s.get("error", "")}
 
 
 TIE = 0.001  # a margin under 0.1 points of effective training time is a tie, whatever its interval
