@@ -199,7 +199,7 @@ class Experiment(Context):
         if kind == FAIL:  # its recovery, next, brings back the same workers
             self._job_workers = self.trace.up_workers()
         workers, counted = self._job_workers or [], "failures" if kind == FAIL else "recoveries"
-        if workers and self.tier.kill:
+        if workers and getattr(self.tier, "kill", False):  # the Tier protocol does not require it
             self.tier.deliver(kind, [FailureEvent(ev.time, w, kind) for w in workers], self)
         elif workers:
             self.event(kind, None, {"trace_time_s": ev.time, "job": True, "workers": len(workers)})
