@@ -26,7 +26,7 @@ def test_every_study_states_its_fingerprints_and_every_marked_table_names_a_know
 
 #: studies whose fingerprint counts the FLOPs of many shapes (35 s and 13 s in a fresh clone): slow
 #: tier, which .ci/run also runs
-SLOW_FINGERPRINTS = ("ablation_memory", "llama3_405b")
+SLOW_FINGERPRINTS = ("ablation_memory", "llama3_405b", "decision_map")
 
 
 @pytest.mark.parametrize("study", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW_FINGERPRINTS else s
