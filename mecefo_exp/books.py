@@ -31,12 +31,12 @@ class Counters:
     unplanned_down_s: float = 0.0
     unplanned_down_since: Dict[int, float] = dataclasses.field(default_factory=dict)
 
-    def count_event(self, kind: str) -> None:
-        """A failure or recovery the method is about to hear of."""
+    def count_event(self, kind: str, workers: int = 1) -> None:
+        """A failure or recovery (of `workers` workers at once) the method is about to hear of."""
         if kind == FAIL:
-            self.failures += 1
+            self.failures += workers
         else:
-            self.recoveries += 1
+            self.recoveries += workers
 
     def count_unplanned(self, kind: str, worker: int, now_s: float) -> None:
         """An unplanned failure or its worker's return, at simulated time `now_s`."""

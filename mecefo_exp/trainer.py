@@ -67,6 +67,7 @@ class Experiment(Context):
 
     _idle = 0  # loop passes in a row that left the step, the trace position and the clock as they were
     _last_place = None
+    _job_workers = None  # the workers a job-wide failure stopped; its recovery, at the same instant, brings them back
     _job_workers = None  # the workers a job-wide fault stopped, until its recovery at the same instant
 
     # ------------------------------------------------------------------ building
@@ -198,12 +199,12 @@ class Experiment(Context):
         how many). A tier that kills ranks for real (failure.kill) gets one event per worker."""
         if kind == FAIL:  # its recovery, next, brings back the same workers
             self._job_workers = self.trace.up_workers()
-        workers, counted = self._job_workers or [], "failures" if kind == FAIL else "recoveries"
-        if workers and getattr(self.tier, "kill", False):  # the Tier protocol does not require it
+        workers = self._job_workers or []
+        if workers and self.tier.kill:
             self.tier.deliver(kind, [FailureEvent(ev.time, w, kind) for w in workers], self)
         elif workers:
             self.event(kind, None, {"trace_time_s": ev.time, "job": True, "workers": len(workers)})
-            setattr(self.books.counters, counted, getattr(self.books.counters, counted) + len(workers))
+            self.books.counters.count_event(kind, len(workers))
             (self.method.on_failures if kind == FAIL else self.method.on_recoveries)(workers)
 
     def train(self) -> None:

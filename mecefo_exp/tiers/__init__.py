@@ -24,6 +24,7 @@ class Tier(Protocol):
     rank: int  # this process's worker (0 in the simulated tier)
     leader: int  # the worker whose process writes the run record
     holds_folder_lock: bool  # whether this process locks the run folder
+    kill: bool  # failure.kill: a trace failure kills the worker's process for real
 
     @property
     def is_main(self) -> bool: ...
