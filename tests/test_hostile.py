@@ -485,6 +485,37 @@ def test_a_file_given_as_the_run_folder_is_one_line(tmp_path):
     assert where.read_text() == "not a folder"
 
 
+def _unwritable_folder():
+    """A folder nobody may create files in, root included: chmod does not stop root, but sysfs
+    refuses every new file (Linux)."""
+    where = Path("/sys/kernel")
+    if not where.is_dir():
+        return None
+    try:
+        os.close(os.open(where / "mecefo_probe", os.O_CREAT | os.O_WRONLY))
+    except OSError:
+        return where
+    os.unlink(where / "mecefo_probe")
+    return None
+
+
+@pytest.mark.slow  # run.py in a subprocess (~5 s each)
+@pytest.mark.parametrize("inside", [False, True], ids=["existing", "to_be_created"])
+def test_a_run_folder_that_cannot_be_written_is_one_line(inside):
+    """A read-only run folder (an existing one where no file can be created, or one that cannot
+    be created there): one line, exit 2, nothing written."""
+    folder = _unwritable_folder()
+    if folder is None:
+        pytest.skip("no folder here refuses new files to this user (sysfs on Linux does, even to root)")
+    where = folder / "mecefo_run" if inside else folder
+    out = subprocess.run([sys.executable, "run.py", *MICRO, f"hydra.run.dir={where}"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]
+    assert lines[0].startswith(f"error: hydra.run.dir={where} cannot hold a run: "), lines
+    assert "Traceback" not in out.stdout + out.stderr
+
+
 def _misfit(checkpoint):
     """The checkpoint, still plain data, of another model size: every 2-D weight loses a row."""
     import torch
