@@ -69,6 +69,39 @@ def test_a_quorum_that_healed_nothing_without_an_error_is_still_refused():
         m._one_quorum()
 
 
+class LateManager(Manager):
+    """torchft 0.2.0's Manager where the lighthouse forms no quorum in time at first: start_quorum
+    raises TimeoutError, and raises it again at the next start_quorum unless it was handled."""
+
+    def __init__(self, membership, timeouts):
+        super().__init__(membership, heals=[True])
+        self.timeouts, self._quorum_future = timeouts, None
+
+    def start_quorum(self):
+        if self._quorum_future is not None:
+            raise self._quorum_future
+        if self.timeouts:
+            self.timeouts -= 1
+            self._quorum_future = TimeoutError('status: Cancelled, message: "Timeout expired"')
+            raise self._quorum_future
+        super().start_quorum()
+
+
+def test_a_quorum_that_does_not_form_in_time_is_taken_again_not_a_worker_error():
+    """A replacement died while its first group was set up: one survivor failed at once, the other
+    still retries gloo's connection to it (several collective timeouts). The lighthouse forms no
+    quorum of one of two live workers, so the first survivor's quorum times out. It takes the quorum
+    again until its peer is back (it exited with that TimeoutError, and the run failed)."""
+    m = joining_worker(heals=[])
+    m.joining, m.restart_timeout_s = False, 300.0
+    m.manager = LateManager(m, timeouts=3)
+    assert m._quorum() == {1, 2}
+    m.manager = LateManager(m, timeouts=3)
+    m.restart_timeout_s = -1.0  # never back: the run fails in one line, after cluster.restart_timeout_s
+    with pytest.raises(RuntimeError, match="no quorum within cluster.restart_timeout_s"):
+        m._quorum()
+
+
 def test_a_replacement_that_died_before_any_quorum_is_asked_for_again_and_recorded():
     """Worker 1's replacement (incarnation 1) died while it started or healed: its launcher (or the
     launcher started again on its machine) wrote `exited/1/1`. The survivors ask for incarnation 2

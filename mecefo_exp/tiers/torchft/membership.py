@@ -30,8 +30,7 @@ from ..torchrun import TorchrunCluster
 
 log = logging.getLogger(__name__)
 
-#: how often a quorum is taken again when a peer died inside its membership all-reduce
-QUORUM_ATTEMPTS = 5
+QUORUM_ATTEMPTS = 5  # how often a quorum is taken again when a peer died inside its membership all-reduce
 #: how often a worker waiting for a restarted peer looks whether it is up, or died
 WAIT_POLL_S = 0.05
 
@@ -126,7 +125,6 @@ class TorchftMembership:
     # ------------------------------------------------------------ torchft
     def _start_manager(self, lighthouse: str, cfg):
         from torchft import Manager, ProcessGroupNCCL
-
         from torchft.checkpointing.pg_transport import PGTransport
 
         # this machine's listening address and the name its peers on other machines reach it by
@@ -187,16 +185,33 @@ class TorchftMembership:
         self.store.set(f"ready/{self.me}/{self.incarnation[self.me]}", repr(time.time()))
 
     def _quorum(self) -> Set[int]:
-        """torchft's quorum (healing this process if it is behind), as a set of workers; taken
-        again when a peer dies inside the membership all-reduce."""
-        for attempt in range(1, QUORUM_ATTEMPTS + 1):
-            members = self._one_quorum()
+        """torchft's quorum as a set of workers (healing this process if behind); taken again when a
+        peer dies inside the membership all-reduce, or none forms in time."""
+        attempt, waiting_since = 1, None
+        while True:
+            try:
+                members = self._one_quorum()
+            except TimeoutError as e:
+                waiting_since = waiting_since or time.time()
+                self._no_quorum_in_time(e, time.time() - waiting_since)
+                continue
             if members is not None:
                 return members
+            if attempt == QUORUM_ATTEMPTS:
+                raise RuntimeError(f"torchft: the membership all-reduce failed {attempt} times: {self.manager.errored()}")
             log.warning("torchft: a peer died during the membership all-reduce (%s); quorum again (%d of %d)",
                         self.manager.errored(), attempt, QUORUM_ATTEMPTS)
-        raise RuntimeError(f"torchft: the membership all-reduce failed {QUORUM_ATTEMPTS} times in a row: "
-                           f"{self.manager.errored()}")
+            attempt += 1
+
+    def _no_quorum_in_time(self, error: TimeoutError, waited_s: float) -> None:
+        """No quorum within cluster.quorum_timeout_s: the lighthouse forms none of half the heartbeating
+        workers or fewer (split brain), and a live peer may still retry gloo's connection to a member that
+        died while the last group was set up (several collective timeouts, where others failed at once)."""
+        said = " ".join(str(error).split())[:120]  # torchft's own: "status: Cancelled, ..."
+        if waited_s > self.restart_timeout_s:
+            raise RuntimeError(f"torchft: no quorum within cluster.restart_timeout_s={self.restart_timeout_s:g} s ({said})")
+        log.warning("torchft: no quorum in time (%s); quorum again (waiting %.0f s)", said, waited_s)
+        self.manager._quorum_future = None  # torchft 0.2.0 would raise this error again at the next quorum
 
     def _one_quorum(self) -> Optional[Set[int]]:
         started = time.time()
