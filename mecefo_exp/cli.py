@@ -27,7 +27,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from . import runlock
-from .errors import ConfigError
+from .errors import AnticipatedEnd, ConfigError
 from .config import typed_config, validate
 from .hydra_glue import register_configs, run_name, torchrun_restarted
 from .faults import TraceError
@@ -137,7 +137,7 @@ def _job(cfg: DictConfig, run_dir: Path):
     from .timing.clock import ClockOverflow
 
     # ends a run can meet and its record explains: one line here, the traceback in the run's log file
-    anticipated: tuple = (NonFiniteLoss, ClockOverflow)
+    anticipated: tuple = (NonFiniteLoss, ClockOverflow, AnticipatedEnd)
     try:
         if cfg.cluster.name == "torchft":  # this process starts and watches one process per worker
             # torch's C++ side logs each failed store read with its C++ frames when a peer dies (read

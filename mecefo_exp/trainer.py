@@ -410,6 +410,9 @@ class Experiment(Context):
                         self.progress.close()  # give the console back (and its log handlers) before the traceback
                     if not (self.cfg.resume and not self.resumed and isinstance(e, ConfigError)):
                         self._record_failure(e)  # a refused resume leaves the folder's record as it was
+                    left = self._close_a_record_left_behind()
+                    if left is not None:
+                        raise left from None
                     raise
         finally:
             if self._locked:
@@ -418,6 +421,19 @@ class Experiment(Context):
             self.tier.shutdown()
         log_done(log, summary, self.run_dir)
         return summary
+
+    def _close_a_record_left_behind(self) -> Optional[BaseException]:
+        """After this process failed while another writes the record: if that writer is gone too
+        (torchrun: rank 0's machine, or the rendezvous host), the first rank of each machine left
+        closes the record as failed. Returns the end to raise instead (None: the writer is there)."""
+        left = None
+        if not self.is_main:
+            with contextlib.suppress(Terminated), signals_held():  # torchrun's agent stopping this rank waits
+                left = self.tier.record_left_behind()
+                if left is not None and self.tier.closes_a_left_record:
+                    self.records.take_over()
+                    self._record_failure(left)
+        return left
 
     def _record_failure(self, e: BaseException) -> None:
         """Leave summary.json `failed` with the reason, even on a full disk."""

@@ -11,7 +11,8 @@
 # PYTHON (.venv/bin/python). The run folder and MECEFO_CACHE (tokenized corpus, FLOP counts)
 # must be on storage every node sees (docs/DESIGN.md, "On a cluster").
 #
-# The first node hosts the rendezvous: if it dies the job cannot go on, and when its agent exits
+# The first node hosts the rendezvous: if it dies the job cannot go on (the other nodes close the
+# run's record as failed, saying so in one line), and when its agent exits
 # at the end an agent still polling the rendezvous may fail although the run finished (the run
 # folder's summary.json says how the run ended). A rendezvous host apart from the training
 # nodes (RDZV_HOST, with a store of your own and --rdzv-conf=is_host=false) avoids both.
@@ -33,6 +34,9 @@ export MECEFO_CACHE=${MECEFO_CACHE:-$PWD/.cache}
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 # torch 2.13: with the rendezvous store shared, a replaced node cannot join a later round
 export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
+# torch's C++ side prints every failed store read with its C++ frames when a node dies (the
+# agents and the ranks); the errors say it in a line without them
+export TORCH_CPP_LOG_LEVEL=${TORCH_CPP_LOG_LEVEL:-ERROR}
 
 if [[ ${1:-} != --on-node ]]; then  # the batch step: one task per node, each runs the branch below
     exec srun --ntasks-per-node=1 --kill-on-bad-exit=0 bash scripts/sbatch_torchrun.sh --on-node "$@"

@@ -153,3 +153,68 @@ def test_two_machines_match_the_simulated_tier_and_survive_one_machine_killed(ru
     assert summary["status"] == "ok" and summary["steps"] == 200
     assert len(summary["resumes"]) == 1 and summary["resumes"][0]["from_step"] >= 15
     assert losses_by_step(run_dir) == losses_by_step(tmp_path / "free")  # the same tier: bit for bit
+
+
+
+@pytest.mark.slow  # ~20 s each: two 2-rank agents, the first killed
+@pytest.mark.parametrize("shared", [True, False], ids=["shared_store", "recipe"])
+def test_when_the_rendezvous_host_dies_the_other_machine_closes_the_record_in_one_line(shared, fixed_profile,
+                                                                                       tmp_path):
+    """c10d rendezvous: the first agent hosts the rendezvous store and gets ranks 0 and 1 (rank 0
+    writes the record). That machine dies whole. The other machine's ranks fail; its first rank,
+    finding the ranks' store gone (the rendezvous store, or with scripts/sbatch_torchrun.sh's
+    unshared stores rank 0's), closes the record as failed (it stayed `running` for ever), and each
+    rank says why in one line. With the recipe's environment no C++ frames are printed either."""
+    import json
+    import signal
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run_dir = tmp_path / "tr"
+    common = ["trainer.threads=1", "method=checkpoint", "method.interval=3", "failure=none", "trainer.max_steps=5000",
+              "trainer.eval_every=0", f"cluster.profile={fixed_profile()}"]
+    cmd = [TORCHRUN, "--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+           "--rdzv-id=job", "--max-restarts=2", "run.py", "cluster=torchrun",
+           *[o for o in MICRO if not o.startswith("cluster.n_workers")], *common, f"hydra.run.dir={run_dir}"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    if not shared:  # what scripts/sbatch_torchrun.sh exports
+        env.update(TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", TORCH_CPP_LOG_LEVEL="ERROR")
+    start = lambda: subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True)
+    host = start()
+    deadline = time.time() + 60
+    while time.time() < deadline:  # the first agent to bind the endpoint hosts the store (and gets ranks 0, 1)
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.1)
+    other = start()
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and (len(read_jsonl(run_dir / "metrics.jsonl"))
+                                          if (run_dir / "metrics.jsonl").exists() else 0) < 10:
+            time.sleep(0.1)
+        for pid in [host.pid, *descendants(host.pid)]:  # the whole machine at once
+            os.kill(pid, signal.SIGKILL)
+        host.wait(timeout=30)
+        out, _ = other.communicate(timeout=180)
+    finally:
+        for agent in (host, other):
+            if agent.poll() is None:
+                agent.kill()
+    assert other.returncode != 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["steps"] >= 10, summary.get("error")
+    assert ("rendezvous store" if shared else "rank 0, which writes the run record, is gone") in summary["error"]
+    said = [ln for ln in out.splitlines() if ln.startswith("failed: ") and "is gone" in ln]
+    # ranks 2 and 3 (one may be stopped by its agent first: one line too)
+    assert 1 <= len(said) + out.count("\nstopped: ") <= 2 and said, out[-3000:]
+    # no traceback of a rank: torchrun's agent reports its own end (RendezvousConnectionError)
+    ours = [ln for ln in out.splitlines() if ln.strip().startswith('File "') and "/torch/" not in ln
+            and "/bin/torchrun" not in ln and "/lib/python3" not in ln]
+    assert not ours, out[-3000:]
+    if not shared:
+        assert "frame #" not in out, out[-3000:]

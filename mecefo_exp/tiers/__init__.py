@@ -10,7 +10,7 @@ simulated tier does nothing where the others act, so the loop never asks which t
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Protocol
+from typing import TYPE_CHECKING, Dict, List, Optional, Protocol
 
 from ..registry import tier_class
 
@@ -32,6 +32,14 @@ class Tier(Protocol):
     @property
     def joining(self) -> bool:
         """A restarted worker whose books come from the peer that heals it."""
+
+    def record_left_behind(self) -> Optional[BaseException]:
+        """After this process failed and another writes the record: why that writer is gone and
+        nobody else can close it (the end to raise instead), or None."""
+
+    @property
+    def closes_a_left_record(self) -> bool:
+        """Whether this process closes such a record (one per machine)."""
 
     def start(self, device: torch.device) -> torch.device:
         """Join the other processes before anything is written; returns this process's device."""

@@ -7,7 +7,7 @@ import logging
 import os
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 from ..faults import FAIL
 
@@ -34,6 +34,14 @@ class LocalTier:
     @property
     def is_main(self) -> bool:
         return self.rank == self.leader
+
+    def record_left_behind(self) -> Optional[BaseException]:
+        """After this process failed: why no writer is left to close the record (None: there is one)."""
+        return None
+
+    @property
+    def closes_a_left_record(self) -> bool:
+        return True
 
     @property
     def joining(self) -> bool:

@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
+import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
 import torch
 import torch.distributed as dist
 
-from ..errors import ConfigError
+from ..errors import AnticipatedEnd, ConfigError
 from ..executor import LocalCluster
 from ..plan import Plan, Sample
 from .local import LocalTier
@@ -66,6 +68,33 @@ def init_distributed(backend: str = "auto") -> None:
         dist.all_reduce(most, op=dist.ReduceOp.MAX)
         round_ = int(most.item())
     os.environ[ROUND_ENV] = str(round_)  # a later round resumes the run (cli, hydra_glue)
+
+
+#: a machine that dies whole takes an instant to close its sockets: its store may still accept a
+#: connection just after its ranks' deaths failed this rank's collective
+WRITER_CHECK_AFTER_S = 2.0
+
+
+class WriterGone(AnticipatedEnd):
+    """Rank 0, which writes the run record, is gone, and with it this round of the job."""
+
+
+def writer_gone() -> Optional[WriterGone]:
+    """After this rank failed: whether rank 0 is gone too, so that nobody would close the record.
+    The ranks' store (MASTER_ADDR) is torchrun's rendezvous store when the ranks share it (c10d's
+    default), else rank 0's own: unreachable, the rendezvous host or rank 0 is gone."""
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    time.sleep(WRITER_CHECK_AFTER_S)
+    try:
+        socket.create_connection((host, port), timeout=10).close()
+        return None
+    except OSError as e:
+        why = e.strerror or e
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return WriterGone(f"torchrun's rendezvous store at {host}:{port} is gone ({why}): the machine that hosted it "
+                          "died or was stopped, and no round of this job can form again")
+    return WriterGone(f"rank 0, which writes the run record, is gone (its store at {host}:{port}: {why}): this round "
+                      "of the job ended; a later round, if torchrun's agents form one, resumes the run")
 
 
 def agree_run_dir(proposed: str, root: Path) -> str:
@@ -141,6 +170,13 @@ class TorchrunTier(LocalTier):
 
     def cluster_class(self):
         return TorchrunCluster
+
+    def record_left_behind(self) -> Optional[BaseException]:
+        return writer_gone()
+
+    @property
+    def closes_a_left_record(self) -> bool:
+        return os.environ.get("LOCAL_RANK", "0") == "0"  # the first rank of each machine left
 
     def share_profile(self, timing) -> None:
         if timing.info["compute"] == "measured":
