@@ -651,8 +651,8 @@ def test_a_kill_a_kill_of_its_replacement_and_a_hung_worker_are_all_survived(run
                    launcher)
         (second,) = [p for p in processes_of_worker(run_dir, 1) if p != first]
         # while it starts (imports, model, Manager): before any quorum could take it in. Killed
-        # the moment it joins one, the survivors' group configuration waits quorum_timeout_s for it
-        # and the run has been seen to fail (docs/TORCHFT.md, "Real faults on torchft")
+        # the moment one takes it in, the survivors can be apart for several quorum timeouts
+        # (test_torchft_membership.py has that case; docs/TORCHFT.md, "Real faults on torchft")
         os.kill(second, signal.SIGKILL)
         wait_until(lambda: any(e["kind"] == "recover" and e["worker"] == 1 for e in read_jsonl(run_dir / "events.jsonl")),
                    "worker 1 back", launcher, 180)
