@@ -8,12 +8,14 @@ parameters, achieved FLOP/s), the clock, the method and the tier.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 from pathlib import Path
 from typing import Dict, Optional
 
 from .metrics import write_json_last_resort
+from .signals import Terminated, signals_held
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,19 @@ def record_failure(records, summary_of_failure, error: BaseException, run_dir: P
         records.close()
     except OSError:
         pass
+
+
+def close_a_record_left_behind(tier, records, record_failure) -> Optional[BaseException]:
+    """After a process that does not write the record failed: if the writer is gone too (torchrun:
+    rank 0's machine, or the rendezvous host), the first rank of each machine left closes the record
+    as failed. Returns the end to raise instead (None: the writer is there)."""
+    left = None
+    with contextlib.suppress(Terminated), signals_held():  # torchrun's agent stopping this rank waits
+        left = tier.record_left_behind()
+        if left is not None and tier.closes_a_left_record:
+            records.take_over()
+            record_failure(left)
+    return left
 
 
 def log_start(logger: logging.Logger, cfg, trace, timing, costs, training, max_steps: int,

@@ -36,7 +36,7 @@ from .methods import build_method
 from .methods.base import steps_before_multiple
 from .methods.checkpointing import store_of_run
 from .metrics import RunRecords
-from .record import (clock_summary, identity, log_done, log_start, now_iso, record_failure,
+from .record import (clock_summary, close_a_record_left_behind, identity, log_done, log_start, now_iso, record_failure,
                      warn_if_memory_does_not_fit, window_summary)
 from .resume import config_sha256, previous_record, previous_resumes, resume_from_folder
 from .signals import Terminated, signals_end_the_run, signals_held
@@ -410,7 +410,8 @@ class Experiment(Context):
                         self.progress.close()  # give the console back (and its log handlers) before the traceback
                     if not (self.cfg.resume and not self.resumed and isinstance(e, ConfigError)):
                         self._record_failure(e)  # a refused resume leaves the folder's record as it was
-                    left = self._close_a_record_left_behind()
+                    left = None if self.is_main else close_a_record_left_behind(self.tier, self.records,
+                                                                                   self._record_failure)
                     if left is not None:
                         raise left from None
                     raise
@@ -421,19 +422,6 @@ class Experiment(Context):
             self.tier.shutdown()
         log_done(log, summary, self.run_dir)
         return summary
-
-    def _close_a_record_left_behind(self) -> Optional[BaseException]:
-        """After this process failed while another writes the record: if that writer is gone too
-        (torchrun: rank 0's machine, or the rendezvous host), the first rank of each machine left
-        closes the record as failed. Returns the end to raise instead (None: the writer is there)."""
-        left = None
-        if not self.is_main:
-            with contextlib.suppress(Terminated), signals_held():  # torchrun's agent stopping this rank waits
-                left = self.tier.record_left_behind()
-                if left is not None and self.tier.closes_a_left_record:
-                    self.records.take_over()
-                    self._record_failure(left)
-        return left
 
     def _record_failure(self, e: BaseException) -> None:
         """Leave summary.json `failed` with the reason, even on a full disk."""
