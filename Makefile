@@ -41,9 +41,10 @@ test-slow: setup
 test-crash: setup
 	$(PY) -m pytest -q -m slow tests/test_resume.py tests/test_torchrun.py
 
-# the published studies' fingerprints that count the FLOPs of many shapes (~50 s in a fresh clone)
+# the published studies' fingerprints that count the FLOPs of many shapes or run many configurations,
+# and the artifact replay on all 122 node traces (~2 min in a fresh clone)
 test-fingerprints: setup
-	$(PY) -m pytest -q -m slow tests/test_published.py
+	$(PY) -m pytest -q -m slow tests/test_published.py tests/test_artifact_differential.py
 
 # cluster=torchft: installs the optional torchft, then its tests (real SIGKILLs; one and two launchers, ~13 min here)
 test-torchft: setup

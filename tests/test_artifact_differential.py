@@ -6,7 +6,7 @@ unmodified (scripts/artifact_reference.py). Every cell must agree within 2% with
 behaviours on, or be in known_gaps.csv with what is known of its cause; a listed cell that has
 come to agree fails too, so the list cannot hide progress (regenerate it with
 `python -m mecefo_exp.replay.differential --write-gaps tests/fixtures/artifact_generated/known_gaps.csv`).
-The fast tier runs 40 generated traces and the artifact's two; the slow tier all of them.
+The fast tier runs 24 generated traces and the artifact's two; the slow tier all of them.
 """
 
 import pytest
@@ -31,7 +31,7 @@ def check(generated):
 
 
 def test_every_generated_cell_agrees_with_the_artifact_or_is_a_listed_gap():
-    check(generated=40)  # 40 generated traces and the artifact's two, x 3 models x 3 systems (378 cells)
+    check(generated=24)  # 24 generated traces and the artifact's two, x 3 models x 3 systems (234 cells)
 
 
 @pytest.mark.slow

@@ -24,9 +24,9 @@ def test_every_study_states_its_fingerprints_and_every_marked_table_names_a_know
         assert block.text.startswith("| ") and block.text.count("\n") >= 2, f"{block.study} {block.file}: no table"
 
 
-#: studies whose fingerprint counts the FLOPs of many shapes (35 s and 13 s in a fresh clone): slow
-#: tier, which .ci/run also runs
-SLOW_FINGERPRINTS = ("ablation_memory", "llama3_405b", "decision_map")
+#: studies whose fingerprint counts the FLOPs of many shapes or runs many configurations (15-35 s
+#: each in a fresh clone): slow tier, which .ci/run also runs (make test-fingerprints)
+SLOW_FINGERPRINTS = ("ablation_memory", "llama3_405b", "decision_map", "paper_table2")
 
 
 @pytest.mark.parametrize("study", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW_FINGERPRINTS else s
