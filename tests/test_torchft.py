@@ -47,6 +47,20 @@ def worker_processes(run_dir: Path):
     return found
 
 
+#: per-step losses of a long torchft run against the simulated tier: gloo adds the gradients in
+#: another order, and the difference grows with the steps (1e-8 at step 10, 1.9e-5 by step 155 in
+#: one trial). MeCeFO's low-rank projections come from an SVD of the weights, which turns such
+#: differences into larger ones where singular values lie close (4.6e-4 at step 140 in one CI run
+#: of 200 steps): its runs get a wider band.
+LONG_RUN_REL = {"mecefo": 1e-3}
+LONG_RUN_REL_EXACT = 2e-4
+
+
+def long_run_rel(common) -> float:
+    method = next((o.split("=", 1)[1] for o in common if o.startswith("method=")), None)
+    return LONG_RUN_REL.get(method, LONG_RUN_REL_EXACT)
+
+
 def assert_same_losses(run_dir, local, summary, simulated, rel=1e-5):
     """The torchft run's per-step losses and final loss are the simulated tier's."""
     la, lb = losses_by_step(run_dir), losses_by_step(local)
@@ -248,7 +262,9 @@ def free_port() -> int:
 
 
 def steps_done(run_dir: Path) -> int:
-    return len(read_jsonl(run_dir / "metrics.jsonl")) if (run_dir / "metrics.jsonl").exists() else 0
+    """Rows of metrics.jsonl written whole: the leader may be writing the last one as it is read."""
+    path = run_dir / "metrics.jsonl"
+    return path.read_text().count("\n") if path.exists() else 0
 
 
 def wait_for_steps(run_dir: Path, steps: int, launchers, timeout: float = 180):
@@ -453,10 +469,8 @@ def test_two_machines_one_killed_with_its_launcher_go_on_in_place_and_match_the_
     same = lambda rows: sorted((e["step"], e["kind"], e["worker"]) for e in rows
                                if e["kind"] not in ("checkpoint", "uncommitted"))
     assert same(events) == same(read_jsonl(local / "events.jsonl"))
-    # 200 steps of gloo's sums against the simulated tier's: the order of float additions
-    # differs, and the difference grows (1e-8 at step 10, up to 1.9e-5 by step 155 in one
-    # trial); the torchrun tier's tolerance
-    assert_same_losses(run_dir, local, summary, simulated, rel=2e-4)
+    # 200 steps of gloo's sums against the simulated tier's (LONG_RUN_REL)
+    assert_same_losses(run_dir, local, summary, simulated, rel=long_run_rel(common))
 
     assert not worker_processes(run_dir) and lighthouse_is_gone(ft["lighthouse"])
     assert lighthouse_is_gone(f"127.0.0.1:{port}")  # the coordination store too
@@ -607,7 +621,7 @@ def same_events_and_losses_as_the_simulated_tier(run_dir, tmp_path, run_exp, com
     same = lambda rows: sorted((e["step"], e["kind"], e["worker"]) for e in rows
                                if e["kind"] not in ("checkpoint", "uncommitted", "restart_lost"))
     assert same(events) == same(read_jsonl(local / "events.jsonl"))
-    assert_same_losses(run_dir, local, summary, simulated, rel=2e-4)
+    assert_same_losses(run_dir, local, summary, simulated, rel=long_run_rel(common))
 
 
 def replay_on_the_simulated_tier(run_dir, tmp_path, run_exp, common):
