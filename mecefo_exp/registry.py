@@ -19,11 +19,16 @@ REGISTRY = {
 }
 
 
+def _load(package: str, spec: str):
+    """The attribute a "module:name" spec names, under mecefo_exp.<package>."""
+    module, name = spec.split(":")
+    return getattr(importlib.import_module(f"mecefo_exp.{package}.{module}"), name)
+
+
 def method_class(name: str) -> type:
     if name not in REGISTRY:
         raise ValueError(f"method={name!r}: allowed: {', '.join(REGISTRY)}")
-    module, cls = REGISTRY[name].split(":")
-    return getattr(importlib.import_module(f"mecefo_exp.methods.{module}"), cls)
+    return _load("methods", REGISTRY[name])
 
 
 def method_config(name: str) -> type:
@@ -45,15 +50,10 @@ TIER_CHECKS = {
 }
 
 
-def _tiers_attribute(spec: str):
-    module, name = spec.split(":")
-    return getattr(importlib.import_module(f"mecefo_exp.tiers.{module}"), name)
-
-
 def tier_class(name: str) -> type:
-    return _tiers_attribute(TIERS[name])
+    return _load("tiers", TIERS[name])
 
 
 def tier_checks(name: str):
     """cluster=<name>'s own checks, a function of the config raising ConfigError (a no-op where there are none)."""
-    return _tiers_attribute(TIER_CHECKS[name]) if name in TIER_CHECKS else (lambda cfg: None)
+    return _load("tiers", TIER_CHECKS[name]) if name in TIER_CHECKS else (lambda cfg: None)
