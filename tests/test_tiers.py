@@ -83,3 +83,47 @@ def test_the_books_are_built_once_and_live_as_long_as_the_run(tmp_path):
     assert exp.books is books and exp.books.counters is counters
     assert books.trace is exp.trace and books.method is exp.method
     assert summary["failures"] == counters.failures
+
+
+def _launcher_of_machine(store, machine: int, machines: int = 2):
+    """Just the part of a torchft launcher that speaks with the other machines' launchers, on a real
+    coordination store (no torchft, no worker processes)."""
+    from mecefo_exp.tiers.torchft.machines import MachinesOfARun
+
+    one = MachinesOfARun()
+    one.store, one.machine, one.machines, one.tag = store, machine, machines, f"machine {machine}"
+    one.procs, one.incarnation, one.store_lost, one.left_mid_run, one._alive_at = {}, {}, False, False, 0.0
+    return one
+
+
+def test_machine_0_waits_for_a_relaunched_machine_even_after_its_first_launcher_left_mid_run():
+    """SLURM preempts machine 1 (SIGTERM: its launcher leaves the run under way), the same command
+    brings it back, and its new workers train to the end. Machine 0 must wait for that launcher, not
+    take the first one's leaving for the machine's end: it used to stop the store under the second."""
+    import threading
+    import time
+
+    from torch.distributed import TCPStore
+
+    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    client = lambda: TCPStore("127.0.0.1", server.port, is_master=False)  # noqa: E731
+    machine0, first = _launcher_of_machine(server, 0), _launcher_of_machine(client(), 1)
+    first.say_alive()
+    first.leave_run()  # stopped by SIGTERM mid-run
+    first.leave()  # launch()'s finally calls it on every way out
+    second, second_left_at = _launcher_of_machine(client(), 1), []
+
+    def relaunched():  # alive for a while (its workers finish the run), then done
+        for _ in range(8):
+            second._alive_at = 0.0
+            second.say_alive()
+            time.sleep(0.2)
+        second_left_at.append(time.time())
+        second.leave()
+
+    thread = threading.Thread(target=relaunched)
+    thread.start()
+    machine0.leave()
+    returned_at = time.time()
+    thread.join()
+    assert second_left_at and returned_at >= second_left_at[0], "machine 0 stopped waiting before the relaunched launcher left"

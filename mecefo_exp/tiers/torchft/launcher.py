@@ -72,6 +72,7 @@ class Launcher(MachinesOfARun):
         self._started_at = time.time()
         self._unannounced: Optional[List[int]] = None  # machine 0: the machines not heard of yet (None: not named yet)
         self.store_lost = False  # another machine's launcher lost machine 0's store: it closes the record
+        self.left_mid_run = False  # stopped by a signal while the run goes on (leave_run)
         self.stale_since: Dict[int, float] = {}  # worker -> when a newer incarnation was asked while its process ran
 
     @property

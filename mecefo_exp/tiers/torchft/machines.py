@@ -101,11 +101,14 @@ class MachinesOfARun:
             p.wait()
             self.store.set(f"exited/{w}/{self.incarnation[w]}", repr(time.time()))
         self.procs.clear()
+        # not `left/<m>`: that says the run's end is behind this machine, and machine 0 would then
+        # not wait for the launcher started here again to see its workers through the end
+        self.left_mid_run = True
         log.warning("%s: stopped by a signal: this machine leaves the run, which goes on without it", self.tag)
 
     def leave(self) -> None:
-        """Say this launcher is done; machine 0 then waits for the other live launchers."""
-        if self.store is None or self.store_lost:
+        """Say this launcher is done with the run's end; machine 0 then waits for the other live launchers."""
+        if self.store is None or self.store_lost or self.left_mid_run:
             return
         try:
             self.store.set(f"left/{self.machine}", repr(time.time()))
