@@ -30,8 +30,10 @@ $(VENV)/.installed: requirements.txt requirements-optional.txt requirements-test
 run: setup
 	$(PY) run.py
 
+# the fast tier on TEST_WORKERS processes (pytest-xdist; 2 fit this project's 2-core CI machine)
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS)
 
 test-slow: setup
 	$(PY) -m pip install -q -c constraints.txt -r requirements-notebook.txt
