@@ -17,7 +17,7 @@ same code at whatever shape is given, to check the script itself (not a GPU numb
 
     python bench/gpu.py
     python bench/gpu.py --models llama_130m --micro-batch 32 --write-profile conf/profiles/h100_llama_130m.json
-    python bench/gpu.py --device cpu --models llama_tiny --micro-batch 2 --seq-len 64 --steps 6   # smoke test
+    python bench/gpu.py --device cpu --models llama_tiny --micro-batch 2 --seq-len 64 --steps 6 --warmup 2   # smoke test
 """
 
 import argparse
@@ -116,6 +116,9 @@ def main():
     ap.add_argument("--data-sources", default=None,
                     help="e.g. '[pydoc_topics,stdlib_docstrings,lee_background]': the small corpus (default: the default one)")
     args = ap.parse_args()
+    if not 0 <= args.warmup < args.steps:
+        ap.error(f"--warmup={args.warmup} must be at least 0 and below --steps={args.steps}: the first --warmup "
+                 "steps of each run are dropped before the median")
     if args.data_sources:
         DATA.append(f"data.sources={args.data_sources}")
 
