@@ -34,6 +34,9 @@ MICRO = [
 # A pinned profile: the simulated clock of tests does not depend on this machine's speed.
 FIXED_KERNELS = {"mb:normal": 0.010, "mb:forward": 0.0035, "optimizer": 0.001, "state_copy": 0.001,
                  "checkpoint_save": 0.002, "neighbor_pair": 0.015}
+#: the kernels MeCeFO adds at method.rank=8 (fixed_profile(MECEFO_RANK_8) pins its clock too)
+MECEFO_RANK_8 = {"mb:mecefo[sa=1,rc=1,lr=1,r=8]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=8]": 0.016,
+                 "mecefo_svd[sa=1,rc=1,lr=1,r=8]": 0.004}
 
 
 def tiny_model(seed=0):

@@ -4,7 +4,7 @@ this project's CI, which has none); on a GPU machine: `pytest -m cuda`."""
 import pytest
 import torch
 
-from conftest import losses_by_step
+from conftest import MECEFO_RANK_8, losses_by_step
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")]
@@ -30,7 +30,7 @@ def test_exact_methods_stay_exact_on_cuda(run_exp, fixed_profile):
 
 def test_two_accumulation_chunks_on_cuda_give_the_same_loss_curve(run_exp, fixed_profile):
     common = ["cluster.device=cuda", "method=mecefo", "method.rank=8", "failure=high", "data.micro_batch=4",
-              f"cluster.profile={fixed_profile()}"]
+              f"cluster.profile={fixed_profile(MECEFO_RANK_8)}"]
     _, one = run_exp(*common, "trainer.grad_accum=1")
     _, two = run_exp(*common, "trainer.grad_accum=2")
     a, b = losses_by_step(one), losses_by_step(two)

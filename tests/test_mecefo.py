@@ -12,7 +12,7 @@ from mecefo_exp.approx import (LowRankProjections, LowRankWeightGradLinear, appr
 from mecefo_exp.executor import LocalCluster
 from mecefo_exp.plan import NORMAL, Mode, Plan, Sample, WorkItem
 
-from conftest import losses_by_step, read_jsonl
+from conftest import MECEFO_RANK_8, losses_by_step, read_jsonl
 from test_engine import N, _grads, _model, _plan, _stream
 
 
@@ -124,8 +124,7 @@ def test_no_failure_is_the_plain_engine_bit_for_bit(run_exp, fixed_profile):
 
 
 def test_failure_high_run_assigns_neighbors_and_measures_the_gradient_error(run_exp, fixed_profile):
-    prof = fixed_profile({"mb:mecefo[sa=1,rc=1,lr=1,r=8]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=8]": 0.016,
-                          "mecefo_svd[sa=1,rc=1,lr=1,r=8]": 0.004})
+    prof = fixed_profile(MECEFO_RANK_8)
     free, _ = run_exp("method=mecefo", "method.rank=8", "failure=none", f"cluster.profile={prof}")
     summary, run_dir = run_exp("method=mecefo", "method.rank=8", "method.grad_error_every=1", "failure=high",
                                f"cluster.profile={prof}", "trainer.max_steps=24")

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conftest import MICRO, ROOT, compose_cfg, losses_by_step, read_jsonl, tiny_model, tiny_stream
+from conftest import MECEFO_RANK_8, MICRO, ROOT, compose_cfg, losses_by_step, read_jsonl, tiny_model, tiny_stream
 from mecefo_exp.approx import LowRankProjections, approximations, is_attention_parameter
 from mecefo_exp.executor import LocalCluster
 from mecefo_exp.plan import NORMAL, Mode, Plan, Sample, WorkItem
@@ -126,8 +126,7 @@ def test_compile_on_and_off_give_the_same_loss_curve_with_mecefos_neighbour_runn
                                                                                               tmp_path):
     trace = tmp_path / "t.csv"
     trace.write_text("time,worker,event\n2.5,1,fail\n6.5,1,recover\n")
-    prof = fixed_profile({"mb:mecefo[sa=1,rc=1,lr=1,r=8]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=8]": 0.016,
-                          "mecefo_svd[sa=1,rc=1,lr=1,r=8]": 0.004})
+    prof = fixed_profile(MECEFO_RANK_8)
     common = ["method=mecefo", "method.rank=8", "failure=trace", "failure.unit=steps", f"failure.path={trace}",
               "trainer.max_steps=8", "trainer.eval_every=0", f"cluster.profile={prof}"]
     eager, eager_dir = run_exp(*common)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MICRO, ROOT, losses_by_step, read_jsonl
+from conftest import MECEFO_RANK_8, MICRO, ROOT, losses_by_step, read_jsonl
 
 pytest.importorskip("torchft", reason="torchft is optional: pip install -c constraints.txt torchft==0.2.0")
 pytestmark = pytest.mark.slow
@@ -81,8 +81,7 @@ def lighthouse_is_gone(address: str) -> bool:
 def test_a_real_sigkill_matches_the_simulated_tier(method, covers, run_exp, fixed_profile, tmp_path):
     trace = tmp_path / "one.csv"
     trace.write_text(TRACE)
-    prof = fixed_profile({"mb:mecefo[sa=1,rc=1,lr=1,r=8]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=8]": 0.016,
-                          "mecefo_svd[sa=1,rc=1,lr=1,r=8]": 0.004})
+    prof = fixed_profile(MECEFO_RANK_8)
     common = ["trainer.threads=1", f"method={method}", "failure=trace", "failure.unit=steps", f"failure.path={trace}",
               f"cluster.profile={prof}"] + (["method.rank=8"] if method == "mecefo" else [])
     simulated, local = run_exp(*common, f"cluster.n_workers={WORKERS}")
@@ -290,8 +289,7 @@ def two_machines(tmp_path, fixed_profile, method: str, steps: int):
     """Two launchers of two workers each on this host (machine 0 and 1 of one run): the runs' common
     arguments, the run folder, the logs folder, a starter of machine m's launcher (its attempt-th
     start logs to machine<m>-<attempt>.log) and the coordination store's port."""
-    prof = fixed_profile({"mb:mecefo[sa=1,rc=1,lr=1,r=8]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=8]": 0.016,
-                          "mecefo_svd[sa=1,rc=1,lr=1,r=8]": 0.004})
+    prof = fixed_profile(MECEFO_RANK_8)
     common = ["trainer.threads=1", f"method={method}", f"trainer.max_steps={steps}", "trainer.eval_every=0",
               f"cluster.profile={prof}", "cluster.n_workers=4", "data.micro_batch=8", "data.seq_len=64"] + (
                   ["method.rank=8"] if method == "mecefo" else [])
@@ -649,8 +647,7 @@ def test_a_kill_a_kill_of_its_replacement_and_a_hung_worker_are_all_survived(run
     the survivors drop it and the launcher must kill the stale process to start its replacement.
     The run ends ok with every worker back, the lost replacement on record, and the losses of the
     simulated tier with the same failures."""
-    prof = fixed_profile({"mb:mecefo[sa=1,rc=1,lr=1,r=8]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=8]": 0.016,
-                          "mecefo_svd[sa=1,rc=1,lr=1,r=8]": 0.004})
+    prof = fixed_profile(MECEFO_RANK_8)
     common = ["trainer.threads=1", "method=mecefo", "method.rank=8", "trainer.max_steps=420", "trainer.eval_every=0",
               f"cluster.profile={prof}", f"cluster.n_workers={WORKERS}", "data.micro_batch=8", "data.seq_len=64"]
     run_dir = tmp_path / "ft"

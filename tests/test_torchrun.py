@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import MICRO, ROOT, losses_by_step, read_jsonl
+from conftest import MECEFO_RANK_8, MICRO, ROOT, losses_by_step, read_jsonl
 
 TORCHRUN = shutil.which("torchrun", path=os.path.dirname(sys.executable))
 pytestmark = pytest.mark.skipif(TORCHRUN is None, reason="torchrun not installed next to this python")
@@ -43,8 +43,7 @@ def test_failure_free_torchrun_matches_simulated_tier(run_exp, fixed_profile, tm
 def test_mecefo_under_a_forced_failure_matches_simulated_tier(run_exp, fixed_profile, tmp_path):
     trace = tmp_path / "one.csv"
     trace.write_text("time,worker,event\n3.5,1,fail\n8.5,1,recover\n")
-    prof = fixed_profile({"mb:mecefo[sa=1,rc=1,lr=1,r=8]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=8]": 0.016,
-                          "mecefo_svd[sa=1,rc=1,lr=1,r=8]": 0.004})
+    prof = fixed_profile(MECEFO_RANK_8)
     common = ["trainer.threads=1", "method=mecefo", "method.rank=8", "failure=trace", "failure.unit=steps", f"failure.path={trace}",
               f"cluster.profile={prof}"]
     summary, local = run_exp(*common, "cluster.n_workers=2")
@@ -60,8 +59,7 @@ def test_mecefo_on_torchrun_drifts_no_more_than_an_exact_method(run_exp, fixed_p
     """A 400-step MeCeFO run once ended at ppl 710.02 on torchrun vs 704.48
     simulated. At this commit, 4 ranks x 100 steps under failure=high: MeCeFO's gap to the
     simulated tier is float reordering, the size of checkpoint-restart's (docs/DESIGN.md)."""
-    prof = fixed_profile({"mb:mecefo[sa=1,rc=1,lr=1,r=8]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=8]": 0.016,
-                          "mecefo_svd[sa=1,rc=1,lr=1,r=8]": 0.004})
+    prof = fixed_profile(MECEFO_RANK_8)
     gaps = {}
     for method in ("mecefo", "checkpoint"):
         common = ["trainer.threads=1", f"method={method}", "failure=high", "trainer.max_steps=100",
