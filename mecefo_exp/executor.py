@@ -20,7 +20,7 @@ would invalidate the compiled graph at every switch, so it runs the eager model.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Union
 
 import contextlib
 
@@ -30,10 +30,16 @@ import torch.nn.functional as F
 from .plan import Mode, Plan, Sample
 
 
+#: a micro-batch's mean loss: a 0-d float64 tensor on the device until read with float(), which
+#: waits for the device; the trainer reads it after the optimizer step, as a plain loop reads
+#: loss.item(), so the host queues the clipping and AdamW while the device finishes the backward
+Loss = Union[float, torch.Tensor]
+
+
 @dataclass
 class StepResult:
-    loss: float  # mean of the per-micro-batch losses (the forward is always exact)
-    losses: Dict[Sample, float]
+    loss: Loss  # mean of the per-micro-batch losses (the forward is always exact)
+    losses: Dict[Sample, Loss]
     contributors: Dict[str, int]  # parameter name -> micro-batches averaged into its gradient
     tokens: int  # tokens processed (forward) this step
 
@@ -73,9 +79,9 @@ class LocalCluster:
     def load(self, samples: Sequence[Sample]) -> torch.Tensor:
         return torch.stack([self.stream.micro_batch(s.step, s.owner) for s in samples]).to(self.device)
 
-    def run_mode(self, samples: Sequence[Sample], mode: Mode) -> List[float]:
+    def run_mode(self, samples: Sequence[Sample], mode: Mode) -> List[Loss]:
         """Forward (and backward unless forward-only) of `samples` in `mode`; grads accumulate."""
-        losses: List[float] = []
+        losses: List[Loss] = []
         size = self.chunk or len(samples)
         # `contributes` is the single source of truth for which weights a mode reaches:
         # the others are frozen while it runs, so no stray gradient can enter their sums.
@@ -101,8 +107,8 @@ class LocalCluster:
                     per_mb = per_mb + part_losses.detach()
                 if per_mb.device.type == "meta":  # the FLOP counter's shape-only model has no values
                     losses.extend([float("nan")] * per_mb.shape[0])
-                else:
-                    losses.extend(per_mb.cpu().tolist())
+                else:  # float64: their sums and mean are a float sum's, bit for bit, read or not
+                    losses.extend(per_mb.double().unbind(0))
         finally:
             for p in frozen:
                 p.requires_grad_(True)
@@ -111,7 +117,7 @@ class LocalCluster:
     def execute(self, plan: Plan) -> StepResult:
         self.model.train()
         self.model.zero_grad(set_to_none=True)
-        losses: Dict[Sample, float] = {}
+        losses: Dict[Sample, Loss] = {}
         tokens = 0
         for mode_name, samples in self.my_share(plan).items():
             mode = self.modes[mode_name]
@@ -130,7 +136,7 @@ class LocalCluster:
     def my_share(self, plan: Plan) -> Dict[str, List[Sample]]:
         return plan.by_mode()
 
-    def reduce(self, losses: Dict[Sample, float], tokens: int):
+    def reduce(self, losses: Dict[Sample, Loss], tokens: int):
         return sum(losses.values()), len(losses), tokens
 
     def commit(self) -> bool:
@@ -153,11 +159,16 @@ def average_gradients(params: Dict[str, torch.nn.Parameter], counts: Dict[str, i
     """Divide each summed gradient by its contributor count; no contributor -> no gradient.
 
     A parameter without a gradient is skipped by AdamW this step (no update, no decay),
-    which is what "averaged over nobody" should mean.
+    which is what "averaged over nobody" should mean. One division per count over all the
+    gradients it divides (a multi-tensor kernel on a GPU, not one launch per parameter); a
+    count of 1 divides nothing.
     """
+    by_count: Dict[int, List[torch.Tensor]] = {}
     for name, p in params.items():
         c = counts[name]
         if c == 0 or p.grad is None:
             p.grad = None
-        else:
-            p.grad.div_(c)
+        elif c > 1:
+            by_count.setdefault(c, []).append(p.grad)
+    for c, grads in by_count.items():
+        torch._foreach_div_(grads, c)

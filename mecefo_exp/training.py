@@ -106,14 +106,15 @@ class TrainingState:
         lr = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
         self.scheduler.step()
+        loss = float(result.loss)  # the step's first wait for the device: the seconds below include its work
         seconds = time.perf_counter() - started
         flops = self.executed_flops(plan)
         self.flops_done += flops
         self.compute_s += seconds
         tflops = flops / max(seconds, 1e-12) / 1e12
-        if not math.isfinite(result.loss):
-            raise NonFiniteLoss(f"step {step}: the training loss is {result.loss} (diverged); the run stops here")
-        return {"tokens": result.tokens, "loss": result.loss, "lr": lr, "grad_norm": float(grad_norm),
+        if not math.isfinite(loss):
+            raise NonFiniteLoss(f"step {step}: the training loss is {loss} (diverged); the run stops here")
+        return {"tokens": result.tokens, "loss": loss, "lr": lr, "grad_norm": float(grad_norm),
                 "tflops_s": tflops, "mfu": tflops / self.peak_tflops if self.peak_tflops else None}
 
     def executed_flops(self, plan) -> float:

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import AnticipatedEnd, ConfigError
-from ..executor import LocalCluster
+from ..executor import LocalCluster, Loss
 from ..plan import Plan, Sample
 from .local import LocalTier
 from .torchrun_launch import launched_by_torchrun
@@ -124,7 +124,7 @@ class TorchrunCluster(LocalCluster):
         mine = Plan(plan.step, {self.rank: plan.work.get(self.rank, [])})
         return mine.by_mode()
 
-    def reduce(self, losses: Dict[Sample, float], tokens: int):
+    def reduce(self, losses: Dict[Sample, Loss], tokens: int):
         """Sum every rank's gradient contributions (zeros where a rank has none) and losses."""
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params.values()]
         flat = torch.cat([g.reshape(-1) for g in grads])
@@ -134,7 +134,7 @@ class TorchrunCluster(LocalCluster):
             n = p.numel()
             p.grad = flat[offset:offset + n].view_as(p)  # views into this step's fresh buffer: no copy
             offset += n
-        stats = torch.tensor([sum(losses.values()), float(len(losses)), float(tokens)], dtype=torch.float64,
+        stats = torch.tensor([float(sum(losses.values())), float(len(losses)), float(tokens)], dtype=torch.float64,
                              device=flat.device)
         self.all_reduce_sum(stats)
         return stats[0].item(), int(stats[1].item()), int(stats[2].item())
