@@ -115,7 +115,8 @@ class LocalCluster:
         return losses
 
     def execute(self, plan: Plan) -> StepResult:
-        self.model.train()
+        if not self.model.training:  # train() walks every module: on a GPU that is host time a step waits for
+            self.model.train()
         self.model.zero_grad(set_to_none=True)
         losses: Dict[Sample, Loss] = {}
         tokens = 0
