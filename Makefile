@@ -46,7 +46,7 @@ test-crash: setup
 # the published studies' fingerprints that count the FLOPs of many shapes or run many configurations,
 # and the artifact replay on all 122 node traces (~2 min in a fresh clone)
 test-fingerprints: setup
-	$(PY) -m pytest -q -m slow tests/test_published.py tests/test_artifact_differential.py
+	$(PY) -m pytest -q -m slow tests/test_published.py tests/test_artifact_differential.py -n $(TEST_WORKERS)
 
 # cluster=torchft: installs the optional torchft, then its tests (real SIGKILLs; one and two launchers, ~13 min here)
 test-torchft: setup
