@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -32,19 +33,36 @@ def env():
     return dict(os.environ, OMP_NUM_THREADS="1", RUST_LOG="warn")
 
 
+def read_proc(pid: int, name: str) -> Optional[bytes]:
+    """/proc/<pid>/<name>, or None when the process is gone. A process may end between any two
+    reads of the tests (a worker the run just killed, one that finished): an exiting or exited
+    process (ESRCH, ENOENT) is gone, not an error."""
+    try:
+        return Path(f"/proc/{pid}/{name}").read_bytes()
+    except OSError:  # ProcessLookupError, FileNotFoundError; PermissionError: another user's, not ours
+        return None
+
+
 def worker_processes(run_dir: Path):
     """Live processes of this run's workers (their command line names the run folder)."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
+        cmd = (read_proc(int(proc.name), "cmdline") or b"").split(b"\0")  # a zombie's is empty
         if b"mecefo_exp.torchft_worker" in cmd and str(run_dir).encode() in cmd:
             found.append(int(proc.name))
     return found
+
+
+def rows_so_far(path: Path):
+    """The rows of a JSON-lines file the run is writing: whole lines only (the writer may be in the
+    middle of the last one), none before the file exists."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines() if line.strip()]
 
 
 #: per-step losses of a long torchft run against the simulated tier: gloo adds the gradients in
@@ -155,8 +173,7 @@ def start_and_wait(run_dir, steps, *overrides):
                                             *overrides), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 env=env())
     deadline = time.time() + 180
-    while time.time() < deadline and launcher.poll() is None and len(
-            read_jsonl(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []) < steps:
+    while time.time() < deadline and launcher.poll() is None and steps_done(run_dir) < steps:
         time.sleep(0.2)
     workers = worker_processes(run_dir)
     if len(workers) != WORKERS:
@@ -188,16 +205,56 @@ def test_a_failing_worker_ends_the_run_and_leaves_no_process(tmp_path):
     assert lighthouse_is_gone(summary["torchft"]["lighthouse"])
 
 
-def worker_of(pid: int) -> int:
-    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    return next(int(v.split(b"=", 1)[1]) for v in environ if v.startswith(b"MECEFO_TORCHFT_WORKER="))
+def worker_of(pid: int) -> Optional[int]:
+    """Which worker the process `pid` runs, from its environment; None once it is gone (or is no worker)."""
+    environ = (read_proc(pid, "environ") or b"").split(b"\0")
+    return next((int(v.split(b"=", 1)[1]) for v in environ if v.startswith(b"MECEFO_TORCHFT_WORKER=")), None)
+
+
+def test_the_tests_own_process_readers_take_a_process_that_ended_for_gone(tmp_path):
+    """The helpers above read other processes' state while the run kills and restarts them: a
+    worker that exits between two reads (a zombie not yet reaped: ESRCH; reaped: ENOENT) is
+    gone, not an error. Reading such a worker's environment failed a clean run of this tier."""
+    run_dir = tmp_path / "run"
+    script = "import sys, time; time.sleep(float(sys.argv[1]))"
+    args = lambda s: [sys.executable, "-c", script, s, "-m", "mecefo_exp.torchft_worker", str(run_dir)]  # noqa: E731
+    live = subprocess.Popen(args("30"), env={**os.environ, "MECEFO_TORCHFT_WORKER": "2"})
+    ended = subprocess.Popen(args("0"), env={**os.environ, "MECEFO_TORCHFT_WORKER": "1"})
+    try:
+        deadline = time.time() + 30
+        while (read_proc(ended.pid, "stat") or b"").split(b") ")[-1][:1] != b"Z":  # exited, not reaped
+            assert time.time() < deadline, "the short process did not exit"
+            time.sleep(0.02)
+        deadline = time.time() + 30
+        while live.pid not in worker_processes(run_dir):  # it has exec'd python by now or soon
+            assert time.time() < deadline, "the live process never showed its command line"
+            time.sleep(0.02)
+        for gone in ("zombie", "reaped"):
+            assert worker_of(ended.pid) is None, gone
+            assert worker_processes(run_dir) == [live.pid], gone
+            assert processes_of_worker(run_dir, 1) == [] and processes_of_worker(run_dir, 2) == [live.pid], gone
+            assert listening_addresses([ended.pid]) == [] and children(ended.pid) == [], gone
+            kill_gone_or_not([ended.pid], signal.SIGCONT)
+            ended.wait()
+        assert worker_of(live.pid) == 2 and read_proc(ended.pid, "environ") is None
+    finally:
+        live.kill()
+        live.wait()
+    assert worker_of(live.pid) is None and children(live.pid) == []
+    half = tmp_path / "half.jsonl"
+    half.write_text('{"step": 1}\n{"step": 2}\n{"ste')  # the writer is in the middle of a row
+    assert rows_so_far(half) == [{"step": 1}, {"step": 2}] and rows_so_far(tmp_path / "none.jsonl") == []
 
 
 def listening_addresses(pids):
     """(address, port) of every TCP socket the processes `pids` listen on (Linux /proc)."""
     inodes = set()
     for pid in pids:
-        for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:  # gone: it listens on nothing
+            continue
+        for fd in fds:
             try:
                 target = os.readlink(fd)
             except OSError:
@@ -275,13 +332,19 @@ def wait_for_steps(run_dir: Path, steps: int, launchers, timeout: float = 180):
         time.sleep(0.1)
 
 
+def kill_gone_or_not(pids, sig=signal.SIGKILL) -> None:
+    """Signal each of `pids`; one already gone is not an error (a launcher's workers die with it:
+    PR_SET_PDEATHSIG may end them between the launcher's kill and theirs)."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
 def children(pid: int):
+    """The child processes of `pid` (none once it is gone)."""
     found = []
     for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            pass
+        found += [int(c) for c in (read_proc(pid, f"task/{task.name}/children") or b"").split()]
     return found
 
 
@@ -344,8 +407,7 @@ def test_when_machine_0_dies_machine_1_closes_the_record_in_one_line(tmp_path, f
     first, second = machine(0), machine(1)
     try:
         wait_for_steps(run_dir, 8, [first, second])
-        for pid in [first.pid, *children(first.pid)]:  # the whole machine at once
-            os.kill(pid, signal.SIGKILL)
+        kill_gone_or_not([first.pid, *children(first.pid)])  # the whole machine at once
         first.wait(timeout=30)
         assert second.wait(timeout=120) != 0
     finally:
@@ -416,8 +478,7 @@ def test_two_machines_one_killed_with_its_launcher_go_on_in_place_and_match_the_
         listening = listening_addresses([first.pid, *children(first.pid), *victims])
         assert all(address in ("127.0.0.1", "::1") for address, _ in listening), listening
         killed_at = time.time()
-        for pid in victims:  # the whole machine at once
-            os.kill(pid, signal.SIGKILL)
+        kill_gone_or_not(victims)  # the whole machine at once
         second.wait(timeout=30)
         at_kill = steps_done(run_dir)
         wait_for_steps(run_dir, at_kill + 5, [first])  # the survivors go on without machine 1
@@ -667,7 +728,7 @@ def test_a_kill_a_kill_of_its_replacement_and_a_hung_worker_are_all_survived(run
         # the moment one takes it in, the survivors can be apart for several quorum timeouts
         # (test_torchft_membership.py has that case; docs/TORCHFT.md, "Real faults on torchft")
         os.kill(second, signal.SIGKILL)
-        wait_until(lambda: any(e["kind"] == "recover" and e["worker"] == 1 for e in read_jsonl(run_dir / "events.jsonl")),
+        wait_until(lambda: any(e["kind"] == "recover" and e["worker"] == 1 for e in rows_so_far(run_dir / "events.jsonl")),
                    "worker 1 back", launcher, 180)
         at = steps_done(run_dir)
         wait_until(lambda: steps_done(run_dir) >= at + 10, "10 more steps", launcher, 60)
@@ -708,9 +769,7 @@ def test_a_machine_killed_again_while_its_workers_heal_comes_back_the_third_time
     common, run_dir, logs, machine, _ = two_machines(tmp_path, fixed_profile, "oobleck", steps=260)
 
     def kill_whole(launcher):
-        for pid in [launcher.pid, *children(launcher.pid)]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        kill_gone_or_not([launcher.pid, *children(launcher.pid)])
         launcher.wait(timeout=30)
 
     first, second = machine(0), machine(1)
@@ -722,7 +781,7 @@ def test_a_machine_killed_again_while_its_workers_heal_comes_back_the_third_time
         again = machine(1, attempt=1)
         wait_until(lambda: len(children(again.pid)) == 2, "machine 1's new workers", again, 60)
         time.sleep(1.0)  # they import and build; no quorum has taken them in yet
-        assert not any(e["kind"] == "recover" for e in read_jsonl(run_dir / "events.jsonl"))
+        assert not any(e["kind"] == "recover" for e in rows_so_far(run_dir / "events.jsonl"))
         kill_whole(again)
         wait_for_steps(run_dir, steps_done(run_dir) + 5, [first])
         third = machine(1, attempt=2)
