@@ -17,8 +17,11 @@ docs/DESIGN.md, "What a run leaves behind"). Every folder found is listed:
 - A run's identity is its whole resolved config except the seed and the settings that
   cannot change its numbers (IDENTITY_EXCLUDE: logging, progress, threads, crash-safety checkpoints, paths of
   caches; a failure-free run's failure-reading keys), plus the clock's fingerprint
-  (summary.json's `clock.fingerprint`, whatever made the clock: FLOPs, a measured profile, a
-  `cluster.profile` file). Runs of one identity are seeds of one
+  (summary.json's `clock.fingerprint`) where the config does not determine the clock: a
+  measured profile or a `cluster.profile` file (CONFIG_FREE_CLOCKS). A FLOP or table clock
+  follows from the config alone; its fingerprint also counts each method's own kernels
+  (MeCeFO's neighbour pass), so counting it would split the methods of one sweep into
+  settings of their own. Runs of one identity are seeds of one
   configuration. `variant` and `failure_variant` name, as `key=value` lists, the settings
   that tell the collected runs apart beyond the columns above (`method.rank=8`,
   `failure.repair=replace`): a sweep over any key gives one row per value in the tables.
@@ -85,6 +88,9 @@ NUMERIC_FIELDS = ("seed", "n_workers", "max_steps", "steps", "tokens_committed",
                   "failures", "rollbacks", "lost_steps", "interrupted_steps", "failures_expected",
                   "mean_workers_down_expected", "mean_workers_down", "outage_s")
 NUMERIC_BLOCKS = ("time_breakdown", "window")
+#: summary.json's `clock.compute` values whose seconds come from somewhere the config does not
+#: spell out (this machine's timings, a profile file): their fingerprint is part of a run's identity
+CONFIG_FREE_CLOCKS = ("measured", "profile_file")
 
 
 # ------------------------------------------------------------------------ reading
@@ -296,7 +302,7 @@ def load_run(run_dir) -> Dict[str, object]:
         row["experiment"] = cfg.get("experiment")
     ident = identity_config(flatten_config(cfg)) if cfg else {
         ".".join(CONFIG_PATHS[c]): row.get(c) for c in CONFIG_COLUMNS if c != "seed"}
-    fingerprint = row.get("clock_fingerprint")  # whatever made the clock: a profile file says what made it
+    fingerprint = row.get("clock_fingerprint") if row.get("clock_compute") in CONFIG_FREE_CLOCKS else None
     row["_config"] = {**ident, "clock.profile": fingerprint} if fingerprint else ident
     row["identity"] = json.dumps(row["_config"], sort_keys=True, default=str)
     overrides = run_dir / ".hydra" / "overrides.yaml"

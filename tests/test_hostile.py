@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from conftest import MICRO, ROOT
@@ -311,21 +312,38 @@ def test_runs_timed_by_different_profile_files_are_different_configurations(tmp_
     assert sorted(df["throughput_tok_s"]) == [1000, 10000]
 
 
-def test_runs_of_different_clocks_are_different_configurations_whatever_made_the_clock(tmp_path):
-    """Profile files made by a FLOP run say `compute: flops`: two seeds timed by one file and one by
-    a file with every kernel x10 were once averaged as three seeds (47.3k +- 488.0k)."""
+def test_runs_of_different_profile_clocks_are_different_configurations(tmp_path):
+    """A measured profile or a profile file is not determined by the config: two seeds timed by one
+    file and one by a file with every kernel x10 were once averaged as three seeds (47.3k +- 488.0k)."""
     from analysis.collect import collect
     from test_analysis import make_run
 
-    for name, fingerprint, seed, throughput in (("a0", "aaaaaaaaaaaa", 0, 1000), ("a1", "aaaaaaaaaaaa", 1, 1100),
-                                                ("b0", "bbbbbbbbbbbb", 0, 100)):
-        run = make_run(tmp_path, name, "mecefo", "none", seed=seed, thr=throughput, ppl=100)
-        _edit_summary(run, clock={"compute": "flops", "fingerprint": fingerprint, "efficiency_source": "preset"})
+    for compute in ("profile_file", "measured"):
+        for name, fingerprint, seed, throughput in (("a0", "aaaaaaaaaaaa", 0, 1000), ("a1", "aaaaaaaaaaaa", 1, 1100),
+                                                    ("b0", "bbbbbbbbbbbb", 0, 100)):
+            run = make_run(tmp_path / compute, name, "mecefo", "none", seed=seed, thr=throughput, ppl=100)
+            _edit_summary(run, clock={"compute": compute, "fingerprint": fingerprint})
+        df = collect([tmp_path / compute])
+        assert df["selected"].all()
+        assert df["identity"].nunique() == 2, compute
+        by_identity = df.groupby("identity")["throughput_tok_s"].apply(sorted).tolist()
+        assert sorted(by_identity) == [[100], [1000, 1100]]
+
+
+def test_a_flop_clocks_fingerprint_does_not_split_the_methods_of_one_sweep(tmp_path):
+    """A FLOP clock follows from the config; its fingerprint also counts a method's own kernels
+    (MeCeFO's neighbour pass), and counting it once put MeCeFO alone in a setting of its own."""
+    from analysis.collect import collect
+    from test_analysis import make_run
+
+    for method, fingerprint in (("mecefo", "aaaaaaaaaaaa"), ("checkpoint", "bbbbbbbbbbbb")):
+        for seed in (0, 1):
+            run = make_run(tmp_path, f"{method}{seed}", method, "none", seed=seed, thr=1000 + seed, ppl=100)
+            _edit_summary(run, clock={"compute": "flops", "fingerprint": fingerprint})
     df = collect([tmp_path])
-    assert df["selected"].all()
-    assert df["identity"].nunique() == 2
-    by_identity = df.groupby("identity")["throughput_tok_s"].apply(sorted).tolist()
-    assert sorted(by_identity) == [[100], [1000, 1100]]
+    assert df["identity"].nunique() == 2, df["identity"].tolist()
+    assert not any("clock.profile" in identity for identity in df["identity"]), df["identity"].tolist()
+    assert df.get("variant", pd.Series([""] * len(df))).fillna("").eq("").all(), df["variant"].tolist()
 
 
 def test_a_run_timed_by_a_profile_file_says_so_and_keeps_what_made_the_file(run_exp, tmp_path):
