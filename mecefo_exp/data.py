@@ -4,8 +4,8 @@ The sample stream is the contract every method relies on: the micro-batch of (st
 worker) is a pure function of (seed, step, worker). Who computes it, and how often (a
 rollback replays it, a neighbour takes it over, Oobleck re-splits it) never changes it.
 
-Local data (the default) is real English text that the Python install and `make setup`
-bring (local_corpus.py), so a run never touches a hub. `data=c4` reads C4 (or any
+Local data (the default) is real English text that the checkout and `make setup` bring
+(local_corpus.py), the same on every Python, so a run never touches a hub. `data=c4` reads C4 (or any
 json/parquet text files) with the datasets library and a transformers tokenizer, for
 machines that have them.
 """
@@ -19,7 +19,6 @@ import itertools
 import json
 import logging
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Tuple
@@ -29,7 +28,8 @@ import torch
 from filelock import FileLock
 
 from .local_corpus import (_docstrings, _lee_background, _package_docstrings, _package_root,  # noqa: F401
-                           _pydoc_topics, _stdlib_docstrings, load_local_documents, package_versions)
+                           _pydoc_topics, _stdlib_docstrings, load_local_documents, package_versions,
+                           python_texts, python_texts_sha)
 from .paths import default_cache_dir
 
 log = logging.getLogger(__name__)
@@ -122,18 +122,19 @@ def _builder_hash() -> str:
     says whether the tokens changed)."""
     import inspect
 
-    parts = [_pydoc_topics, _docstrings, _stdlib_docstrings, _package_root, _package_docstrings, _lee_background,
+    parts = [python_texts, _pydoc_topics, _docstrings, _stdlib_docstrings, _package_root, _package_docstrings,
+             _lee_background,
              load_local_documents, is_validation, train_bpe_tokenizer, _encode_stream, _load_local]
     return hashlib.sha1("".join(inspect.getsource(f) for f in parts).encode()).hexdigest()[:12]
 
 
 def _load_local(data_cfg) -> TokenizedCorpus:
-    # The texts are fixed by the Python version (pydoc, stdlib), the pinned gensim wheel and
-    # the pinned packages' versions, so the key need not hash the texts themselves (reading
-    # them takes a minute; the token arrays are cached, their hash is the fingerprint).
+    # The texts are fixed by the shipped CPython texts (their file's hash), the pinned gensim
+    # wheel and the pinned packages' versions, so the key need not hash the texts themselves
+    # (reading them takes a minute; the token arrays are cached, their hash is the fingerprint).
     sources = list(data_cfg.sources)
     versions = package_versions() if "package_docstrings" in sources else {}
-    ident = json.dumps([CORPUS_FORMAT, sources, sys.version, data_cfg.vocab_size, data_cfg.val_fraction,
+    ident = json.dumps([CORPUS_FORMAT, sources, python_texts_sha(), data_cfg.vocab_size, data_cfg.val_fraction,
                         _builder_hash()] + ([versions] if versions else []))
     key = "local-" + hashlib.sha1(ident.encode()).hexdigest()[:12]
 

@@ -1,26 +1,64 @@
-"""The default corpus: real English text that the Python install and `make setup` bring, so a run
+"""The default corpus: real English text that the checkout and `make setup` bring, so a run
 never touches a hub (data.sources; data.py tokenizes and packs it):
 
-  pydoc_topics       CPython's pydoc topic pages (pydoc_data.topics), ~0.46 MB
-  stdlib_docstrings  docstrings of 300+ characters from the standard library, ~1 MB
+  pydoc_topics       CPython 3.11.7's pydoc topic pages (pydoc_data.topics), ~0.46 MB
+  stdlib_docstrings  docstrings of 300+ characters from CPython 3.11.7's standard library, ~1 MB
   lee_background     the Lee news corpus (300 Australian news stories), ~0.36 MB,
                      extracted by `make setup` from the gensim wheel into .cache/corpus/
   package_docstrings docstrings of 300+ characters from the scientific packages that
                      requirements.txt installs (transformers, torch, sympy, pandas, ...),
                      ~22 MB, so that a 3,000-step default run sees its data < 2 times
+
+The first two are read from texts/cpython-3.11.7.json.xz, shipped with the package (357 kB;
+CPython's texts, under the PSF License: texts/LICENSE-PSF.txt), not from the running
+interpreter: the standard library's docstrings and pydoc's pages change between Python patch
+releases and between builds (Debian's 3.11.2 gives 1,346 docstrings against 3.11.7's 1,445), and
+with them every loss. So every supported Python gives the same corpus. `python
+scripts/fetch_corpus.py --extract-python-texts` (under CPython 3.11.7) writes the file again;
+`live_python_texts()` reads the running interpreter's.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
+import json
+import lzma
 import sysconfig
 from pathlib import Path
 from typing import Callable, Dict, List
 
 from .paths import default_cache_dir
 
+#: the interpreter the shipped texts come from, and the file
+PYTHON_TEXTS_VERSION = "3.11.7"
+PYTHON_TEXTS = Path(__file__).resolve().parent / "texts" / f"cpython-{PYTHON_TEXTS_VERSION}.json.xz"
+
+
+@functools.lru_cache(maxsize=1)
+def python_texts() -> Dict[str, List[str]]:
+    """The shipped pydoc topics and standard-library docstrings (keys as the sources)."""
+    if not PYTHON_TEXTS.exists():
+        raise FileNotFoundError(f"{PYTHON_TEXTS} is missing: a broken checkout or install (it ships with mecefo_exp)")
+    data = json.loads(lzma.decompress(PYTHON_TEXTS.read_bytes()).decode("utf-8"))
+    return {"pydoc_topics": data["pydoc_topics"], "stdlib_docstrings": data["stdlib_docstrings"]}
+
+
+def python_texts_sha() -> str:
+    import hashlib
+
+    return hashlib.sha1(PYTHON_TEXTS.read_bytes()).hexdigest()[:12]
+
 
 def _pydoc_topics() -> List[str]:
+    return list(python_texts()["pydoc_topics"])
+
+
+def _stdlib_docstrings() -> List[str]:
+    return list(python_texts()["stdlib_docstrings"])
+
+
+def _live_pydoc_topics() -> List[str]:
     import pydoc_data.topics
 
     return [pydoc_data.topics.topics[k] for k in sorted(pydoc_data.topics.topics)]
@@ -53,8 +91,14 @@ def _docstrings(root: Path, min_chars: int = 300) -> List[str]:
     return docs
 
 
-def _stdlib_docstrings() -> List[str]:
+def _live_stdlib_docstrings() -> List[str]:
     return _docstrings(Path(sysconfig.get_paths()["stdlib"]))
+
+
+def live_python_texts() -> Dict[str, List[str]]:
+    """The running interpreter's pydoc topics and standard-library docstrings, read as the
+    shipped file was made."""
+    return {"pydoc_topics": _live_pydoc_topics(), "stdlib_docstrings": _live_stdlib_docstrings()}
 
 
 def _package_root(name: str) -> Path:
@@ -85,6 +129,35 @@ def package_versions(packages=DOCSTRING_PACKAGES) -> Dict[str, str]:
         except PackageNotFoundError:
             out[name] = "missing"
     return out
+
+
+#: The default corpus's fingerprint in RESULTS.md's studies and tests/golden/
+REFERENCE_FINGERPRINT = "f3050ff3fc14"
+#: The reference corpus was built with these versions of the packages whose text it reads (package_docstrings) or that make its tokens
+#: (tokenizers): a different version changes the tokens, and with them every loss.
+REFERENCE_VERSIONS = {"transformers": "5.23.0", "torch": "2.13.0", "sympy": "1.14.0", "pandas": "3.1.1",
+                      "networkx": "3.6.1", "numpy": "2.4.6", "matplotlib": "3.11.2", "huggingface_hub": "2.4.0",
+                      "tokenizers": "0.23.3"}
+
+
+def version_differences() -> List[str]:
+    """'name X (the reference corpus: Y)' for every package whose installed version differs from
+    the one the reference corpus was built with (a local build tag such as +cpu does not count)."""
+    got = package_versions(tuple(REFERENCE_VERSIONS))
+    return [f"{name} {got[name]} (the reference corpus: {want})" for name, want in REFERENCE_VERSIONS.items()
+            if got[name].split("+")[0] != want]
+
+
+def why_fingerprint_differs(fingerprint: str, reference: str) -> str:
+    """One line: why the corpus built here has another fingerprint than the reference one."""
+    differs = version_differences()
+    if differs:
+        cause = "installed versions differ: " + ", ".join(differs) + " (`make setup` installs the pinned ones)"
+    else:
+        cause = ("the packages have the reference versions, so the difference is elsewhere: the Lee corpus "
+                 "(.cache/corpus/), the shipped CPython texts or the code that builds the corpus")
+    return (f"the default corpus here has fingerprint {fingerprint}, not {reference} (the one RESULTS.md and "
+            f"tests/golden/ were made with): {cause}")
 
 
 def _lee_background() -> List[str]:

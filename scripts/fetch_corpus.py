@@ -41,12 +41,46 @@ def tokenize() -> int:
     stamp.write_text(f"{corpus.fingerprint}\n")
     print(f"default corpus ready: {corpus.train.size:,} training and {corpus.val.size:,} validation tokens, "
           f"fingerprint {corpus.fingerprint}")
+    from mecefo_exp.local_corpus import REFERENCE_FINGERPRINT, why_fingerprint_differs
+
+    if corpus.fingerprint != REFERENCE_FINGERPRINT:  # runs work, but their numbers are not RESULTS.md's
+        print(f"warning: {why_fingerprint_differs(corpus.fingerprint, REFERENCE_FINGERPRINT)}")
+    return 0
+
+
+def extract_python_texts() -> int:
+    """Write mecefo_exp/texts/cpython-<version>.json.xz from the running interpreter's pydoc
+    topics and standard library (run under CPython 3.11.7: the default corpus reads that file)."""
+    import json
+    import lzma
+    import platform
+
+    from mecefo_exp.local_corpus import PYTHON_TEXTS, PYTHON_TEXTS_VERSION, live_python_texts
+
+    version = platform.python_version()
+    if version != PYTHON_TEXTS_VERSION or platform.python_implementation() != "CPython":
+        print(f"error: the shipped texts come from CPython {PYTHON_TEXTS_VERSION}; this is "
+              f"{platform.python_implementation()} {version}", file=sys.stderr)
+        return 2
+    texts = live_python_texts()
+    payload = {"source": f"CPython {version}: pydoc_data.topics and the docstrings of 300+ characters of the "
+                         "standard library's modules, classes and functions (test, idlelib and lib2to3 folders "
+                         "skipped), in sorted file order",
+               "license": "PSF License Agreement for Python (LICENSE-PSF.txt beside this file)",
+               "python": version, **texts}
+    raw = json.dumps(payload, ensure_ascii=False, sort_keys=True).encode("utf-8")
+    PYTHON_TEXTS.parent.mkdir(parents=True, exist_ok=True)
+    PYTHON_TEXTS.write_bytes(lzma.compress(raw, preset=9 | lzma.PRESET_EXTREME))
+    print(f"wrote {PYTHON_TEXTS} ({PYTHON_TEXTS.stat().st_size:,} bytes: {len(texts['pydoc_topics'])} pydoc "
+          f"topics, {len(texts['stdlib_docstrings'])} docstrings)")
     return 0
 
 
 def main() -> int:
     if "--tokenize" in sys.argv[1:]:
         return tokenize()
+    if "--extract-python-texts" in sys.argv[1:]:
+        return extract_python_texts()
     if TARGET.exists():
         print(f"{TARGET} already there")
         return 0
