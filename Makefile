@@ -2,22 +2,34 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-# TORCH_SPEC selects the torch build: the CPU wheel by default; on a GPU cluster e.g.
+# TORCH_SPEC selects the torch build: by default the CPU wheel from PyTorch's own index (PyPI's
+# Linux wheel is the CUDA build); on a GPU cluster e.g.
 #   make setup TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
-TORCH_SPEC ?= torch==2.13.0
+# A TORCH_SPEC other than the installed one reinstalls torch (recorded in $(VENV)/.torch-spec).
+TORCH_SPEC ?= torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: setup run test test-slow test-crash test-fingerprints test-torchft bench bench-gpu figures paper-mini paper-table2 paper-table3 oobleck-artifact decision-map results notebook clean
+.PHONY: setup run test test-slow test-crash test-fingerprints test-torchft bench bench-gpu figures paper-mini paper-table2 paper-table3 oobleck-artifact decision-map results notebook clean FORCE
 
 setup: $(VENV)/.installed .cache/corpus/lee_background.cor .cache/data/default-corpus.txt
 
-$(VENV)/.installed: requirements.txt requirements-optional.txt requirements-test.txt constraints.txt pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH_SPEC)
-	$(PY) -m pip install -q -c constraints.txt -r requirements.txt -r requirements-optional.txt -r requirements-test.txt
+# torch alone (its dependencies come from the package index in the next step), again whenever
+# TORCH_SPEC changes (a .venv set up before this file existed keeps its torch: the spec is recorded)
+$(VENV)/.torch-spec: FORCE
+	@if [ ! -f $@ ] && [ -f $(VENV)/.installed ]; then echo "$(TORCH_SPEC)" > $@; fi
+	@if [ "$$(cat $@ 2>/dev/null)" != "$(TORCH_SPEC)" ]; then \
+	  set -e; [ -x $(PY) ] || $(PYTHON) -m venv $(VENV); \
+	  $(PY) -m pip install -q --upgrade pip; \
+	  echo "installing $(TORCH_SPEC)"; \
+	  $(PY) -m pip install -q --no-deps --force-reinstall $(TORCH_SPEC); \
+	  echo "$(TORCH_SPEC)" > $@; fi
+
+$(VENV)/.installed: $(VENV)/.torch-spec requirements.txt requirements-optional.txt requirements-test.txt constraints.txt pyproject.toml
+	$(PY) -m pip install -q -c constraints.txt torch -r requirements.txt -r requirements-optional.txt -r requirements-test.txt
 	$(PY) -m pip install -q --no-deps -e .
+	@$(PY) -c "import platform, sys; v = platform.python_version(); sys.exit(0) if v == '3.11.7' else \
+	  print(f'note: this is Python {v}; CI runs 3.11.7 (and 3.11.2 gives the same numbers): other versions get other package builds')"
 	touch $@
 
 .cache/corpus/lee_background.cor: | $(VENV)/.installed

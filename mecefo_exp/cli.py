@@ -30,7 +30,7 @@ from . import runlock
 from .errors import AnticipatedEnd, ConfigError
 from .config import typed_config, validate
 from .hydra_glue import register_configs, run_name, torchrun_restarted
-from .faults import TraceError
+from .failures import TraceError
 from .console import install_console, resume_command
 from .metrics import write_json_atomic
 from .paths import conf_dir
@@ -194,10 +194,17 @@ def _writes_record() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
+#: Hydra's flags that print something and run nothing
+PRINT_ONLY_FLAGS = ("--cfg", "-c", "--info", "-i", "--help", "-h", "--hydra-help", "--shell-completion", "-sc")
+
+
 def _lock_the_given_run_dir() -> None:
     """A run with hydra.run.dir=D takes D's lock before Hydra writes D/.hydra: a second run
-    on a busy folder refuses without touching it. The lock lives as long as this process."""
+    on a busy folder refuses without touching it. The lock lives as long as this process.
+    A command that only prints (--cfg, --info, --help, ...) runs nothing and leaves no folder."""
     if not _writes_record() or any(a in ("-m", "--multirun") or a.startswith("hydra.mode=") for a in sys.argv[1:]):
+        return
+    if any(a.split("=", 1)[0] in PRINT_ONLY_FLAGS for a in sys.argv[1:]):
         return
     given = [a.split("=", 1)[1].strip("'\"") for a in sys.argv[1:] if a.startswith("hydra.run.dir=")]
     if not given or "${" in given[-1]:
@@ -392,7 +399,12 @@ def _one_line(e: BaseException) -> str:
     head = lines[0] if lines else type(e).__name__
     if head.startswith("In 'config': Could not find"):  # a config group option that does not exist
         options = [line for line in lines[2:] if not line.startswith(("Config search path", "provider="))]
-        return f"{head.split(': ', 1)[1]}; allowed: {', '.join(options)}" if options else head
+        if not options:
+            return head
+        wrong = head.split(": ", 1)[1].strip().strip("'").rsplit("/", 1)[-1]
+        near = difflib.get_close_matches(wrong, options, n=1)
+        return (f"{head.split(': ', 1)[1]}{f' (did you mean {near[0]}?)' if near else ''}; "
+                f"allowed: {', '.join(options)}")
     cause = e.__cause__
     if cause is not None:
         why = str(cause).splitlines()[0].strip()

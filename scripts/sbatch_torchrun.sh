@@ -23,6 +23,9 @@
 #SBATCH --cpus-per-task=32
 #SBATCH --time=04:00:00
 set -euo pipefail
+# srun does not inherit sbatch's --cpus-per-task (Slurm 22.05 and later): hand it on, or every
+# task gets one CPU
+if [[ -n ${SLURM_CPUS_PER_TASK:-} ]]; then export SRUN_CPUS_PER_TASK=${SRUN_CPUS_PER_TASK:-$SLURM_CPUS_PER_TASK}; fi
 
 PYTHON=${PYTHON:-.venv/bin/python}
 GPUS_PER_NODE=${GPUS_PER_NODE:-${SLURM_GPUS_ON_NODE:-8}}
