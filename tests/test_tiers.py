@@ -127,3 +127,44 @@ def test_machine_0_waits_for_a_relaunched_machine_even_after_its_first_launcher_
     returned_at = time.time()
     thread.join()
     assert second_left_at and returned_at >= second_left_at[0], "machine 0 stopped waiting before the relaunched launcher left"
+
+
+def test_a_machine_refuses_another_runs_coordination_store_and_writes_nothing_into_it(tmp_path, monkeypatch):
+    """Two runs given the same cluster.coordinator: run B's machine 0 cannot listen there (run A's
+    store does), but B's machine 1 reaches A's store. It must refuse it in one line before it writes
+    anything there (it used to adopt A's workers, heal its own into A's quorum and end A's run);
+    a machine of A, whose folder holds what A's machine 0 published, joins."""
+    from torch.distributed import TCPStore
+
+    from mecefo_exp.tiers.torchft import machines
+
+    monkeypatch.setattr(machines, "SAME_RUN_WAIT_S", 0.3)
+    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    client = lambda: TCPStore("127.0.0.1", server.port, is_master=False)  # noqa: E731
+    run_a, run_b = tmp_path / "A", tmp_path / "B"
+    machine0 = _launcher_of_machine(server, 0)
+    machine0.run_dir = run_a
+    machine0.publish_run()
+    machine0.say_alive()
+
+    def joiner(run_dir):
+        one = _launcher_of_machine(client(), 1)
+        one.run_dir, one.store_address = run_dir, f"127.0.0.1:{server.port}"
+        return one
+
+    keys = server.num_keys()
+    for folder_of_b in ("machine 0 never served a store", "a stale identity"):
+        if folder_of_b == "a stale identity":  # a run before B in the same folder
+            (run_b / "torchft").mkdir(parents=True)
+            (run_b / "torchft" / "run-id").write_text("0123abcd\n")
+        b = joiner(run_b)
+        with pytest.raises(ConfigError) as e:
+            b.check_same_run()
+        said = str(e.value)
+        assert "\n" not in said and "belongs to another run" in said and str(run_a) in said, said
+        assert "cluster.coordinator" in said and b.store is None, folder_of_b
+        b.leave()  # launch() calls it on every way out: nothing reaches A's store
+        assert server.num_keys() == keys, folder_of_b
+    a1 = joiner(run_a)
+    a1.check_same_run()  # the run's own machine joins
+    assert a1.store is not None

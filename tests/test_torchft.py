@@ -2,6 +2,7 @@
 the same losses as the simulated tier on the same trace, and nothing listening beyond loopback."""
 
 import contextlib
+import datetime
 import json
 import os
 import signal
@@ -564,6 +565,57 @@ def test_a_failing_worker_on_one_machine_ends_the_run_on_every_machine(tmp_path)
     assert "machine 1: worker 3 exited with code" in summary["error"], summary["error"]
     assert not worker_processes(run_dir), "a worker outlived the run"
     assert lighthouse_is_gone(summary["torchft"]["lighthouse"]) and lighthouse_is_gone(f"127.0.0.1:{port}")
+
+
+def test_a_second_run_given_the_same_coordinator_is_refused_and_the_first_goes_on(tmp_path):
+    """Run A serves its coordination store at cluster.coordinator; run B is given the same address
+    (two jobs on one head node). B's machine 0 cannot listen there and says so; B's machine 1 reaches
+    A's store: it must refuse it in one line, write nothing into it and start no worker (it used to
+    adopt A's workers, heal its own into A's quorum and set A's end). A goes on and ends ok."""
+    from torch.distributed import TCPStore
+
+    port, logs = free_port(), tmp_path / "logs"
+    logs.mkdir()
+    run_a, run_b = tmp_path / "A", tmp_path / "B"
+
+    def start(run_dir, name, *overrides):
+        cmd = torchft_cmd(run_dir, "trainer.threads=1", "failure=none", "trainer.eval_every=0", "method=mecefo",
+                          f"cluster.coordinator=127.0.0.1:{port}", *overrides)
+        return subprocess.Popen(cmd, cwd=ROOT, stdout=open(logs / name, "w"), stderr=subprocess.STDOUT, env=env())
+
+    # A: one machine of two workers, long enough to outlast B's two launchers' start (~20 steps/s here)
+    a = start(run_a, "A.log", "cluster.n_workers=2", "trainer.max_steps=1500")
+    b0 = b1 = None
+    try:
+        wait_for_steps(run_a, 5, [a])
+        started = time.time()
+        b = ["cluster.n_workers=4", "cluster.machines=2", "trainer.max_steps=1500"]
+        b0 = start(run_b, "B0.log", *b, "cluster.machine_rank=0")
+        assert b0.wait(timeout=120) != 0
+        assert "cannot listen on" in (logs / "B0.log").read_text(), (logs / "B0.log").read_text()[-3000:]
+        assert (run_b / "config.yaml").exists()  # what B's machine 1 checks its own settings against
+        b1 = start(run_b, "B1.log", *b, "cluster.machine_rank=1")
+        assert b1.wait(timeout=120) != 0, (logs / "B1.log").read_text()[-3000:]
+        assert a.poll() is None, "run A ended before B's machine 1 met its store: the test proves nothing"
+        print(f"\nB's two launchers: {time.time() - started:.1f} s from start to refusal, A at step "
+              f"{steps_done(run_a)} of 1500 by then (load average {os.getloadavg()[0]:.1f})")
+        out = (logs / "B1.log").read_text()
+        said = [ln for ln in out.splitlines() if "belongs to another run" in ln]
+        assert len(said) == 1 and str(run_a) in said[0] and "Traceback" not in out, out[-3000:]
+        assert not worker_processes(run_b)
+        store = TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=30))
+        # nothing of B in A's store: no launcher of machine 1, no worker 2 or 3, no end
+        assert not any(store.check([k]) for k in ("alive/1", "left/1", "launched/2", "launched/3", "end"))
+        del store
+        assert a.wait(timeout=240) == 0, (logs / "A.log").read_text()[-3000:]
+    finally:
+        for p in (a, b0, b1):
+            if p is not None and p.poll() is None:
+                p.kill()
+    summary = json.loads((run_a / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["steps"] == 1500
+    assert summary["torchft"]["processes_started"] == {"0": 1, "1": 1} and not summary["torchft"]["failures"]
+    assert not worker_processes(run_a)
 
 
 def test_two_machines_bound_to_a_network_address_listen_there_only(tmp_path):

@@ -86,6 +86,7 @@ class Launcher(MachinesOfARun):
             port = split_host_port(c.coordinator, "cluster.coordinator")[1] if c.coordinator else 0
             self.store = bound_store(self.bind, c.restart_timeout_s, port)
             self.store_address = c.coordinator or host_port(self.advertise, self.store.port)
+            self.publish_run()  # the other machines' launchers join this store only with this run folder
             self.lighthouse_address = c.lighthouse
             if self.lighthouse_address is None:
                 from torchft._torchft import LighthouseServer
@@ -108,6 +109,7 @@ class Launcher(MachinesOfARun):
             except Exception as e:
                 raise WorkerFailed(f"machine {self.machine}: cannot reach machine 0's coordination store at "
                                    f"cluster.coordinator={c.coordinator} ({' '.join(str(e).split())[:200]})") from None
+            self.check_same_run()  # another run's store at that address: refused before anything is written
             self._check_same_settings()
         self.adopt_run_under_way()
         log.info("%s: lighthouse %s%s, coordination store %s, workers %s%s, logs in %s", self.tag,

@@ -5,13 +5,20 @@ second in the coordination store (`alive/<m>`); machine 0 names the machines nev
 (after ANNOUNCE_WARN_S) and fails the run naming them at cluster.restart_timeout_s; a launcher
 started again on its machine adopts the run under way; a launcher stopped by a signal (not machine
 0's) leaves the run as its machine would die; at the end each sets `left/<m>` and machine 0
-waits for the live ones before it writes the record.
+waits for the live ones before it writes the record. Machine 0 publishes the run's identity in
+its store and its run folder, and another machine's launcher refuses a store whose identity its
+own run folder does not hold (another run's store at the same address).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import socket
 import time
+import uuid
+from pathlib import Path
 from typing import Dict, List
 
 from ...errors import ConfigError
@@ -27,6 +34,13 @@ LEFT_WAIT_S = 60.0  # at the end, machine 0 waits at most this long for the othe
 ANNOUNCE_WARN_S = 10.0
 #: settings that differ between the launchers of one run (everything else must be machine 0's)
 PER_MACHINE = ("cluster.machine_rank", "cluster.bind", "cluster.advertise")
+
+
+#: where machine 0 writes the run's identity (its folder's), which its store also holds under "run"
+RUN_ID_FILE = Path("torchft") / "run-id"
+#: a launcher that finds another identity in the store than in its run folder looks this long again
+#: before it refuses (a shared file system may show machine 0's file a little late)
+SAME_RUN_WAIT_S = 10.0
 
 
 class WorkerFailed(RuntimeError):
@@ -46,6 +60,45 @@ class MachinesOfARun:
                 self.incarnation[w] = int(self.store.get(f"launched/{w}").decode())
                 self.rejoined = True
                 self.store.set(f"exited/{w}/{self.incarnation[w]}", repr(time.time()))
+
+    def publish_run(self) -> None:
+        """Machine 0, once its store listens: the run's identity, new at every start, in the run folder
+        and then in the store. Another machine's launcher joins the store only if its run folder holds
+        the same (`check_same_run`): a second run given the same cluster.coordinator reaches this store
+        and must not join this run."""
+        identity = {"id": uuid.uuid4().hex, "run_dir": str(Path(self.run_dir).resolve()), "host": socket.gethostname()}
+        path = Path(self.run_dir) / RUN_ID_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(identity["id"] + "\n")
+        os.replace(partial, path)
+        self.store.set("run", json.dumps(identity))
+
+    def check_same_run(self) -> None:
+        """Another machine's launcher, before it writes anything into the store: the store at
+        cluster.coordinator is this run's (machine 0 wrote the identity it holds into this run folder),
+        not another run's that listens at the same address. One line (ConfigError) otherwise; the store
+        is dropped untouched."""
+        theirs = json.loads(self.store.get("run").decode())  # machine 0 sets it before anything else
+        path = Path(self.run_dir) / RUN_ID_FILE
+        deadline = time.time() + SAME_RUN_WAIT_S
+        while True:
+            try:
+                ours = path.read_text().strip()
+            except OSError:
+                ours = None
+            if ours == theirs["id"]:
+                return
+            if time.time() >= deadline:
+                break
+            time.sleep(0.2)
+        self.store = None  # nothing of this launcher goes into another run's store
+        why = (f"this run folder's machine 0 never served a store (no {RUN_ID_FILE}: was that address taken "
+               "when it started?)" if ours is None else f"this run folder's {RUN_ID_FILE} names another")
+        raise ConfigError(f"cluster.machine_rank={self.machine}: the coordination store at cluster.coordinator="
+                          f"{self.store_address} belongs to another run (machine 0 of {theirs['run_dir']} on "
+                          f"{theirs['host']}), not to {self.run_dir}: {why}; give each run its own "
+                          "cluster.coordinator port")
 
     def _check_same_settings(self) -> None:
         """A machine's launcher must run machine 0's run: the same settings but its own place."""
