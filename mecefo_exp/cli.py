@@ -194,6 +194,32 @@ def _writes_record() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
+#: experiments whose whole study another command runs (not a Hydra sweep of run.py)
+STUDY_COMMANDS = {"decision_map": "`make decision-map` (python -m analysis.decision_map: 1,008 runs, "
+                                  "BENCHMARKS.md says how long)"}
+
+
+def one_cell_note(args: List[str]) -> Optional[str]:
+    """A study run without -m runs one cell of it; say so, and what runs the whole study."""
+    if any(a in ("-m", "--multirun") or a.startswith("hydra.mode=") for a in args):
+        return None
+    if any(a.split("=", 1)[0] in PRINT_ONLY_FLAGS for a in args):
+        return None
+    chosen = [a.split("=", 1)[1] for a in args if a.startswith(("experiment=", "+experiment="))]
+    if not chosen:
+        return None
+    name = chosen[-1]
+    if name in STUDY_COMMANDS:
+        return f"experiment={name} without -m runs one cell of the study; the whole study is {STUDY_COMMANDS[name]}"
+    from .paths import conf_dir
+
+    path = conf_dir() / "experiment" / f"{name}.yaml"
+    if path.exists() and "sweeper:" in path.read_text():
+        return (f"experiment={name} is a sweep: without -m this runs one job of it; the whole sweep is "
+                f"`python run.py -m experiment={name}`")
+    return None
+
+
 #: Hydra's flags that print something and run nothing
 PRINT_ONLY_FLAGS = ("--cfg", "-c", "--info", "-i", "--help", "-h", "--hydra-help", "--shell-completion", "-sc")
 
@@ -442,6 +468,9 @@ def entry() -> None:
     if problem:
         print(f"config error: {problem}", file=sys.stderr)
         sys.exit(2)
+    note = one_cell_note(sys.argv[1:])
+    if note:
+        print(f"note: {note}", file=sys.stderr)
     _lock_the_given_run_dir()
     from .sweeps import FAILED, stopped
 

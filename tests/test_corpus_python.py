@@ -9,7 +9,6 @@ import sysconfig
 
 import pytest
 
-from conftest import ROOT
 from mecefo_exp import local_corpus
 
 
@@ -55,7 +54,9 @@ def test_the_reference_fingerprint_is_the_one_results_md_states():
 def test_the_default_corpus_built_here_is_the_reference_one():
     """`make setup` built the default corpus (.cache/data/default-corpus.txt holds its fingerprint);
     when it differs the message says why, never just 'regenerate'."""
-    stamp = ROOT / ".cache" / "data" / "default-corpus.txt"
+    from mecefo_exp.paths import default_cache_dir
+
+    stamp = default_cache_dir() / "data" / "default-corpus.txt"
     if not stamp.exists():
         pytest.skip("the default corpus is not built here (make setup builds it)")
     built = stamp.read_text().strip()

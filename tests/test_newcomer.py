@@ -100,3 +100,13 @@ def test_a_misspelt_option_gets_a_suggestion():
     problem = check_overrides(["failure=hgh"])
     assert "(did you mean high?)" in problem and "\n" not in problem
     assert "allowed: " in problem
+
+
+def test_a_study_run_without_multirun_says_it_runs_one_cell():
+    from mecefo_exp.cli import one_cell_note
+
+    note = one_cell_note(["experiment=decision_map"])
+    assert "one cell" in note and "make decision-map" in note and "1,008 runs" in note
+    assert "python run.py -m experiment=paper_table2" in one_cell_note(["experiment=paper_table2"])
+    assert one_cell_note(["-m", "experiment=paper_table2"]) is None
+    assert one_cell_note(["experiment=debug"]) is None and one_cell_note(["method=jit"]) is None
