@@ -168,3 +168,83 @@ def test_a_machine_refuses_another_runs_coordination_store_and_writes_nothing_in
     a1 = joiner(run_a)
     a1.check_same_run()  # the run's own machine joins
     assert a1.store is not None
+
+
+class _QuorumOf:
+    """A stand-in for torchft's Manager: each quorum shows the processes given for it (worker ->
+    incarnation), as the other members' part of the membership all-reduce."""
+
+    def __init__(self, *quorums):
+        self.quorums = list(quorums)
+
+    def start_quorum(self):
+        self.others = self.quorums.pop(0)
+
+    def errored(self):
+        return None
+
+    def allreduce(self, tensor, reduce_op=None):
+        import types
+
+        for w, n in self.others.items():
+            tensor[w] += n + 1.0
+        return types.SimpleNamespace(wait=lambda: None)
+
+
+def _membership_of(worker: int, incarnations, store, manager):
+    import types
+
+    import torch
+
+    from mecefo_exp.tiers.torchft.membership import TorchftMembership
+
+    m = object.__new__(TorchftMembership)
+    m.me, m.n, m.joining, m.group, m.store, m.manager = worker, len(incarnations), False, None, store, manager
+    m.incarnation, m.restart_timeout_s = dict(enumerate(incarnations)), 300.0
+    m.run = types.SimpleNamespace(device=torch.device("cpu"), load_peer_state=lambda *a: None)
+    return m
+
+
+def test_a_replaced_process_back_in_a_quorum_is_not_admitted_and_nobody_waits_for_its_heal():
+    """Worker 2 was stopped past the survivors' timeouts; they asked for its process 1 (`restart/2`).
+    The old process 0, continued, enters their next quorum first: torchft knows it as worker 2 as it
+    would process 1. The survivors must not admit it (they used to, then waited on the heal of
+    process 1, which got no quorum, until cluster.restart_timeout_s ended the run): the quorum is
+    taken again, and the one without it is theirs at once."""
+    import time
+
+    from torch.distributed import TCPStore
+
+    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)  # a read of a missing key would wait
+    server.set("restart/2", "1")
+    survivor = _membership_of(0, [0, 0, 1], server, _QuorumOf({1: 0, 2: 0}, {1: 0}))
+    started = time.time()
+    assert survivor._quorum() == {0, 1}
+    assert time.time() - started < 5 and not survivor.manager.quorums
+    # process 1 of worker 2 is admitted once it is in a quorum (it said it was up and healed first)
+    server.set("ready/2/1", "1.0")
+    server.set("heal/2/1", '{"started_at": 0.0, "quorum_and_heal_s": 0.5, "state_bytes": 8}')
+    survivor.manager = _QuorumOf({1: 0, 2: 1})
+    assert survivor._quorum() == {0, 1, 2}
+
+
+def test_a_replaced_process_leaves_by_itself_as_a_planned_death_and_a_heal_keeps_its_own_incarnation(monkeypatch):
+    """The old process of worker 2, continued after its peers asked for process 1: it leaves before it
+    asks for a quorum (SIGKILL of itself, noted as planned: its launcher takes it for no fault), also
+    after a heal from a peer, whose books name process 1 for worker 2."""
+    from torch.distributed import TCPStore
+
+    from mecefo_exp.tiers.torchft import membership
+
+    killed = []
+    monkeypatch.setattr(membership.os, "kill", lambda pid, sig: killed.append(sig))
+    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    old = _membership_of(2, [0, 0, 0], server, _QuorumOf({0: 0, 1: 0}))
+    old.load_state_dict({"live": [0, 1], "incarnation": {"0": 0, "1": 0, "2": 1}, "awaiting": {"2": 1.0},
+                         "replacing": [2], "pending": [], "leader": 0, "real": {}})
+    assert old.incarnation == {0: 0, 1: 0, 2: 0}  # its own process, not the one the books want
+    old._leave_if_replaced()
+    assert killed == [] and not server.check(["killed/2/0"])  # nobody asked for another one yet
+    server.set("restart/2", "1")
+    old._leave_if_replaced()
+    assert killed == [membership.signal.SIGKILL] and server.check(["killed/2/0"])

@@ -812,6 +812,47 @@ def test_a_kill_a_kill_of_its_replacement_and_a_hung_worker_are_all_survived(run
 
 
 
+def test_a_hung_worker_that_comes_back_after_it_was_replaced_leaves_and_its_replacement_heals(tmp_path):
+    """Worker 2 is stopped (SIGSTOP) until the survivors have given up on it and asked for its next
+    process, then continued (SIGCONT: a debugger let go, a suspended job resumed). The old process
+    must not be admitted in the new one's place: it used to enter the survivors' next quorum, which
+    then waited on the heal of the process they had asked for, which got no quorum, until
+    cluster.restart_timeout_s ended the run. It leaves by itself; its replacement heals; the run
+    ends ok."""
+    run_dir = tmp_path / "ft"
+    # 1200 steps: the replacement (imports, model, Manager) must heal before the survivors finish
+    launcher = subprocess.Popen(torchft_cmd(run_dir, "trainer.threads=1", "failure=none", "trainer.eval_every=0",
+                                            "method=mecefo", "trainer.max_steps=1200", "cluster.quorum_timeout_s=15",
+                                            "cluster.join_timeout_ms=5000", "cluster.restart_timeout_s=90"),
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env())
+    stopped = None
+    try:
+        wait_until(lambda: steps_done(run_dir) >= 20, "20 steps", launcher, 180)
+        (stopped,) = processes_of_worker(run_dir, 2)
+        os.kill(stopped, signal.SIGSTOP)
+        wait_until(lambda: any(e["kind"] == "fail" for e in rows_so_far(run_dir / "events.jsonl")),
+                   "the survivors giving up on worker 2", launcher, 120)
+        os.kill(stopped, signal.SIGCONT)  # before its launcher would take it for hung and kill it
+        out, _ = launcher.communicate(timeout=300)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        if stopped is not None:
+            kill_gone_or_not([stopped])
+    assert launcher.returncode == 0, out[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["steps"] == 1200
+    ft = summary["torchft"]
+    assert ft["processes_started"] == {"0": 1, "1": 1, "2": 2}
+    assert [(f["worker"], f["unplanned"]) for f in ft["failures"]] == [(2, True)]
+    assert [(r["worker"], r["unplanned"]) for r in ft["recoveries"]] == [(2, True)] and not ft["restarts_lost"]
+    events = [(e["kind"], e["worker"]) for e in read_jsonl(run_dir / "events.jsonl") if e["kind"] in ("fail", "recover")]
+    assert events == [("fail", 2), ("recover", 2)]
+    # the old process saw it was replaced and left (its launcher would have killed it after 10 s)
+    assert "was replaced while it was out of the quorum" in (run_dir / "torchft" / "worker-2.log").read_text()
+    assert not worker_processes(run_dir) and lighthouse_is_gone(ft["lighthouse"])
+
+
 def test_a_machine_killed_again_while_its_workers_heal_comes_back_the_third_time(run_exp, fixed_profile, tmp_path):
     """Two launchers of two workers each on this host. Machine 1 dies whole; its launcher is
     started again, and the machine dies again while its new workers start and heal (before any

@@ -34,6 +34,11 @@ QUORUM_ATTEMPTS = 5  # how often a quorum is taken again when a peer died inside
 #: how often a worker waiting for a restarted peer looks whether it is up, or died
 WAIT_POLL_S = 0.05
 
+class ReplacedInQuorum(Exception):
+    """A quorum holds a process the survivors replaced (hung or stopped past their timeouts, then
+    back): it is not admitted, and the quorum is taken again once it has left."""
+
+
 def sum_over_quorum(manager, tensor: torch.Tensor, group=None) -> None:
     """Sum `tensor` over the live workers in place (torchft's default would average it).
 
@@ -110,6 +115,8 @@ class TorchftMembership:
         self.joining = incarnation > 0  # a restarted process: it enters where its peers are
         # the books (identical on every live worker)
         self.live: Set[int] = set(range(self.n))
+        # which process of each worker the survivors want; this worker's own entry is this process's
+        # (its launcher's word), which a heal does not overwrite: the books may already want a newer one
         self.incarnation: Dict[int, int] = {w: 0 for w in range(self.n)}
         self.incarnation[worker] = incarnation
         self.awaiting: Dict[int, float] = {}  # restarted workers not yet in a quorum -> when asked
@@ -164,8 +171,10 @@ class TorchftMembership:
                 "real": json.loads(json.dumps(self.real))}
 
     def load_state_dict(self, s: dict) -> None:
+        own = self.incarnation[self.me]  # this process; a replaced one learns so from `restart/<me>`
         self.live, self.awaiting, self.replacing = set(s["live"]), dict(s["awaiting"]), set(s["replacing"])
         self.incarnation = {int(k): v for k, v in s["incarnation"].items()}
+        self.incarnation[self.me] = own
         self.pending, self.leader, self.real = list(s["pending"]), s["leader"], s["real"]
         self.run.leader = self.leader
 
@@ -186,14 +195,21 @@ class TorchftMembership:
 
     def _quorum(self) -> Set[int]:
         """torchft's quorum as a set of workers (healing this process if behind); taken again when a
-        peer dies inside the membership all-reduce, or none forms in time."""
-        attempt, waiting_since = 1, None
+        peer dies inside the membership all-reduce, none forms in time, or it holds a replaced process."""
+        attempt, waiting_since, replaced_since = 1, None, None
         while True:
             try:
                 members = self._one_quorum()
             except TimeoutError as e:
                 waiting_since = waiting_since or time.time()
                 self._no_quorum_in_time(e, time.time() - waiting_since)
+                continue
+            except ReplacedInQuorum as e:
+                replaced_since = replaced_since or time.time()
+                if time.time() - replaced_since > self.restart_timeout_s:
+                    raise RuntimeError(f"torchft: {e} in every quorum for cluster.restart_timeout_s="
+                                       f"{self.restart_timeout_s:g} s") from None
+                log.warning("torchft: %s: not admitted; quorum again without it", e)
                 continue
             if members is not None:
                 return members
@@ -214,6 +230,7 @@ class TorchftMembership:
         self.manager._quorum_future = None  # torchft 0.2.0 would raise this error again at the next quorum
 
     def _one_quorum(self) -> Optional[Set[int]]:
+        self._leave_if_replaced()
         started = time.time()
         self.manager.start_quorum()
         self._quorum_at = time.time()
@@ -231,12 +248,37 @@ class TorchftMembership:
                 "started_at": float(os.environ.get(ENV_STARTED, started)), "quorum_and_heal_s": self._quorum_s,
                 "state_bytes": healed}))
             self.joining = False
-        onehot = torch.zeros(self.n, dtype=torch.float64, device=self.run.device)
-        onehot[self.me] = 1.0
-        sum_over_quorum(self.manager, onehot, self.group)
+        # who is in the quorum, and which process of each: torchft knows a worker by its replica id
+        # alone, which every process of that worker shares
+        processes = torch.zeros(self.n, dtype=torch.float64, device=self.run.device)
+        processes[self.me] = self.incarnation[self.me] + 1.0
+        sum_over_quorum(self.manager, processes, self.group)
         if self.manager.errored() is not None:
             return None
-        return {w for w in range(self.n) if onehot[w].item() > 0.5}
+        self._leave_if_replaced()  # the survivors may have replaced this process since it asked
+        got = {w: round(processes[w].item()) - 1 for w in range(self.n) if processes[w].item() > 0.5}
+        replaced = {w: n for w, n in got.items() if n != self.incarnation[w]}
+        if replaced:
+            raise ReplacedInQuorum("; ".join(f"worker {w}'s process {n} is in the quorum where process "
+                                             f"{self.incarnation[w]} is wanted" for w, n in sorted(replaced.items())))
+        return set(got)
+
+    def _leave_if_replaced(self) -> None:
+        """This process was stopped or cut off past the survivors' timeouts, and they have asked for
+        a newer one of this worker (`restart/<me>`): it cannot rejoin as what it was, so it leaves at
+        once, as a planned death, before it could enter a quorum (and hold up the one the survivors
+        want) or write the record."""
+        key, mine = f"restart/{self.me}", self.incarnation[self.me]
+        wanted = int(self.store.get(key).decode()) if self.store.check([key]) else mine
+        if wanted <= mine:
+            return
+        self.store.set(f"killed/{self.me}/{mine}", repr(time.time()))
+        log.warning("worker %d's process %d (incarnation %d) was replaced while it was out of the quorum (stopped "
+                    "or hung past the others' timeouts): it leaves, incarnation %d takes its place", self.me,
+                    os.getpid(), mine, wanted)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
 
     def barrier(self) -> None:
         """Every live worker gets here (a checkpoint file is complete before anyone reads it)."""
@@ -396,6 +438,10 @@ class TorchftMembership:
         asked = self.awaiting.pop(w, self._quorum_at)
         self.replacing.discard(w)
         n = self.incarnation[w]
+        # both written before that process's membership all-reduce, which showed it is process n:
+        # read, never waited for (a wait here would outlast a process that dies)
+        if not self.store.check([f"ready/{w}/{n}", f"heal/{w}/{n}"]):
+            raise RuntimeError(f"torchft: worker {w}'s process {n} is in the quorum but never said it was up and healed")
         ready_at = float(self.store.get(f"ready/{w}/{n}").decode())
         heal = json.loads(self.store.get(f"heal/{w}/{n}").decode())
         return {"process_start_to_ready_s": ready_at - heal["started_at"], "heal_s": heal["quorum_and_heal_s"],
