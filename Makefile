@@ -39,8 +39,9 @@ $(VENV)/.installed: $(VENV)/.torch-spec requirements.txt requirements-optional.t
 .cache/data/default-corpus.txt: .cache/corpus/lee_background.cor
 	$(PY) scripts/fetch_corpus.py --tokenize
 
+# make run ARGS="method=bamboo failure=medium": the overrides go to run.py
 run: setup
-	$(PY) run.py
+	$(PY) run.py $(ARGS)
 
 # the fast tier on TEST_WORKERS processes (pytest-xdist; 2 fit this project's 2-core CI machine)
 TEST_WORKERS ?= 2
