@@ -82,10 +82,10 @@ figures: setup
 # the miniature of the paper's Tables 2-3: every method x none/low/medium/high, 2 jobs, under
 # the default deterministic clock (hardware=cpu_ref): a rerun anywhere gives the same tables
 paper-mini: setup
-	@start=$$(date +%s); \
-	$(PY) run.py -m experiment=paper_mini hydra.sweep.dir=runs/sweeps/paper_mini_$$(date +%Y-%m-%d_%H-%M-%S) && \
-	$(PY) -m analysis runs/sweeps --out analysis/out && \
-	echo "paper-mini took $$(( $$(date +%s) - start )) s"
+	@start=$$(date +%s); sweep=runs/sweeps/paper_mini_$$(date +%Y-%m-%d_%H-%M-%S); \
+	$(PY) run.py -m experiment=paper_mini hydra.sweep.dir=$$sweep && \
+	$(PY) -m analysis $$sweep --out analysis/out && \
+	echo "paper-mini took $$(( $$(date +%s) - start )) s; tables and figures of $$sweep in analysis/out/"
 
 # a sweep refuses a folder holding an earlier sweep's jobs (they would append to their files):
 # the targets that sweep into a fixed folder move an earlier one aside, named by its time
@@ -112,15 +112,16 @@ oobleck-artifact: setup
 	$(PY) run.py -m experiment=oobleck_artifact hydra.sweep.dir=runs/sweeps/oobleck_artifact && \
 	echo "oobleck-artifact took $$(( $$(date +%s) - start )) s"
 
-# rerun every table of RESULTS.md that a CPU regenerates in reasonable time (paper-mini,
-# paper-table2, the ablation's memory table: ~15-30 min on 2 cores) into a scratch folder and
-# diff them against RESULTS.md; exits 1 if anything differs (analysis/published.py says what is
-# not regenerated and why)
-# which method wins where: the decision map (~15 min on 2 cores), its closed-form and field anchors
+# which method wins where: the decision map (1,008 runs; BENCHMARKS.md says how long), its
+# closed-form and field anchors
 DECISION_MAP_OUT ?= runs/decision_map_$(shell date +%Y-%m-%d_%H-%M-%S)
 decision-map: setup
 	$(PY) -m analysis.decision_map --out $(DECISION_MAP_OUT)
 
+# rerun every study of RESULTS.md that a CPU regenerates (paper-mini, paper-table2, the ablation's
+# memory table, the frontier sweep, the decision map; analysis/published.py's STUDIES) into a
+# scratch folder and diff their tables against RESULTS.md: `identical` or a diff per table, then
+# the list of what it did not regenerate; exits 1 if anything differs
 RESULTS_OUT ?= runs/results_$(shell date +%Y-%m-%d_%H-%M-%S)
 results: setup
 	@start=$$(date +%s); \
