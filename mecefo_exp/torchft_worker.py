@@ -15,6 +15,20 @@ from .tiers.torchft.network import ENV_INCARNATION, ENV_WORKER
 from .trainer import Experiment
 
 
+class WithoutTraceback(logging.Formatter):
+    """The console's lines: a record's traceback goes to the worker's log file only (every worker
+    shares the launcher's console, where one failure would print a traceback per worker)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        saved = record.exc_info, record.exc_text, record.stack_info
+        record.exc_info = record.exc_text = record.stack_info = None
+        try:
+            line = super().format(record)
+        finally:
+            record.exc_info, record.exc_text, record.stack_info = saved
+        return line + (" (traceback in its log file)" if saved[0] or saved[1] else "")
+
+
 def worker_main() -> int:
     """The run's config from its folder, who this worker is from the environment."""
     from omegaconf import OmegaConf
@@ -27,8 +41,8 @@ def worker_main() -> int:
     console = logging.StreamHandler()
     console.setLevel(logging.INFO if worker == 0 and os.environ.get(ENV_INCARNATION, "0") == "0" else logging.WARNING)
     file = logging.FileHandler(log_file)
-    for h in (console, file):
-        h.setFormatter(logging.Formatter(fmt))
+    console.setFormatter(WithoutTraceback(fmt))
+    file.setFormatter(logging.Formatter(fmt))
     logging.basicConfig(level=logging.INFO, handlers=[console, file])
     for noisy in ("torchft", "torchft_quorums", "torchft_commits", "torchft_errors"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -38,9 +52,12 @@ def worker_main() -> int:
         Experiment(cfg, run_dir).run()
     except Terminated as e:
         return 128 + e.signum
-    except BaseException:  # summary.json names this worker's log: the traceback belongs there, not only on a console
-        logging.getLogger(__name__).exception("worker %d (process %d) failed", worker, os.getpid())
+    except SystemExit:
         raise
+    except BaseException as e:  # summary.json names this worker's log: the traceback goes there, one line to the console
+        logging.getLogger(__name__).exception("worker %d (process %d) failed: %s: %s", worker, os.getpid(),
+                                              type(e).__name__, " ".join(str(e).split())[:300])
+        return 1
     return 0
 
 

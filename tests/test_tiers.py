@@ -248,3 +248,23 @@ def test_a_replaced_process_leaves_by_itself_as_a_planned_death_and_a_heal_keeps
     server.set("restart/2", "1")
     old._leave_if_replaced()
     assert killed == [membership.signal.SIGKILL] and server.check(["killed/2/0"])
+
+
+def test_a_torchft_workers_console_gets_one_line_per_record_and_its_log_file_the_traceback():
+    """Every worker shares its launcher's console: a failure's traceback goes to the worker's log
+    file, the console gets its one line (one failure used to print a traceback per worker)."""
+    import logging
+    import sys
+
+    from mecefo_exp.torchft_worker import WithoutTraceback
+
+    try:
+        raise RuntimeError("torchft: the membership all-reduce failed 5 times")
+    except RuntimeError:
+        record = logging.LogRecord("w", logging.ERROR, __file__, 1, "worker %d failed", (1,), sys.exc_info())
+    fmt = "[worker 1] %(message)s"
+    console = WithoutTraceback(fmt).format(record)
+    assert console == "[worker 1] worker 1 failed (traceback in its log file)"
+    in_file = logging.Formatter(fmt).format(record)  # the same record, after the console's line
+    assert in_file.startswith("[worker 1] worker 1 failed\nTraceback") and "membership all-reduce" in in_file
+    assert WithoutTraceback(fmt).format(record) == console  # the file's cached traceback stays off the console

@@ -424,6 +424,9 @@ def test_when_machine_0_dies_machine_1_closes_the_record_in_one_line(tmp_path, f
     assert "Traceback" not in out.split("failed: ")[-1], out[-3000:]  # nothing after the closing line
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed" and "machine 0" in summary["error"], summary.get("error")
+    # how far it got (the leader's own summary said `running` at step 0)
+    assert summary["steps"] == rows_so_far(run_dir / "metrics.jsonl")[-1]["step"] + 1 >= 8
+    assert summary["tokens_committed"] > 0
     assert not worker_processes(run_dir)
 
 

@@ -301,6 +301,8 @@ def launch(cfg, run_dir: Path) -> dict:
             if error is None and summary.get("status") != "ok":
                 error = "every worker process ended, but none wrote a finished record"
             if error is not None:
+                if summary.get("status") == "running":  # the leader died before it could close its record
+                    summary.update(_progress_of(run_dir))
                 summary.update(status="failed", error=f"torchft launcher: {error}")
             # what only the launchers know: where the lighthouse was, how many processes each worker had
             try:
@@ -312,12 +314,29 @@ def launch(cfg, run_dir: Path) -> dict:
                 machines=launcher.machines, processes_started=started)
             write_json_atomic(run_dir / "summary.json", summary)
         elif launcher.store_lost and summary.get("status") == "running":  # nobody else is left to close the record
+            summary.update(_progress_of(run_dir))  # the leader died with machine 0: its summary says where it began
             summary.update(status="failed", error=f"torchft launcher (machine {machine}): {error}")
             write_json_atomic(run_dir / "summary.json", summary)
         launcher.shutdown_services()
     if machine == 0 and summary.get("status") != "ok":
         raise WorkerFailed(summary.get("error", "failed"))
     return {**summary, "final_val_ppl": summary.get("final_val_ppl")}
+
+
+def _progress_of(run_dir: Path) -> dict:
+    """How far the run got, from the last whole row of metrics.jsonl (the leader writes one per step;
+    its summary.json says `running` with the steps of when it last wrote it): for a record that a
+    launcher closes because its writer died."""
+    try:
+        text = (run_dir / "metrics.jsonl").read_text()
+        row = json.loads(text[:text.rfind("\n")].rsplit("\n", 1)[-1])
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(row, dict) or not isinstance(row.get("step"), int) or "tokens" not in row:
+        return {}
+    sim = row.get("sim_time_s") or 0.0
+    return {"steps": row["step"] + 1, "tokens_committed": row["tokens"], "sim_time_s": sim,
+            "throughput_tok_s": row["tokens"] / sim if sim > 0 else None}
 
 
 def _read_summary(run_dir: Path) -> dict:
