@@ -69,6 +69,14 @@ def method_label(method: str) -> str:
     return METHOD_LABELS.get(method, str(method))
 
 
+def tick_label(method: str, width: int = 11) -> str:
+    """A method's label on two lines where it is long ("JIT\ncheckpointing"): seven of them side by
+    side under one axis run into each other on one line."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(method_label(method), width, break_long_words=False)) or method_label(method)
+
+
 
 
 # ------------------------------------------------------------------------ settings
@@ -298,7 +306,7 @@ def throughput_bars(group: pd.DataFrame, title: str = ""):
     """Left: tokens per simulated second per method, a bar per failure level. Right: the drop
     against failure-free, with the paper's drop at high (Table 2) as a marker."""
     table = throughput_table(group)
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.6))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(max(12, 2.2 * len(table)), 5))
     if table.empty:
         plt.close(fig)
         return None
@@ -318,13 +326,13 @@ def throughput_bars(group: pd.DataFrame, title: str = ""):
             if not math.isfinite(v):
                 ax.annotate("no run", (x0, 0), ha="center", va="bottom", fontsize=7, color="0.4", rotation=90,
                             xytext=(0, 3), textcoords="offset points")
-    ax.set_xticks(xs, [method_label(m) for m in methods])
+    ax.set_xticks(xs, [tick_label(m) for m in methods], fontsize=9)
     if np.nanmax(np.append(table[[f"thr_{lv}" for lv in levels]].to_numpy(dtype=float), 0)) >= 1e4:
         ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(thousands))
     ax.set_ylabel("throughput (committed tokens / simulated s)")
     ax.set_title("throughput")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=8, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.09), ncol=len(levels))
+    ax.legend(fontsize=8, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=len(levels))
 
     width2 = 0.8 / max(1, len(faulty))
     drops_all = []
@@ -347,10 +355,11 @@ def throughput_bars(group: pd.DataFrame, title: str = ""):
                     label=f"paper Table 2 at high: LLaMA-{ref}")
         drops_all.extend(v for v in paper_vals if math.isfinite(v))
     ax2.axhline(0, color="black", linewidth=0.6)
-    ax2.set_xticks(xs, [method_label(m) for m in methods])
+    ax2.set_xticks(xs, [tick_label(m) for m in methods], fontsize=9)
     ax2.set_ylabel("throughput drop vs failure-free (%)")
+    # an interval needs two seeds: with one, no bar has one and the title claims none
     ax2.set_title("drop = 1 - thr(level) / thr(none)" + (f", {CONFIDENCE:.0%} CI over seeds"
-                                                          if any(v is not None for v in err.values()) else ""))
+                                                          if any(_yerr(v) is not None for v in err.values()) else ""))
     ax2.grid(True, axis="y", alpha=0.3)
     if drops_all:
         top = max(drops_all)
@@ -359,7 +368,7 @@ def throughput_bars(group: pd.DataFrame, title: str = ""):
         hs, ls = ax2.get_legend_handles_labels()
         order = sorted(range(len(ls)), key=lambda i: ls[i].startswith("paper"))  # the paper's marker last
         ax2.legend([hs[i] for i in order], [ls[i] for i in order], fontsize=8, frameon=False, loc="upper center",
-                   bbox_to_anchor=(0.5, -0.09), ncol=max(1, min(3, len(faulty))))
+                   bbox_to_anchor=(0.5, -0.13), ncol=max(1, min(3, len(faulty))))
     if not faulty:
         ax2.text(0.5, 0.5, "no runs under failures", transform=ax2.transAxes, ha="center", color="0.4")
     if title:

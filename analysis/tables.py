@@ -207,9 +207,10 @@ def throughput_table(runs: pd.DataFrame) -> pd.DataFrame:
 # ------------------------------------------------------------------------ (b) Table 3
 def perplexity_table(runs: pd.DataFrame) -> pd.DataFrame:
     rows = _level_rows(runs, "final_val_ppl", "ppl_", "change_", _relative_change)
+    run_levels = set(failure_levels(ok_runs(runs)["failure"])) if not runs.empty else set()
     for row in rows:
         row["paper_ref"] = paper.ref_label(row["model"])
-        for f in FAILURE_ORDER:
+        for f in [f for f in FAILURE_ORDER if f in run_levels]:  # the paper's columns only beside levels run
             ref = paper.perplexity(row["model"], row["method"], f)
             row[f"paper_ppl_{f}"] = _nan(ref["ppl"])
             if f != "none":
@@ -411,7 +412,23 @@ def runs_markdown(runs: pd.DataFrame) -> str:
     superseded = int((~runs["selected"]).sum()) if "selected" in runs else 0
     note = (f"\n\n{superseded} superseded run(s) not shown: an ok run of the same key replaced them "
             f"(see runs_all.csv)." if superseded else "")
+    if "run_dir" in t:
+        t["run_dir"] = relative_folders(t["run_dir"])
+        note += "\n\nRun folders are relative to the folder the runs were collected from."
     return to_markdown(t, cols) + note
+
+
+def relative_folders(folders: pd.Series) -> pd.Series:
+    """Run folders relative to their common parent: a table names runs, not this machine's paths."""
+    import os
+
+    paths = [str(f) for f in folders if isinstance(f, str) and f]
+    if not paths:
+        return folders
+    common = os.path.commonpath(paths)
+    if common in paths:  # one run, or a run folder holding the others: name it too
+        common = os.path.dirname(common)
+    return folders.map(lambda f: os.path.relpath(f, common) if isinstance(f, str) and f else f)
 
 
 
