@@ -53,6 +53,8 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence
 
 import pandas as pd
 
+from mecefo_exp.bounded_read import InputRefused, open_bounded, read_text_bounded
+
 from .methods import METHOD_ORDER
 
 log = logging.getLogger(__name__)
@@ -88,6 +90,14 @@ NUMERIC_FIELDS = ("seed", "n_workers", "max_steps", "steps", "tokens_committed",
                   "failures", "rollbacks", "lost_steps", "interrupted_steps", "failures_expected",
                   "mean_workers_down_expected", "mean_workers_down", "outage_s")
 NUMERIC_BLOCKS = ("time_breakdown", "window")
+#: the largest number a numeric field may hold: above it a record is foreign or hand-edited (the
+#: largest real ones, tokens of a frontier run, are about 1e13); so is NaN, infinity or a negative
+LARGEST_NUMBER = 1e30
+#: the bound on each file read from a run folder, checked before reading (a FIFO, a link to
+#: /dev/zero or a file of gigabytes would hang or exhaust memory): a summary or config of a few kB,
+#: jsonl streams and trace.csv of a long run in the tens of MB
+MAX_RECORD_BYTES = 64 * 1024 * 1024
+MAX_STREAM_BYTES = 1024 * 1024 * 1024
 #: summary.json's `clock.compute` values whose seconds come from somewhere the config does not
 #: spell out (this machine's timings, a profile file): their fingerprint is part of a run's identity
 CONFIG_FREE_CLOCKS = ("measured", "profile_file")
@@ -100,7 +110,12 @@ def read_jsonl(path: Path) -> pd.DataFrame:
     rows = []
     if not path.exists():
         return pd.DataFrame()
-    with open(path, encoding="utf-8", errors="replace") as f:  # a line in another encoding is not JSON: skipped
+    try:  # a line in another encoding is not JSON: skipped
+        f = open_bounded(path, MAX_STREAM_BYTES, encoding="utf-8", errors="replace")
+    except (InputRefused, OSError) as e:
+        log.warning("%s, skipped", e)
+        return pd.DataFrame()
+    with f:
         for n, line in enumerate(f, 1):
             line = line.strip()
             if not line:
@@ -156,8 +171,9 @@ def workers_down(run_dir, until: Optional[float] = None) -> pd.DataFrame:
             changes.append((float(t), count if r["kind"] == "fail" else -count))
     elif (run_dir / "trace.csv").exists():
         try:
-            trace = pd.read_csv(run_dir / "trace.csv")
-        except (pd.errors.EmptyDataError, pd.errors.ParserError):
+            with open_bounded(run_dir / "trace.csv", MAX_STREAM_BYTES, encoding="utf-8", errors="replace") as f:
+                trace = pd.read_csv(f)
+        except (pd.errors.EmptyDataError, pd.errors.ParserError, InputRefused, OSError):
             trace = pd.DataFrame()
         if {"time_s", "event"} <= set(trace.columns):
             for t, ev in zip(trace["time_s"], trace["event"]):
@@ -179,10 +195,9 @@ def _read_yaml(path: Path) -> Optional[dict]:
     import yaml
 
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+        data = yaml.safe_load(read_text_bounded(path, MAX_RECORD_BYTES))
         return data if isinstance(data, dict) else None
-    except (OSError, ValueError, yaml.YAMLError) as e:  # ValueError: not UTF-8
+    except (OSError, ValueError, yaml.YAMLError) as e:  # ValueError: not UTF-8, or not a bounded regular file
         log.warning("%s: %s", path, e)
         return None
 
@@ -245,18 +260,36 @@ def _flatten(summary: dict) -> dict:
 
 
 def not_a_number(summary: dict) -> Optional[str]:
-    """The first field the tables read as a number that holds something else, as `field is 'value'`."""
-    def bad(value) -> bool:
-        return value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)))
+    """The first field the tables read as a number that holds something else, or a number no run
+    writes (NaN, infinite, negative, above LARGEST_NUMBER: a run writes NaN as null), as
+    `field is 'value'`."""
+    def bad(value) -> Optional[str]:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return "not a number"
+        if value != value or value in (math.inf, -math.inf):
+            return "not a finite number"
+        if value < 0:
+            return "negative"
+        if value > LARGEST_NUMBER:
+            return f"above {LARGEST_NUMBER:g}"
+        return None
+
+    def show(value) -> str:
+        text = repr(value)
+        return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
 
     for key in NUMERIC_FIELDS:
-        if bad(summary.get(key)):
-            return f"{key} is {summary[key]!r}"
+        why = bad(summary.get(key))
+        if why:
+            return f"{key} is {show(summary[key])}, {why}"
     for block in NUMERIC_BLOCKS:
         if isinstance(summary.get(block), dict):
             for key, value in summary[block].items():
-                if bad(value):
-                    return f"{block}.{key} is {value!r}"
+                why = bad(value)
+                if why:
+                    return f"{block}.{key} is {show(value)}, {why}"
     return None
 
 
@@ -272,16 +305,16 @@ def load_run(run_dir) -> Dict[str, object]:
     summary: Optional[dict] = None
     summary_path = run_dir / "summary.json"
     if summary_path.exists():
-        try:
-            with open(summary_path, encoding="utf-8") as f:
-                summary = json.load(f)
+        try:  # a regular file of bounded size only: a FIFO would hang, /dev/zero would fill the memory
+            summary = json.loads(read_text_bounded(summary_path, MAX_RECORD_BYTES))
             row["status"] = summary.get("status", "unknown") if isinstance(summary, dict) else "unreadable"
-        except (OSError, ValueError) as e:  # not JSON, or not UTF-8
+        except (OSError, ValueError, RecursionError) as e:  # not JSON, not UTF-8, too large, not a file
             row["status"] = "unreadable"
-            row["error"] = f"summary.json: {e}"
+            row["error"] = f"summary.json: {' '.join(str(e).split())[:300]}"
+            summary = None
         wrong = not_a_number(summary) if isinstance(summary, dict) else None
         if wrong:
-            row["error"] = f"summary.json: {wrong}, not a number; skipped"
+            row["error"] = f"summary.json: {wrong}; skipped"
             summary = {"status": "unreadable"}
             row["status"] = "unreadable"
     else:
@@ -324,8 +357,7 @@ def _read_yaml_list(path: Path) -> List[str]:
     import yaml
 
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+        data = yaml.safe_load(read_text_bounded(path, MAX_RECORD_BYTES))
     except (OSError, ValueError, yaml.YAMLError):
         return []
     return [str(x) for x in data] if isinstance(data, list) else []
