@@ -31,8 +31,8 @@ MIN_RUN_S, MAX_RUN_S, MAX_STEPS, MTBF_MULTIPLE = 2 * 3600.0, 7 * 86400.0, 200_00
 
 def probe(overrides: List[str]) -> Dict:
     """The failure-free step, a checkpoint's write and the expected time between failure instants."""
-    from mecefo_exp.faults import make_trace
-    from mecefo_exp.trace_events import TraceError
+    from mecefo_exp.failures import make_trace
+    from mecefo_exp.failures.events import TraceError
 
     from .simulate import run_cfg
 
@@ -63,7 +63,7 @@ def plan(p: Dict, seeds: int) -> Dict[str, List[List[str]]]:
               "trainer.eval_every=0", "trainer.progress=none"]
     own: Dict[str, List[str]] = {}
     if cfg.failure.kind == "field":
-        from mecefo_exp import field_failures as fields
+        from mecefo_exp.failures import field as fields
 
         job_s = mtbf_s / fields.job_share()
         fallback = max(1, min(steps, round(math.sqrt(2 * p["write_s"] * job_s) / step_s)))

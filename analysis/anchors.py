@@ -150,7 +150,7 @@ STEP_S = 0.01121918  # the pinned clock's failure-free step (8 workers), for the
 def field_rows() -> List[Dict]:
     """The field-data check: Llama 3's interruptions (419, 63 of them whole-job) at 16,384 GPUs in 54
     days over 10 seeds, and the job MTTF at 1k/4k/16k GPUs over 2,000 interruptions each."""
-    from mecefo_exp import field_failures as ff
+    from mecefo_exp.failures import field as ff
 
     cfg = compose(["failure=llama3_taxonomy"]).failure
     days = ff.LLAMA3_DAYS * 86400.0
@@ -181,7 +181,7 @@ def field_rows() -> List[Dict]:
 def research_cluster_rows(n: int = 2000) -> List[Dict]:
     """failure=rsc1's job MTTF at 1k/4k/16k GPUs (over ~n failures each) against Kokolis et al.'s fit,
     1 / (nodes x 6.50 failures per thousand node-days), a node being 8 GPUs (docs/METHODS.md)."""
-    from mecefo_exp.faults import make_trace
+    from mecefo_exp.failures import make_trace
 
     cfg = compose(["failure=rsc1"]).failure
     cfg.horizon_factor = 1

@@ -63,7 +63,7 @@ def cells(models=MODELS, rates=RATES, repairs=REPAIRS) -> List[Dict]:
 
 def cell_overrides(cell: Dict, probe: Dict) -> Dict[str, List[str]]:
     """Per method, the overrides of one cell, given the failure-free probe of its (model, GPUs)."""
-    from mecefo_exp import field_failures as ff
+    from mecefo_exp.failures import field as ff
 
     step_s, write_s = probe["step_s"], probe["write_s"]
     every_h = LLAMA3_EVERY_H / cell["rate_x"]

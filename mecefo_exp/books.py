@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Dict, Optional
 
-from .faults import FAIL, Trace
+from .failures import FAIL, Trace
 from .timing import SimClock
 
 

@@ -25,7 +25,7 @@ from .methods.checkpointing import CheckpointStore
 from .tiers import Tier, build_tier
 from .timing import CostModel, SimClock, Timing, layout_shape
 from .timing.layout import LayoutShape
-from .faults import Trace
+from .failures import Trace
 
 log = logging.getLogger("mecefo_exp.trainer")  # one voice on the console: the trainer's
 

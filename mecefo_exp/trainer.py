@@ -31,7 +31,7 @@ from .errors import ConfigError
 from .config import plain
 from .console import Progress
 from .context import Context, log
-from .faults import FAIL, JOB, FailureEvent, check_whole_groups, make_trace
+from .failures import FAIL, JOB, FailureEvent, check_whole_groups, make_trace
 from .methods import build_method
 from .methods.base import steps_before_multiple
 from .methods.checkpointing import store_of_run

@@ -123,7 +123,7 @@ def test_reft_snapshot_overhead_is_its_stall_per_snapshot(profile):
 def test_failure_counts_and_time_with_k_down_are_the_renewal_expectations():
     """Per-unit Poisson failures, fixed repair: the count of failures is the renewal expectation to
     its Poisson interval, and the time with k units down is Binomial(U, p) to a few per cent."""
-    from mecefo_exp.faults import make_trace
+    from mecefo_exp.failures import make_trace
 
     cfg = OmegaConf.create({"name": "poisson", "kind": "poisson", "mtbf": 19.0, "mttr": 1.0, "unit": "seconds",
                             "process": "per_worker", "unit_gpus": 1, "repair": "fixed", "workers": None,

@@ -10,7 +10,8 @@ import pytest
 
 from conftest import compose_cfg
 from mecefo_exp.config import validate
-from mecefo_exp.faults import FAIL, RECOVER, TraceError, make_trace, read_trace_csv
+from mecefo_exp.failures import FAIL, RECOVER, TraceError, make_trace
+from mecefo_exp.failures.trace_file import read_trace_csv
 
 HOUR = 3600.0
 

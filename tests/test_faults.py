@@ -8,7 +8,8 @@ import pytest
 
 from conftest import FIXED_KERNELS, MICRO, compose_cfg
 from mecefo_exp.config import validate
-from mecefo_exp.faults import FAIL, RECOVER, TraceError, make_trace, read_trace_csv
+from mecefo_exp.failures import FAIL, RECOVER, TraceError, make_trace
+from mecefo_exp.failures.trace_file import read_trace_csv
 
 PRESETS = {"low": (2.0, 4.0), "medium": (1.0, 3.0), "high": (0.5, 2.0)}  # every_h, recover_h (Table 1)
 
@@ -181,7 +182,7 @@ def test_no_failures_and_a_missing_trace_file():
 def test_the_trace_budget_counts_every_worker_of_a_failed_unit():
     """A server failure (unit_gpus=8) is eight events, eight objects: 1M unit events is 8M worker
     events, ~1.8 GB, over the budget, and is refused before anything is drawn."""
-    from mecefo_exp.faults import MAX_TRACE_BYTES, TRACE_BYTES_PER_EVENT
+    from mecefo_exp.failures import MAX_TRACE_BYTES, TRACE_BYTES_PER_EVENT
 
     f = failure_cfg("failure=llama3", "failure.unit_gpus=8", "failure.every_h=0.1")
     step_s, units = 7.2454, 16384 // 8
@@ -200,13 +201,13 @@ def test_a_drawn_trace_takes_no_more_memory_per_event_than_its_budget_assumes():
     import sys
 
     from conftest import ROOT
-    from mecefo_exp.faults import TRACE_BYTES_PER_EVENT
+    from mecefo_exp.failures import TRACE_BYTES_PER_EVENT
 
     script = """
 import resource, sys, tempfile
 from pathlib import Path
 from conftest import compose_cfg
-from mecefo_exp.faults import make_trace
+from mecefo_exp.failures import make_trace
 f = compose_cfg(["failure=llama3", "failure.unit_gpus=8", "failure.every_h=3"]).failure
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 trace = make_trace(f, 16384, 7.2454, 643943, seed=0, real_time=True)

@@ -11,7 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import compose_cfg
-from mecefo_exp import field_failures as ff
+from mecefo_exp.failures import field as ff
 from mecefo_exp.methods import REGISTRY
 
 DAYS54 = 54 * 86400.0
@@ -63,7 +63,7 @@ def test_job_mttf_scales_inversely_with_gpu_count(gpus):
 def test_the_trace_has_each_causes_blast_radius():
     """Through make_trace: a GPU fault takes a tensor-parallel group (unit_gpus), a host fault a
     server, a switch fault two servers, a job fault every worker at one instant, back at once."""
-    from mecefo_exp.faults import make_trace
+    from mecefo_exp.failures import make_trace
 
     cfg = preset(unit_gpus=2, every_h=ff.LLAMA3_DAYS * 24 / ff.LLAMA3_TOTAL / 2000)  # 2000x Llama 3's rate
     trace = make_trace(cfg, 64, 1.0, 86400, seed=0, real_time=True)
@@ -121,8 +121,9 @@ def test_a_whole_job_fault_is_one_fall_back_for_every_method(run_exp, tmp_path, 
 def test_a_job_wide_fault_is_two_events_whatever_the_cluster():
     """At 65,536 GPUs a job-wide fault is one fail and one recover in the trace (not 131,072), trace.csv
     names it `job` and reads back as it was written, and the failure count still counts every worker up."""
-    from mecefo_exp.faults import Trace, make_trace, read_trace_csv
-    from mecefo_exp.trace_events import JOB
+    from mecefo_exp.failures import Trace, make_trace
+    from mecefo_exp.failures.trace_file import read_trace_csv
+    from mecefo_exp.failures.events import JOB
 
     cfg = preset(horizon_factor=1)
     trace = make_trace(cfg, 65536, 1.0, int(DAYS54), seed=0, real_time=True)  # 54 days: ~252 job-wide faults
@@ -146,8 +147,8 @@ def test_a_job_wide_fault_is_two_events_whatever_the_cluster():
     (["1.0,job,recover"], "line 2: a `job` recover row must follow"),
 ])
 def test_a_job_row_without_its_recovery_is_one_clear_line(tmp_path, rows, says):
-    from mecefo_exp.faults import read_trace_csv
-    from mecefo_exp.trace_events import TraceError
+    from mecefo_exp.failures.trace_file import read_trace_csv
+    from mecefo_exp.failures.events import TraceError
 
     path = tmp_path / "t.csv"
     path.write_text("time,worker,event\n" + "\n".join(rows) + "\n")
@@ -162,7 +163,7 @@ def test_research_cluster_job_mttf_is_the_papers_fit(gpus):
     1 / (N / 8 nodes x 6.50 failures per thousand node-days): 28.8 h at 1,024 GPUs, 7.2 h at 4,096,
     1.80 h at 16,384 (the paper's projection, 1.8 h), within the Poisson interval of the ~2,000
     failure instants counted (the repair keeps a failed node out for 600 s, a 1e-4 share of its time)."""
-    from mecefo_exp.faults import make_trace
+    from mecefo_exp.failures import make_trace
 
     cfg = compose_cfg(["failure=rsc1"]).failure
     fit_h = 1.0 / (gpus / 8 * 6.50e-3) * 24

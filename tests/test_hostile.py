@@ -86,7 +86,8 @@ def test_a_trace_path_that_is_not_a_regular_file_is_refused_before_it_blocks(tmp
 
 
 def test_trace_times_that_overflow_after_scaling_are_refused(tmp_path):
-    from mecefo_exp.faults import TraceError, read_trace_csv
+    from mecefo_exp.failures import TraceError
+    from mecefo_exp.failures.trace_file import read_trace_csv
 
     trace = tmp_path / "t.csv"
     trace.write_text("time,worker,event\n1e308,1,fail\n")

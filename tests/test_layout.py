@@ -404,7 +404,7 @@ def test_mecefo_approximations_limited_to_one_stage_leave_the_later_stage_exact(
 
 
 def test_a_trace_that_splits_a_tensor_parallel_group_is_refused(run_exp, tmp_path):
-    from mecefo_exp.faults import TraceError
+    from mecefo_exp.failures import TraceError
 
     path = tmp_path / "half.csv"
     path.write_text("time,worker,event\n3.5,2,fail\n")  # GPU 2 without GPU 3, its tensor-parallel partner

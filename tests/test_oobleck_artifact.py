@@ -13,8 +13,8 @@ import pytest
 
 from conftest import compose_cfg
 from mecefo_exp.config import ConfigError, validate
-from mecefo_exp.faults import FAIL, RECOVER, TraceError
-from mecefo_exp.node_trace import read_node_trace
+from mecefo_exp.failures import FAIL, RECOVER, TraceError
+from mecefo_exp.failures.nodes import read_node_trace
 
 TABLE = "{4: 40, 3: 30, 2: 20}"
 COMMON = ["hardware=table", "hardware.samples_per_step=100", "failure=nodes", "failure.node_ready_s=1",

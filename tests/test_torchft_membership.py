@@ -159,7 +159,7 @@ def test_failures_no_trace_planned_count_in_the_mean_workers_down():
     metrics' `alive` gave 0.8-1.9 down on average: only the trace's failures were counted."""
     from mecefo_exp.books import Books
     from mecefo_exp.context import Context
-    from mecefo_exp.faults import FAIL, RECOVER, Trace
+    from mecefo_exp.failures import FAIL, RECOVER, Trace
     from mecefo_exp.timing import SimClock
 
     trace = Trace([], 3, 100.0, {"failures": 0.0, "unit_failures": 0.0, "mean_workers_down": 0.0})

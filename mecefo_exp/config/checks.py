@@ -205,40 +205,11 @@ def _validate_failure(f: Any, n_workers: int) -> None:
     check_fields(f, FailureConfig, "failure")
     require(f.unit_gpus >= 1 and n_workers % f.unit_gpus == 0,
            f"failure.unit_gpus={f.unit_gpus}: must be >= 1 and divide cluster.n_workers={n_workers}")
-    if f.kind == "paper":
-        # repair=replace does not use recover_h (a spare comes after replace_s)
-        for key in ("every_h",) + (("recover_h",) if f.repair != "replace" else ()):
-            require(f[key] is not None and f[key] > 0, f"failure.{key}={f[key]}: must be > 0 hours")
-        require(f.paper_workers >= 1, f"failure.paper_workers={f.paper_workers}: must be >= 1")
-    if f.kind == "field":
-        from ..field_failures import TABLES
+    from ..failures import MODELS, check_failure
 
-        require(f.name in TABLES, f"failure.name={f.name!r} with failure.kind=field: allowed: {', '.join(TABLES)}")
-        require(f.every_h is not None and f.every_h > 0, f"failure.every_h={f.every_h}: must be > 0 hours")
-    if f.kind == "poisson":
-        require(f.mtbf is not None and f.mtbf > 0, f"failure.mtbf={f.mtbf}: must be > 0 (mean time between failures)")
-        require(f.mttr is not None and f.mttr >= 0, f"failure.mttr={f.mttr}: must be >= 0 (mean time to repair)")
-        require(f.repair != "tick" or f.mttr > 0, "failure.repair=tick needs failure.mttr > 0 (the tick period)")
-    if f.kind == "trace":
-        require(bool(f.path), "failure.path is required for failure=trace (a CSV of time,worker,event)")
-        # read it now, before any compute: a NaN, infinite or negative time, an unknown event
-        # or worker is one line naming the file and the line (times in any unit: the check
-        # is on the numbers as written)
-        from ..faults import TraceError, read_trace_csv
-
-        try:
-            read_trace_csv(f.path, n_workers, 1.0)
-        except TraceError as e:
-            raise ConfigError(str(e)) from None
-    if f.kind == "nodes":
-        require(bool(f.path), "failure.path is required for failure=nodes (a CSV of t_ms,add|remove,name)")
-        from ..faults import TraceError
-        from ..node_trace import read_node_trace
-
-        try:
-            read_node_trace(f.path, n_workers, f.node_ready_s)
-        except TraceError as e:
-            raise ConfigError(str(e)) from None
+    require(f.kind in MODELS, f"failure.kind={f.kind!r}: allowed: {', '.join(MODELS)}")
+    problem = check_failure(f, n_workers)  # the failure model's own settings (mecefo_exp/failures/<kind>.py)
+    require(problem is None, problem)
     if f.workers is not None:
         bad = [w for w in f.workers if not 0 <= w < n_workers]
         require(not bad, f"failure.workers={list(f.workers)}: workers {bad} do not exist (0..{n_workers - 1})")

@@ -337,7 +337,7 @@ class Config:
 #: workers themselves but with the failures they bring: measured here, 1,048,576 workers without
 #: failures add nothing to the process's 396 MB; 262,144 workers under failure=high add 115 MB for
 #: 463,669 events, about 250 bytes an event, run and trace together (BENCHMARKS.md). The trace's
-#: own bytes are bounded before it is drawn (faults.TRACE_BYTES_PER_EVENT). 2^20 is the largest size
+#: own bytes are bounded before it is drawn (failures.TRACE_BYTES_PER_EVENT). 2^20 is the largest size
 #: measured.
 MAX_WORKERS = 1_048_576
 

@@ -62,7 +62,7 @@ def cell_config(trace_path: Path, model: str, system: str, setting: str):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from ..hydra_glue import register_configs
-    from ..node_trace import read_node_trace
+    from ..failures.nodes import read_node_trace
 
     key = (model, system, setting)
     if key not in _COMPOSED:

@@ -25,7 +25,7 @@ from typing import Deque, List, Optional
 
 from ..methods.base import resplit_plan, steps_before_multiple
 from ..methods.checkpoint import CheckpointRestart
-from ..node_trace import parse_rows
+from ..failures.nodes import parse_rows
 from ..plan import Plan
 from ..timing.clock import StepCost
 from .queue import REMOVE, STEP, TIMEOUT, ArtifactQueue, ms

@@ -9,7 +9,7 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional
 
-from ..faults import FAIL
+from ..failures import FAIL
 
 if TYPE_CHECKING:
     import torch

@@ -26,9 +26,11 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from typing import Dict, Iterator, List, NamedTuple, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
 
-from .trace_events import FAIL, JOB, RECOVER, FailureEvent
+from .base import TimeBase
+from .events import FAIL, JOB, RECOVER, FailureEvent
+from .trace import Trace, check_trace_budget
 
 #: Llama 3 paper (Llama Team, "The Llama 3 Herd of Models", 2024, Table 5): cause, category, count
 LLAMA3_CAUSES: List[Tuple[str, str, int]] = [
@@ -147,3 +149,17 @@ def draw(cfg, n_workers: int, horizon_s: float, run_s: float, hour_s: float, rea
 def expected_events(cfg, n_workers: int, horizon_s: float, hour_s: float) -> float:
     """Events (fail + recover; a job-wide fault is one of each) the trace is expected to hold: its memory budget."""
     return sum(2 * rate * horizon_s * (1 if c.radius == "job" else g) for c, g, rate in rates(cfg, n_workers, hour_s))
+
+
+def check(f, n_workers: int) -> Optional[str]:
+    if f.name not in TABLES:
+        return f"failure.name={f.name!r} with failure.kind=field: allowed: {', '.join(TABLES)}"
+    if f.every_h is None or not f.every_h > 0:
+        return f"failure.every_h={f.every_h}: must be > 0 hours"
+    return None
+
+
+def make(f, base: TimeBase) -> Trace:
+    check_trace_budget(f, expected_events(f, base.n_workers, base.horizon_s, base.hour_s), 1, base.n_workers)
+    events, expected, how = draw(f, base.n_workers, base.horizon_s, base.run_s, base.hour_s, base.real_time, base.seed)
+    return Trace(events, base.n_workers, base.horizon_s, expected, how)

@@ -26,9 +26,11 @@ import heapq
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
-from .trace_events import FAIL, RECOVER, FailureEvent, TraceError
+from .base import TimeBase, setting
+from .events import FAIL, RECOVER, FailureEvent, TraceError
+from .trace import Trace
 
 
 @dataclass
@@ -149,3 +151,28 @@ def read_node_trace(path: str, n_workers: int, ready_s: float, job_start_s: floa
                          "before it: the job would start with no node; keep a node in the trace until then")
     return NodeTrace(events, stop_s, start_s, [(t, verb) for _, t, verb, _ in parsed],
                      set(range(n_workers)) - up_at_start, 1 + max(slot_of_all.values()), slot_of_all)
+
+
+def check(f, n_workers: int) -> Optional[str]:
+    if not f.path:
+        return "failure.path is required for failure=nodes (a CSV of t_ms,add|remove,name)"
+    try:
+        read_node_trace(f.path, n_workers, f.node_ready_s)
+    except TraceError as e:
+        return str(e)
+    return None
+
+
+def make(f, base: TimeBase) -> Trace:
+    """The node trace as the run replays it: its slots' events, its start, its hard stop."""
+    ready_s = float(setting(f, "node_ready_s", 45.0))
+    nodes = read_node_trace(f.path, base.n_workers, ready_s, job_start_s=base.job_start_s,
+                            unready_removals_fail=bool(setting(f, "unready_removals_fail", False)))
+    nan = float("nan")
+    trace = Trace(nodes.events, base.n_workers, nodes.stop_s, {"failures": nan, "unit_failures": nan,
+                                                                "mean_workers_down": nan},
+                  "a replayed node trace: no expectation")
+    trace.stop_s, trace.start_s, trace.node_rows = nodes.stop_s, nodes.start_s, nodes.rows
+    trace.initial_down, trace.node_ready_s = nodes.initial_down, ready_s
+    trace.node_slot_of, trace.path = nodes.slot_of, f.path
+    return trace
