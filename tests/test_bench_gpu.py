@@ -35,3 +35,23 @@ def test_the_script_runs_on_the_cpu_and_its_profile_drives_a_cpu_run(tmp_path, r
                          "data.sources=[pydoc_topics,stdlib_docstrings,lee_background]",
                          f"cluster.profile={profile}", micro=False)
     assert summary["status"] == "ok" and summary["clock"]["compute"] != "flops"
+
+
+@pytest.mark.slow
+def test_the_realistic_shapes_and_the_svd_timings_run_on_the_cpu_in_smoke_mode(tmp_path):
+    """--realistic --svd --smoke: the code that measures the paper's shapes (plain loop, harness,
+    harness compiled, compiled loop, each with its ratio) and the SVD refresh, at tiny shapes."""
+    out = tmp_path / "gpu.json"
+    run = subprocess.run([sys.executable, "bench/gpu.py", "--realistic", "--svd", "--smoke", "--device", "cpu",
+                          "--models", "llama_tiny", "--micro-batch", "2", "--seq-len", "64", "--steps", "3",
+                          "--warmup", "1", "--svd-rank", "8", "--precision", "bf16",
+                          "--data-sources", "[pydoc_topics,stdlib_docstrings,lee_background]", "--json", str(out)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "harness / plain tokens/s" in run.stdout and "harness compiled / compiled loop" in run.stdout
+    data = json.loads(out.read_text())
+    (row,) = data["realistic"]
+    assert set(row["seconds"]) == {"plain", "harness", "harness compiled", "compiled loop"}
+    assert all(t > 0 for t in row["seconds"].values()) and row["flops_per_step"] > 0
+    (svd,) = data["svd"]
+    assert svd["full"]["seconds"] > 0 and svd["randomized"]["flops"] < svd["full"]["flops"]

@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set
 
-from ..config import at_least
+from ..config import at_least, choices
 
 from ..projections import LowRankProjections, is_attention_parameter, svd_flops
 from ..timing.clock import StepCost
@@ -32,6 +32,11 @@ class MecefoConfig(CheckpointedConfig):
     lowrank_ffn: bool = True
     rank: int = field(default=64, metadata=at_least(1))  # r of the low-rank FFN weight gradient
     svd_every: int = field(default=200, metadata=at_least(1, "steps"))  # tau: steps between SVD refreshes
+    # how a refresh finds the top-r right singular vectors: full (an SVD of W) | randomized (a range
+    # finder of r + svd_oversample columns with svd_power_iters power iterations: GEMM work)
+    svd: str = field(default="full", metadata=choices("full", "randomized"))
+    svd_oversample: int = field(default=8, metadata=at_least(0))
+    svd_power_iters: int = field(default=2, metadata=at_least(0))
     lowrank_modules: List[str] = field(default_factory=lambda: list(FFN_MODULES))
     # degraded steps between gradient-error measurements (0: off)
     grad_error_every: int = field(default=10, metadata=at_least(0, "(0: off)"))
@@ -86,15 +91,28 @@ class Mecefo(InPlaceMethod):
     def modes(self) -> Dict[str, Mode]:
         cfg = self.cfg
         if cfg.lowrank_ffn:
-            self.projections = LowRankProjections(self.run.model, cfg.rank, cfg.svd_every, cfg.lowrank_modules)
+            self.projections = self._projections(self.run.model)
             warn_if_rank_saturates(cfg, self.run.model_cfg)
         contributes = (lambda name: not is_attention_parameter(name)) if cfg.skip_attention else (lambda name: True)
         # kernel names carry the switches, so a profile never mixes two configurations
         self.tag = f"[sa={int(cfg.skip_attention)},rc={int(cfg.recompute_ffn)},lr={int(cfg.lowrank_ffn)},r={cfg.rank}]"
         mode = Mode(MODE, contributes=contributes, context=self._context, kernel=f"mb:mecefo{self.tag}")
         self.pair = Help(kernel=f"neighbor_pair{self.tag}", microbatches=2)  # what a neighbour runs, for the clock
-        self.svd_kernel = f"mecefo_svd{self.tag}"
+        self.svd_kernel = self.svd_kernel_name()
         return {"normal": NORMAL, MODE: mode}
+
+    def svd_kernel_name(self) -> str:
+        """The refresh's kernel: `mecefo_svd[...]` for the full SVD, `mecefo_rsvd[..,p=,q=]` for the
+        randomized one (a profile or a FLOP count never mixes the two)."""
+        cfg = self.cfg
+        if cfg.svd == "randomized":
+            return f"mecefo_rsvd{self.tag[:-1]},p={cfg.svd_oversample},q={cfg.svd_power_iters}]"
+        return f"mecefo_svd{self.tag}"
+
+    def _projections(self, model) -> LowRankProjections:
+        cfg = self.cfg
+        return LowRankProjections(model, cfg.rank, cfg.svd_every, cfg.lowrank_modules, svd=cfg.svd,
+                                  oversample=cfg.svd_oversample, power_iters=cfg.svd_power_iters)
 
     def _context(self, model):
         projections = None
@@ -104,7 +122,7 @@ class Mecefo(InPlaceMethod):
             else:  # the profiler's copy of the model: its own projections, computed once
                 projections = self._bench_projections.get(id(model))
                 if projections is None:
-                    projections = LowRankProjections(model, self.cfg.rank, self.cfg.svd_every, self.cfg.lowrank_modules)
+                    projections = self._projections(model)
                     projections.refresh(0)
                     self._bench_projections[id(model)] = projections
         from ..approx import approximations  # tensors: a numerics-free run never gets here
@@ -112,7 +130,7 @@ class Mecefo(InPlaceMethod):
         return approximations(model, self.cfg.skip_attention, self.cfg.recompute_ffn, projections)
 
     def extra_kernel_names(self) -> List[str]:
-        return [f"neighbor_pair{self.tag}", f"mecefo_svd{self.tag}"]
+        return [f"neighbor_pair{self.tag}", self.svd_kernel]
 
     def extra_kernels(self, bench) -> Dict:
         """The neighbour's real step: two micro-batches in the approximate mode, in one pass."""
@@ -121,7 +139,7 @@ class Mecefo(InPlaceMethod):
         mode = bench.modes[MODE]
         bench_proj = None
         if self.cfg.lowrank_ffn:
-            bench_proj = LowRankProjections(bench.model, self.cfg.rank, self.cfg.svd_every, self.cfg.lowrank_modules)
+            bench_proj = self._projections(bench.model)
             bench_proj.refresh(0)
         pair = [Sample(0, 0), Sample(0, 1)]
 
@@ -134,9 +152,12 @@ class Mecefo(InPlaceMethod):
             if bench_proj is not None:
                 bench_proj.refresh(0)
 
-        # torch's FLOP counter does not count an SVD: the FLOP model uses this formula instead
+        # torch's FLOP counter does not count an SVD (nor a QR): the FLOP model uses these formulas
+        # instead, a full SVD at hardware.svd_efficiency, the randomized one's GEMM work at
+        # hardware.rsvd_efficiency
         svd.formula_flops = svd_flops(bench_proj) if bench_proj is not None else 0.0
-        return {f"neighbor_pair{self.tag}": neighbor_pair, f"mecefo_svd{self.tag}": svd}
+        svd.formula_kind = "randomized_svd" if self.cfg.svd == "randomized" else "svd"
+        return {f"neighbor_pair{self.tag}": neighbor_pair, self.svd_kernel: svd}
 
     def rollback_share(self, p_down: float) -> float:
         """Fatal only when every live worker already covers someone: at least half the

@@ -6,7 +6,8 @@ same code paths as training, and counts the bytes autograd saves for backward (t
 activation memory of that kernel). Seconds = FLOPs / (peak x efficiency).
 
 What torch does not count: an SVD (MeCeFO's projection refresh) carries its own FLOP
-formula (`formula_flops`), charged at `hardware.svd_efficiency`; the optimizer step, state
+formula (`formula_flops`), charged at `hardware.svd_efficiency` for a full SVD and at
+`hardware.rsvd_efficiency` for the randomized one (`formula_kind`); the optimizer step, state
 copies and checkpoint writes move bytes and are charged by bandwidth (BYTE_KERNELS).
 """
 
@@ -115,8 +116,10 @@ def count_kernels(kernels: Dict[str, Callable[[], None]], model) -> Dict[str, Di
         if name in BYTE_KERNELS:
             continue
         formula = getattr(fn, "formula_flops", None)
-        if formula is not None:
-            out[name] = {"flops": float(formula), "saved_bytes": 0, "counted": "formula"}
+        if formula is not None:  # "formula": a full SVD; "formula_randomized_svd": the randomized one
+            kind = getattr(fn, "formula_kind", "svd")
+            out[name] = {"flops": float(formula), "saved_bytes": 0,
+                         "counted": "formula" if kind == "svd" else f"formula_{kind}"}
             continue
         saved: Dict[str, int] = {}
         with meta_safe_attention(), FlopCounterMode(display=False, custom_mapping=_flash_flop_formulas()) as counter, \
