@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import MICRO, ROOT, losses_by_step, read_jsonl
-from test_torchrun import TORCHRUN, torchrun
+from test_torchrun import TORCHRUN, torchrun, whole_rows
 
 
 @pytest.mark.slow  # a real kill -9 (~20 s); make test-crash and CI run it
@@ -26,7 +26,7 @@ def test_kill_9_the_whole_run_and_resume_to_the_identical_end(run_exp, fixed_pro
     deadline = time.time() + 120
     metrics = run_dir / "metrics.jsonl"
     while time.time() < deadline and proc.poll() is None:
-        if metrics.exists() and len(metrics.read_text().splitlines()) >= 15:
+        if whole_rows(metrics) >= 15:
             break
         time.sleep(0.05)
     assert proc.poll() is None, "the run finished before it could be killed: make it longer"

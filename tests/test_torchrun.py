@@ -96,20 +96,47 @@ def two_machines(run_dir, port, *overrides, run_id="job"):
 
 
 def descendants(pid):
-    """Every live process below `pid` (torchrun starts each rank in a session of its own)."""
+    """Every live process below `pid` (torchrun starts each rank in a session of its own). A process
+    or thread that ends while it is read is gone: skipped, not an error."""
     from pathlib import Path
 
     found = []
     for task in Path(f"/proc/{pid}/task").glob("*"):
-        for child in (task / "children").read_text().split():
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:  # the thread or the process ended between the listing and the read
+            continue
+        for child in children:
             found += [int(child), *descendants(int(child))]
     return found
+
+
+def kill_all(pids):
+    """SIGKILL each of `pids`; one that already ended (a rank dying with its agent) is not an error."""
+    import signal
+
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def whole_rows(path):
+    """The rows of a jsonl file another process is writing: whole lines only (a torn last line is
+    the writer's next row, not an error); 0 rows while the file does not exist."""
+    from pathlib import Path
+
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return 0
+    return text.count("\n")
 
 
 @pytest.mark.slow  # ~2-3 min: three 4-rank starts
 def test_two_machines_match_the_simulated_tier_and_survive_one_machine_killed(run_exp, fixed_profile, tmp_path):
     import json
-    import signal
     import time
 
     prof = fixed_profile()
@@ -131,13 +158,11 @@ def test_two_machines_match_the_simulated_tier_and_survive_one_machine_killed(ru
     replacement = None
     try:
         deadline = time.time() + 240
-        while time.time() < deadline and (len(read_jsonl(run_dir / "metrics.jsonl"))
-                                          if (run_dir / "metrics.jsonl").exists() else 0) < 20:
+        while time.time() < deadline and whole_rows(run_dir / "metrics.jsonl") < 20:
             time.sleep(0.1)
         machine = [victim.pid, *descendants(victim.pid)]
         assert len(machine) >= 3, machine  # the agent and its two ranks
-        for pid in machine:  # the whole machine at once: its agent and both of its ranks
-            os.kill(pid, signal.SIGKILL)
+        kill_all(machine)  # the whole machine at once: its agent and both of its ranks
         victim.wait(timeout=30)
         replacement = start()  # the machine comes back (or a new one takes its place)
         for agent in (survivor, replacement):
@@ -164,7 +189,6 @@ def test_when_the_rendezvous_host_dies_the_other_machine_closes_the_record_in_on
     unshared stores rank 0's), closes the record as failed (it stayed `running` for ever), and each
     rank says why in one line. With the recipe's environment no C++ frames are printed either."""
     import json
-    import signal
     import socket
     import time
 
@@ -192,11 +216,9 @@ def test_when_the_rendezvous_host_dies_the_other_machine_closes_the_record_in_on
     other = start()
     try:
         deadline = time.time() + 240
-        while time.time() < deadline and (len(read_jsonl(run_dir / "metrics.jsonl"))
-                                          if (run_dir / "metrics.jsonl").exists() else 0) < 10:
+        while time.time() < deadline and whole_rows(run_dir / "metrics.jsonl") < 10:
             time.sleep(0.1)
-        for pid in [host.pid, *descendants(host.pid)]:  # the whole machine at once
-            os.kill(pid, signal.SIGKILL)
+        kill_all([host.pid, *descendants(host.pid)])  # the whole machine at once
         host.wait(timeout=30)
         out, _ = other.communicate(timeout=180)
     finally:
@@ -216,3 +238,16 @@ def test_when_the_rendezvous_host_dies_the_other_machine_closes_the_record_in_on
     assert not ours, out[-3000:]
     if not shared:
         assert "frame #" not in out, out[-3000:]
+
+
+def test_the_process_helpers_take_a_process_that_ended_for_gone(tmp_path):
+    """descendants, kill_all and whole_rows read the state of processes that may end at any moment:
+    an exited process (its /proc entry gone or a zombie) and a torn last row are not errors."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    assert descendants(proc.pid) == []
+    kill_all([proc.pid])  # already gone: no ProcessLookupError
+    rows = tmp_path / "metrics.jsonl"
+    assert whole_rows(rows) == 0
+    rows.write_text('{"step": 0}\n{"step": 1}\n{"st')
+    assert whole_rows(rows) == 2
