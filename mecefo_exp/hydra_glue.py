@@ -16,14 +16,20 @@ from .config import (ClusterConfig, Config, DataConfig, FailureConfig, HardwareC
 from .registry import REGISTRY, method_config
 
 
-def run_name(overrides: str, limit: int = 120) -> str:
-    """A run folder name from Hydra's override_dirname that stays under file-name limits."""
-    name = overrides.replace("/", "_")
-    if len(name) <= limit:
-        return name
-    import hashlib
+def run_name(overrides: str, sep: str = "", limit: int = 120) -> str:
+    """A run folder name from Hydra's override_dirname that stays under file-name limits.
 
-    return name[: limit - 9] + "_" + hashlib.sha1(name.encode()).hexdigest()[:8]
+    `sep` goes before the name, and only when there is one: the run folder
+    `<time>${run_name:...,_}` is `<time>_method=bamboo` with overrides and plain `<time>`
+    without (not `<time>_`)."""
+    name = overrides.replace("/", "_")
+    if not name:
+        return ""
+    if len(name) > limit:
+        import hashlib
+
+        name = name[: limit - 9] + "_" + hashlib.sha1(name.encode()).hexdigest()[:8]
+    return f"{sep}{name}"
 
 
 def hydra_output_subdir(resume: Any, output_dir: str, machine_rank: Any = 0) -> str:
@@ -93,6 +99,9 @@ def register_configs() -> None:
         OmegaConf.register_new_resolver("either", lambda flag, a, b: a if flag else b)
     if not OmegaConf.has_resolver("conf_file"):
         OmegaConf.register_new_resolver("conf_file", conf_file)
+    if not OmegaConf.has_resolver("node_trace_slots"):  # ${node_trace_slots:<path>,<ready_s>,<default>}
+        from .failures.nodes import trace_slots
+        OmegaConf.register_new_resolver("node_trace_slots", trace_slots)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     cs.store(group="schema/model", name="base", node=ModelConfig)
