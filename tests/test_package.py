@@ -35,7 +35,8 @@ def _name(spec):
 def test_dependency_lists_agree():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     runtime, optional, test = _pins("requirements.txt"), _pins("requirements-optional.txt"), _pins("requirements-test.txt")
-    torch_pin = _pins("constraints.txt")["torch"]
+    constraints = _pins("constraints.txt")
+    torch_pin = constraints["torch"]
     # pyproject: runtime dependencies = requirements.txt (+ torch, installed first); extras = the optional files
     assert {_name(d) for d in project["dependencies"]} == set(runtime) | {"torch"}
     extras = project["optional-dependencies"]
@@ -46,8 +47,21 @@ def test_dependency_lists_agree():
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     conda_pins = dict((_norm(p.split("==")[0]), p.split("==")[1]) for p in pip if "==" in p)
-    assert conda_pins == {**runtime, **optional, **test, "torch": torch_pin}
+    assert not set(constraints) & (set(runtime) | set(optional) | set(test))  # each package pinned in one file
+    assert conda_pins == {**runtime, **optional, **test, **constraints}
     assert f"TORCH_SPEC ?= torch=={torch_pin}" in (ROOT / "Makefile").read_text()
+
+
+def test_every_package_the_default_corpus_depends_on_is_pinned_at_its_reference_version():
+    """The default corpus reads the docstrings of several packages (and tokenizes with another):
+    each one unpinned could come in another version on a fresh install and change the corpus's
+    fingerprint. requirements.txt or constraints.txt (both installed by `make setup`) pins each."""
+    from mecefo_exp import local_corpus
+
+    pins = {**_pins("requirements.txt"), **_pins("constraints.txt")}
+    wanted = {_norm(name): version for name, version in local_corpus.REFERENCE_VERSIONS.items()}
+    assert set(local_corpus.DOCSTRING_PACKAGES) <= set(local_corpus.REFERENCE_VERSIONS)
+    assert {name: pins.get(name) for name in wanted} == wanted
 
 
 def _run(args, cwd, env_extra=None, timeout=180):
