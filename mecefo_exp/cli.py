@@ -29,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from . import runlock
 from .errors import AnticipatedEnd, ConfigError
 from .config import typed_config, validate
-from .hydra_glue import register_configs, run_name, torchrun_restarted
+from .hydra_glue import local_settings_problem, register_configs, run_name, torchrun_restarted
 from .failures import TraceError
 from .console import install_console, resume_command
 from .metrics import write_json_atomic
@@ -289,6 +289,9 @@ def check_overrides(args: List[str]) -> Optional[str]:
     has, a value of the wrong type or an option that does not exist in several lines with
     exit 1, after its own set-up; this says it before anything runs. Sweeps (-m) and Hydra's
     own flags are left to Hydra: a sweep's values are lists that only its sweeper expands."""
+    unreadable = local_settings_problem(args)  # before Hydra reads it: --help and sweeps read it too
+    if unreadable:
+        return unreadable
     unknown = unknown_preset(args)
     if unknown:
         return unknown

@@ -70,6 +70,40 @@ def conf_file(relative: str) -> str:
     return str(conf_dir() / relative)
 
 
+#: the largest personal settings file read (conf/local/<name>.yaml): a few lines in practice
+MAX_LOCAL_SETTINGS_BYTES = 1024 * 1024
+
+
+def local_settings_problem(args) -> "str | None":
+    """Why the personal settings file the arguments select (conf/local/<name>.yaml, `local=<name>`,
+    by default default.yaml when it exists) cannot be read, in one line naming the file, the line
+    and the column; None when it reads (or there is none). Hydra would read it only once set up,
+    and print the YAML parser's traceback, also for --help and sweeps."""
+    from .bounded_read import InputRefused, read_text_bounded
+    from .paths import conf_dir
+
+    import yaml
+
+    given = [a.split("=", 1)[1] for a in args if a.lstrip("+").startswith("local=")]
+    names = [n.strip().strip("'\"") for n in given[-1].split(",")] if given else ["default"]
+    for name in names:
+        path = conf_dir() / "local" / f"{name}.yaml"
+        if not name or not path.exists():
+            continue  # an option that does not exist is Hydra's error, said by the compose check
+        try:
+            yaml.safe_load(read_text_bounded(path, MAX_LOCAL_SETTINGS_BYTES))
+        except (InputRefused, OSError, UnicodeDecodeError) as e:
+            return f"{path} (personal settings) cannot be read: {e}"
+        except yaml.MarkedYAMLError as e:
+            mark = e.context_mark or e.problem_mark
+            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            what = "; ".join(str(x) for x in (e.context, e.problem) if x)
+            return f"{path}{where}: {what} (personal settings: fix or remove the file)"
+        except yaml.YAMLError as e:
+            return f"{path}: {' '.join(str(e).split())} (personal settings: fix or remove the file)"
+    return None
+
+
 def user_groups() -> str:
     """The config groups a user picks from, one line each (for --help): the folders of conf/,
     without hydra/ (Hydra's own), local/ (personal) and the schema/ groups registered below."""
@@ -99,6 +133,9 @@ def register_configs() -> None:
         OmegaConf.register_new_resolver("either", lambda flag, a, b: a if flag else b)
     if not OmegaConf.has_resolver("conf_file"):
         OmegaConf.register_new_resolver("conf_file", conf_file)
+    if not OmegaConf.has_resolver("node_trace_slots"):  # ${node_trace_slots:<path>,<ready_s>,<default>}
+        from .failures.nodes import trace_slots
+        OmegaConf.register_new_resolver("node_trace_slots", trace_slots)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     cs.store(group="schema/model", name="base", node=ModelConfig)

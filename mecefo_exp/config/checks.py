@@ -43,9 +43,17 @@ def _check_finite(node: Any, prefix: str = "") -> None:
             raise ConfigError(f"{name}={value}: must be a finite number")
 
 
+#: the largest seed: every generator seeded from it (torch's, the data order's seed x 1,000,003 +
+#: epoch) stays within the 64 bits torch accepts
+MAX_SEED = 2**32 - 1
+
+
 def validate(cfg: Any) -> None:
     """Reject values that are well typed but cannot run, with one line each."""
     _check_known_keys(cfg)
+    seed = cfg.get("seed")
+    require(isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed <= MAX_SEED,
+           f"seed={seed}: must be a whole number in 0..{MAX_SEED:,} (2^32 - 1)")
     for section in ("model", "data", "method", "failure", "cluster", "hardware", "trainer"):
         _check_finite(cfg[section], f"{section}.")
     m, d, c, f, t = cfg.model, cfg.data, cfg.cluster, cfg.failure, cfg.trainer

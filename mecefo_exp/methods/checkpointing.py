@@ -17,15 +17,29 @@ replays nothing and misses nothing. The training state does not change in betwee
 a rollback to it loads what the method saved. Old checkpoints are deleted only after the
 new one is whole on disk (written to a temp file, fsynced, renamed); a failed write
 removes its temp file.
+
+A torch.save checkpoint has its SHA-256 beside it (`step_<n>.sha256`, written before the checkpoint
+is renamed into place) and checked when it is loaded: a file whose bytes changed on disk (a flipped
+bit, an edit) is refused as `CheckpointCorrupt`, which a resume treats as an unreadable checkpoint
+(the next older one is tried). A checkpoint without its checksum (written by an older version)
+loads unchecked; a dcp folder is not covered.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import shutil
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
+
+
+CHECKSUM_SUFFIX = ".sha256"
+
+
+class CheckpointCorrupt(RuntimeError):
+    """A checkpoint's bytes are not those written: its SHA-256 does not match the one saved with it."""
 
 
 def complete_steps(root: Path) -> List[int]:
@@ -34,7 +48,42 @@ def complete_steps(root: Path) -> List[int]:
     if not Path(root).exists():
         return []
     return sorted(int(p.stem.split("_")[1]) for p in Path(root).glob("step_*")
-                  if (p.is_file() and p.suffix != ".tmp") or (p.is_dir() and (p / ".metadata").exists()))
+                  if (p.is_file() and p.suffix not in (".tmp", CHECKSUM_SUFFIX))
+                  or (p.is_dir() and (p / ".metadata").exists()))
+
+
+class _Hashing:
+    """A binary file that hashes what is written to it (torch.save writes through it)."""
+
+    def __init__(self, f):
+        self.f, self.sha = f, hashlib.sha256()
+
+    def write(self, data) -> int:
+        self.sha.update(data)
+        return self.f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+
+def file_sha256(path: Path) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
+
+
+def verify_checksum(target: Path) -> None:
+    """Raise CheckpointCorrupt when `target` has a saved SHA-256 that its bytes no longer match."""
+    saved = target.with_suffix(CHECKSUM_SUFFIX)
+    if not saved.is_file():
+        return  # written before checksums: loaded unchecked
+    expected = saved.read_text(encoding="ascii", errors="replace").split()[0:1]
+    actual = file_sha256(target)
+    if expected != [actual]:
+        raise CheckpointCorrupt(f"checksum mismatch: SHA-256 {actual[:16]}... differs from the "
+                                f"{(expected or ['(empty)'])[0][:16]}... saved in {saved.name} (the file changed on disk)")
 
 
 class CheckpointStore:
@@ -94,20 +143,30 @@ class CheckpointStore:
         if self.backend == "torch":
             if self.writes():  # ranks hold identical replicas: rank 0 writes, all read
                 tmp = target.with_suffix(".tmp")
+                checksum = target.with_suffix(CHECKSUM_SUFFIX)
+                checksum_tmp = checksum.with_suffix(CHECKSUM_SUFFIX + ".tmp")
                 try:
                     with open(tmp, "wb") as f:
-                        torch.save(state, f)
+                        hashing = _Hashing(f)
+                        torch.save(state, hashing)
                         f.flush()
                         os.fsync(f.fileno())  # a full disk says so here, not after the rename
+                    with open(checksum_tmp, "w", encoding="ascii") as f:
+                        f.write(f"{hashing.sha.hexdigest()}  {target.name}\n")
+                        f.flush()
+                        os.fsync(f.fileno())
+                    checksum_tmp.replace(checksum)  # before the checkpoint: no checkpoint is seen without it
                     tmp.replace(target)  # a checkpoint is either whole or absent
                 except RuntimeError as e:  # torch's zip writer hides ENOSPC behind "enforce fail at inline_container"
                     full = shutil.disk_usage(self.root).free < (1 << 20)
                     tmp.unlink(missing_ok=True)
+                    checksum_tmp.unlink(missing_ok=True)
                     if full:
                         raise OSError(errno.ENOSPC, f"No space left on device writing {target}") from e
                     raise
                 except BaseException:
                     tmp.unlink(missing_ok=True)
+                    checksum_tmp.unlink(missing_ok=True)
                     raise
             self.barrier()
         else:
@@ -124,6 +183,7 @@ class CheckpointStore:
     def _delete(self, step: int) -> None:
         old = self.path(step)
         shutil.rmtree(old) if old.is_dir() else old.unlink(missing_ok=True)
+        old.with_suffix(CHECKSUM_SUFFIX).unlink(missing_ok=True)
 
     def clean_incomplete(self) -> List[str]:
         """Remove what a killed run left half-written (temp files, dcp folders without metadata)."""
@@ -153,6 +213,7 @@ class CheckpointStore:
 
         target = self.path(step)
         if self.backend == "torch":
+            verify_checksum(target)  # a changed byte is refused, not trained on
             # tensors and plain values only: a run folder copied from elsewhere cannot run code here
             return torch.load(target, weights_only=True)
         import torch.distributed.checkpoint as dcp
