@@ -133,6 +133,9 @@ def register_configs() -> None:
         OmegaConf.register_new_resolver("either", lambda flag, a, b: a if flag else b)
     if not OmegaConf.has_resolver("conf_file"):
         OmegaConf.register_new_resolver("conf_file", conf_file)
+    if not OmegaConf.has_resolver("node_trace_slots"):  # ${node_trace_slots:<path>,<ready_s>,<default>}
+        from .failures.nodes import trace_slots
+        OmegaConf.register_new_resolver("node_trace_slots", trace_slots)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     cs.store(group="schema/model", name="base", node=ModelConfig)

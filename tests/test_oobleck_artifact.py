@@ -271,19 +271,98 @@ def test_bamboo_pipelines_two_adjacent_removals_are_fatal(tmp_path):
     assert s["fatal"] == 1
 
 
-def test_the_bamboo_preset_orders_are_the_artifacts_heap_order():
+#: the orders the artifact's heap hands out the 30 nodes added at t = 0 in each of the five standard traces
+STANDARD_START = [29, 0, 24, 7, 15, 14, 2, 6, 28, 27, 25, 13, 26, 5, 12, 11, 22, 21, 16, 23, 10, 1, 4, 20, 19, 17,
+                  9, 18, 3, 8]
+STANDARD_NODES = [29, 14, 6, 2, 0, 28, 13, 27, 26, 12, 5, 25, 24, 11, 23, 22, 10, 4, 1, 21, 20, 9, 19, 18, 8, 3, 17,
+                  16, 7, 15]
+
+
+def test_the_bamboo_orders_derived_from_a_standard_trace_are_the_artifacts_heap_order():
     """The order the artifact's event heap hands out the 30 nodes added at t = 0, derived from each
-    trace, is the order the BERT-large preset gives Bamboo's pipelines."""
+    trace, is the same on all five (node30 first: not first-in first-out), and the one our Bamboo
+    takes its first pipelines in."""
     from mecefo_exp.replay.heap_order import node_tie_order
 
     cfg = compose_cfg(["scenario=oobleck_artifact/bert_large", "method=bamboo"])
+    assert cfg.method.variant_options.start_order is None and cfg.method.variant_options.node_order is None
     for trace in ("6h", "3h", "1h", "30m", "10m"):
         path = cfg.failure.path.replace("10m.csv", f"{trace}.csv")
-        registered, joined = node_tie_order(path, ready_s=45.0, first_delay_s=30.0)
-        options = cfg.method.variant_options
-        assert (joined, registered) == (list(options.start_order), list(options.node_order))
-    # not first-in first-out: node30 is handed out first
-    assert joined[:3] == [29, 0, 24]
+        registered, joined = node_tie_order(path, ready_s=45.0, first_delay_s=30.0, min_nodes=12)
+        assert (joined, registered) == (STANDARD_START, STANDARD_NODES)
+
+
+def test_bamboo_takes_its_orders_from_any_trace(tmp_path):
+    """Without scenario.quirks too, BambooPipelines' first pipelines take a trace's nodes in the heap's
+    order: on a standard trace the listed one, on another its own (a list typed by hand still wins)."""
+    from mecefo_exp.replay.bamboo_pipelines import BambooPipelines
+    from mecefo_exp.trainer import Experiment
+
+    seen = {}
+    real_start = BambooPipelines.start
+
+    def spy(self):
+        real_start(self)
+        seen["start"], seen["nodes"] = list(self.start_order), list(self.node_order)
+
+    rows = [(0, "add", f"node{k}") for k in range(1, 14)] + [(900000, "add", "node14"), (3600000, "remove", "node1")]
+    other = trace_file(tmp_path, rows)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(BambooPipelines, "start", spy)
+    try:
+        for path, overrides, want in ((None, [], STANDARD_START), (other, [], None),
+                                      (other, ["method.variant_options.start_order=[12,11,10,9,8,7,6,5,4,3,2,1,0,13]"],
+                                       [12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 13])):
+            cfg = compose_cfg(["scenario=oobleck_artifact/bert_large", "method=bamboo", "scenario.trace=6h",
+                               "hardware.timing_model=null", "trainer.progress=none", "trainer.max_steps=3",
+                               *([f"failure.path={path}"] if path else []), *overrides])
+            Experiment(cfg, tmp_path / f"run{len(seen)}{len(overrides)}").run()
+            if want is None:  # ours: derived from this trace, 14 slots
+                from mecefo_exp.replay.heap_order import node_tie_order
+                registered, joined = node_tie_order(str(other), 45.0, 30.0, min_nodes=12)
+                want = joined + [w for w in registered if w not in joined] + [13]
+                assert cfg.cluster.n_workers == 14 and sorted(seen["start"]) == list(range(14))
+            assert seen["start"] == want
+    finally:
+        mp.undo()
+
+
+def test_a_user_trace_sets_the_worker_slots(tmp_path):
+    """failure.path alone: the worker slots are the most the trace holds at once (34 here, more than the
+    scenario's 30), and the run gives the replay's value without a second run."""
+    from mecefo_exp.cli import validate_run
+    from mecefo_exp.trainer import Experiment
+
+    rows = [(0, "add", f"node{k}") for k in range(1, 33)] + [(1200000, "add", "node33"), (1200000, "add", "node34"),
+                                                            (2400000, "remove", "node5"), (7200000, "remove", "node6")]
+    path = trace_file(tmp_path, rows)
+    base = ["scenario=oobleck_artifact/gpt3_2_7b", "method=checkpoint", "scenario.quirks=true",
+            "hardware.timing_model=null", "trainer.progress=none", f"failure.path={path}"]
+    cfg = compose_cfg(base)
+    assert cfg.cluster.n_workers == 34
+    validate_run(cfg)
+    summary = Experiment(cfg, tmp_path / "run").run()
+    assert summary["window"]["samples_per_s"] > 0
+    assert compose_cfg(base + ["cluster.n_workers=40"]).cluster.n_workers == 40  # typed: wins
+    assert compose_cfg(base[:-1]).cluster.n_workers == 30  # the standard traces: 30 nodes at t=0
+    missing = compose_cfg(base[:-1] + [f"failure.path={tmp_path / 'nowhere.csv'}"])
+    with pytest.raises(ConfigError, match="no such file"):
+        validate_run(missing)
+
+
+@pytest.mark.parametrize("model", ["gpt3_2_7b", "gpt3_6_7b"])
+@pytest.mark.parametrize("quirks", [False, True])
+def test_every_model_takes_the_same_bamboo_overrides_and_gpt3_says_out_of_memory(tmp_path, model, quirks):
+    """The overrides a BERT-large Bamboo run takes (its orders, a trace of its own) are accepted for GPT-3
+    too, whose Bamboo is refused for the one reason the artifact gives: out of memory."""
+    from mecefo_exp.cli import validate_run
+
+    path = trace_file(tmp_path, [(0, "add", f"node{k}") for k in range(1, 33)] + [(3600000, "remove", "node1")])
+    for extra in ([], ["method.variant_options.start_order=null", "method.variant_options.node_order=null"]):
+        cfg = compose_cfg([f"scenario=oobleck_artifact/{model}", "method=bamboo", f"scenario.quirks={quirks}",
+                           f"failure.path={path}", *extra])
+        with pytest.raises(ConfigError, match=r"^method=bamboo cannot run here: hardware.tables.bamboo is 0 \(out of memory\)"):
+            validate_run(cfg)
 
 
 @pytest.mark.parametrize("overrides,message", [

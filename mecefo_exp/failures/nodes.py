@@ -22,6 +22,7 @@ falls in the start-up is still heard, after it, as the failure of the node it re
 from __future__ import annotations
 
 import csv
+import functools
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -151,6 +152,27 @@ def read_node_trace(path: str, n_workers: int, ready_s: float, job_start_s: floa
                          "before it: the job would start with no node; keep a node in the trace until then")
     return NodeTrace(events, stop_s, start_s, [(t, verb) for _, t, verb, _ in parsed],
                      set(range(n_workers)) - up_at_start, 1 + max(slot_of_all.values()), slot_of_all)
+
+
+#: a start-up no method's exceeds (the Oobleck artifact's longest, Varuna's 581 s for GPT-3 6.7B): the
+#: slots of nodes removed during it are held until it completes
+LONGEST_START_S = 600.0
+
+
+def trace_slots(path, ready_s=45.0, default=None) -> int:
+    """The worker slots a node trace needs (`slots_used`, with a start-up of LONGEST_START_S): for
+    `cluster.n_workers: ${node_trace_slots:${failure.path},${failure.node_ready_s},<default>}`. A trace
+    that cannot be read gives `default`, so that the failure check reports it in its own line."""
+    try:
+        st = Path(str(path)).stat()
+        return _trace_slots(str(path), st.st_mtime_ns, st.st_size, float(ready_s))
+    except (OSError, TraceError, ValueError, TypeError):
+        return default
+
+
+@functools.lru_cache(maxsize=64)
+def _trace_slots(path: str, _mtime_ns: int, _size: int, ready_s: float) -> int:
+    return read_node_trace(path, 1_000_000, ready_s, job_start_s=LONGEST_START_S).slots_used
 
 
 def check(f, n_workers: int) -> Optional[str]:

@@ -1,7 +1,9 @@
 """Bamboo as the Oobleck authors' simulator runs it on a throughput table: pipelines of
 `pipeline_stages` stages with idle spares instead of the ring (B:253, B:1183-1215; docs/ARTIFACT.md).
 
-The alive nodes, in `start_order` at the first formation and `node_order` at every later one, fill
+The alive nodes, in `start_order` at the first formation and `node_order` at every later one (null:
+slot order, or with `heap_order` on a node trace the order the Oobleck authors' event heap hands that
+trace's nodes out, replay/heap_order.py), fill
 floor(alive / stages) pipelines stage by stage; the rest are idle spares. A removed pipeline node's
 stage goes to the holder of the previous stage of its pipeline (stage 0 wraps to the last); a
 removal is fatal when the removed node or that holder already holds two stages. The first removal
@@ -25,7 +27,9 @@ from ..timing.steps import Help
 
 class BambooPipelines(Bamboo):
     #: method.variant_options this class reads, with their defaults
-    OPTIONS = {"pipeline_stages": None, "start_order": None, "node_order": None}
+    #: heap_order: with no order given, take a node trace's nodes in the artifact's heap order
+    #: (replay/heap_order.py; the scenario presets set it), else in slot order
+    OPTIONS = {"pipeline_stages": None, "start_order": None, "node_order": None, "heap_order": False}
     #: whether losing an idle spare starts the fallback slowdown
     spare_loss_slows = False
 
@@ -58,6 +62,26 @@ class BambooPipelines(Bamboo):
             self.fallback_step: Optional[int] = None  # the step in flight when the fallback slowdown began
             self.node_order: List[int] = list(options["node_order"] or range(self.n))
             self._form_pipelines(self.start_order)
+
+    def start(self) -> None:
+        super().start()
+        trace = self.run.trace
+        options = {**self.OPTIONS, **(self.cfg.variant_options or {})}
+        if not self.stages or not options["heap_order"] or trace.path is None or not trace.node_slot_of:
+            return
+        if options["start_order"] is not None and options["node_order"] is not None:
+            return
+        from .heap_order import node_tie_order
+
+        delay = self.run.costs.stall_s(self.cfg.restart_s if self.cfg.restart_s is not None
+                                       else self.run.cluster_cfg.restart_s)
+        registered, joined = node_tie_order(trace.path, trace.node_ready_s, delay, trace.node_slot_of,
+                                            min_nodes=self.stages)
+        if options["node_order"] is None:
+            self.node_order = registered + [w for w in range(self.n) if w not in registered]
+        if options["start_order"] is None:
+            self.start_order = joined + [w for w in self.node_order if w not in joined]
+        self._form_pipelines(self.start_order)
 
     def begin_without(self, workers: List[int]) -> None:
         super().begin_without(workers)
