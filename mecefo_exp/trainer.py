@@ -32,6 +32,7 @@ from .config import plain
 from .console import Progress
 from .context import Context, log
 from .failures import FAIL, JOB, FailureEvent, check_whole_groups, make_trace
+from .failures.classes import COLLECTIVE_TIMEOUT, fault_class, restore_source
 from .methods import build_method
 from .methods.base import steps_before_multiple
 from .methods.checkpointing import store_of_run
@@ -202,10 +203,24 @@ class Experiment(Context):
         workers = self._job_workers or []
         if workers and self.tier.kill:
             self.tier.deliver(kind, [FailureEvent(ev.time, w, kind) for w in workers], self)
+        elif workers and kind == FAIL:
+            # what the fault destroyed decides what the method restores from (failures/classes.py)
+            fault = fault_class(ev.fault)
+            source = restore_source(fault, self.method.restores_from)
+            detail = {"trace_time_s": ev.time, "job": True, "workers": len(workers)}
+            if ev.fault:
+                detail.update(fault=fault.name, restores_from=source)
+            self.event(kind, None, detail)
+            self.books.counters.count_event(kind, len(workers))
+            cc = self.cfg.cluster
+            if fault.detection == COLLECTIVE_TIMEOUT and cc.collective_timeout_s > cc.detection_s:
+                # a hang is found only when a collective times out, not by the heartbeat restarts charge
+                self.clock.charge("stall", self.costs.stall_s(cc.collective_timeout_s - cc.detection_s))
+            self.method.on_job_fault(workers, source)
         elif workers:
             self.event(kind, None, {"trace_time_s": ev.time, "job": True, "workers": len(workers)})
             self.books.counters.count_event(kind, len(workers))
-            (self.method.on_failures if kind == FAIL else self.method.on_recoveries)(workers)
+            self.method.on_recoveries(workers)
 
     def train(self) -> None:
         books, trace, clock, method, training = self.books, self.trace, self.clock, self.method, self.training

@@ -109,7 +109,7 @@ def test_a_whole_job_fault_is_one_fall_back_for_every_method(run_exp, tmp_path, 
     assert summary["rollbacks"] == 1 + restarts, summary["rollbacks"]
     if "fatal" in summary:
         assert summary["fatal"] == 1
-    same = {k: v for k, v in summary.items() if k not in VOLATILE_SUMMARY | {"config_sha256", "failure"}}
+    same = {k: v for k, v in summary.items() if k not in VOLATILE_SUMMARY | {"config_sha256", "failure", "git_sha"}}
     assert json.dumps({k: job.get(k) for k in same}, sort_keys=True) == json.dumps(same, sort_keys=True)  # NaN too
     rows = [r for r in read_jsonl(job_dir / "events.jsonl") if r["kind"] in ("fail", "recover")]
     assert [(r["kind"], r["worker"], r["detail"].get("workers")) for r in rows] == [

@@ -141,6 +141,9 @@ class FailureConfig:
     node_ready_s: float = field(default=45.0, metadata=at_least(0, "seconds"))  # nodes: an added node is usable this long after it is added (45 s in the Oobleck authors' simulators)
     # which workers may fail (None: all); the paper's asymmetric experiment uses a subset
     workers: Optional[List[int]] = None
+    # field: what each whole-job cause category destroys (failures/classes.py; conf/failure/llama3_taxonomy.yaml
+    # says why), e.g. {Dependency: processes, Unknown: progress}; a category not named: all_but_storage
+    job_faults: Dict[str, str] = field(default_factory=dict)
     horizon_factor: float = field(default=50.0, metadata=at_least(1))  # draw the trace up to this multiple of the failure-free run
     # torchrun tier only: a failing worker's rank really dies (SIGKILL); torchrun's
     # --max-restarts brings the group back and the run resumes from its newest checkpoint
@@ -159,6 +162,9 @@ class ClusterConfig:
     chunk_microbatches: int = field(default=0, metadata=at_least(0))
     # stalls of recovery (sources in conf/cluster/*.yaml); links and disks: conf/hardware/
     detection_s: float = field(default=30.0, metadata=at_least(0, "seconds"))
+    # a hang (a whole-job fault of class `progress`) is found when a collective times out, not by the
+    # heartbeat: 600 s is PyTorch's default timeout of an NCCL process group (docs/METHODS.md)
+    collective_timeout_s: float = field(default=600.0, metadata=at_least(0, "seconds"))
     restart_s: float = field(default=76.0, metadata=at_least(0, "seconds"))
     reconfigure_s: float = field(default=2.0, metadata=at_least(0, "seconds"))
     # duration of the paper's run that "paper hours" are relative to

@@ -15,6 +15,7 @@ class FailureEvent:
     time: float  # simulated seconds
     worker: int
     kind: str  # fail | recover
+    fault: str = ""  # a job-wide fault's class (failures/classes.py); "" for a unit's or an unclassed one
 
 
 class TraceError(ValueError):

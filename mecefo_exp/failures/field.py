@@ -12,9 +12,12 @@ cause's blast radius:
 - `server`: the 8 GPUs of one server (Llama 3's servers);
 - `switch`: the servers under one top-of-rack switch (`SWITCH_SERVERS`, an assumption);
 - `job`: every worker of the job at one instant (software bugs, dependencies, NCCL watchdog
-  timeouts): no hardware is lost, the job as a whole stops. Each method meets it through its fatal
-  fall-back, as it would a failure it cannot absorb. The trace holds it as one job-wide fail and
-  recover (worker `JOB`), not one per worker: its cost does not grow with the cluster.
+  timeouts): no hardware is lost, the job as a whole stops. What it destroys is its category's
+  class in `failure.job_faults` (failures/classes.py: a crash of every process, a hang, or
+  everything but storage), and each method restores from the first of its sources the class kept
+  (JIT from a healthy replica after a hang, REFT from its host-memory snapshots after a crash,
+  the others from storage). The trace holds it as one job-wide fail and recover (worker `JOB`,
+  with its class), not one per worker: its cost does not grow with the cluster.
 
 Repair (assumptions, the paper gives none per cause): hardware radii are replaced after
 `failure.replace_s`; a job fault's workers are back at the same instant (a zero-length outage: the
@@ -29,6 +32,7 @@ import random
 from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from .base import TimeBase
+from .classes import CLASSES, DEFAULT_JOB_CLASS
 from .events import FAIL, JOB, RECOVER, FailureEvent
 from .trace import Trace, check_trace_budget
 
@@ -56,13 +60,24 @@ class Cause(NamedTuple):
     name: str
     radius: str  # gpu | server | switch | job
     rate_per_gpu_s: float  # at failure.every_h = Llama 3's
+    category: str = ""  # the paper's category (what `failure.job_faults` is keyed by)
 
 
 def causes(table: str = "llama3_taxonomy") -> List[Cause]:
     if table not in TABLES:
         raise ValueError(f"failure.name={table!r} with failure.kind=field: allowed: {', '.join(TABLES)}")
     per_gpu_s = 1.0 / (LLAMA3_DAYS * 86400.0 * LLAMA3_GPUS)
-    return [Cause(name, RADIUS_OF_CATEGORY[cat], count * per_gpu_s) for name, cat, count in TABLES[table]]
+    return [Cause(name, RADIUS_OF_CATEGORY[cat], count * per_gpu_s, cat) for name, cat, count in TABLES[table]]
+
+
+def job_categories(table: str = "llama3_taxonomy") -> List[str]:
+    """The categories whose causes stop the whole job (the keys `failure.job_faults` may name)."""
+    return sorted({cat for _, cat, _ in TABLES[table] if RADIUS_OF_CATEGORY[cat] == "job"})
+
+
+def job_fault_class(cfg, cause: Cause) -> str:
+    """What a whole-job cause destroys: `failure.job_faults` by its category (failures/classes.py)."""
+    return dict(getattr(cfg, "job_faults", None) or {}).get(cause.category, DEFAULT_JOB_CLASS)
 
 
 def radius_gpus(radius: str, n_workers: int, unit_gpus: int) -> int:
@@ -125,7 +140,8 @@ def draw(cfg, n_workers: int, horizon_s: float, run_s: float, hour_s: float, rea
                 del down_until[w]
         if cause.radius == "job":  # every worker that is up stops and is back at once
             if len(down_until) < n_workers:
-                events += [FailureEvent(t, JOB, FAIL), FailureEvent(t, JOB, RECOVER)]
+                fault = job_fault_class(cfg, cause)
+                events += [FailureEvent(t, JOB, FAIL, fault), FailureEvent(t, JOB, RECOVER, fault)]
             continue
         for _ in range(8):  # a unit whose workers are all up (else the arrival is dropped)
             first = pick.randrange(n_workers // g) * g
@@ -156,6 +172,13 @@ def check(f, n_workers: int) -> Optional[str]:
         return f"failure.name={f.name!r} with failure.kind=field: allowed: {', '.join(TABLES)}"
     if f.every_h is None or not f.every_h > 0:
         return f"failure.every_h={f.every_h}: must be > 0 hours"
+    categories = job_categories(f.name)
+    for category, name in dict(f.job_faults or {}).items():
+        if category not in categories:
+            return (f"failure.job_faults.{category}: not a whole-job category of {f.name}; "
+                    f"allowed: {', '.join(categories)}")
+        if name not in CLASSES:
+            return f"failure.job_faults.{category}={name!r}: allowed: {', '.join(CLASSES)}"
     return None
 
 

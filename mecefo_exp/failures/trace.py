@@ -120,11 +120,14 @@ class Trace:
         return self.events[self.position - 1].time if self.position else None
 
     def write_csv(self, path: Path) -> None:
+        """time_s,worker,event; a fourth column `fault` where a whole-job fault names its class."""
+        classed = any(e.fault for e in self.events)
         with open(path, "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["time_s", "worker", "event"])
+            w.writerow(["time_s", "worker", "event"] + (["fault"] if classed else []))
             for e in self.events:
-                w.writerow([f"{e.time:.6f}", "job" if e.worker == JOB else e.worker, e.kind])
+                row = [f"{e.time:.6f}", "job" if e.worker == JOB else e.worker, e.kind]
+                w.writerow(row + ([e.fault] if classed else []))
 
     def expected_down_fraction(self) -> float:
         """Expected share of workers down at a time (0 without failures)."""

@@ -1,5 +1,6 @@
 """A recorded trace replayed as it is (`failure=trace`): a CSV of time,worker,event, times in
-`failure.unit`; a worker `job` row pair stops every worker up at one instant (a job-wide fault).
+`failure.unit`; a worker `job` row pair stops every worker up at one instant (a job-wide fault),
+of the class a fourth column `fault` names (failures/classes.py; none: `all_but_storage`).
 Checked before any compute: a bad row is one line naming the file and the line.
 """
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from .base import TimeBase
+from .classes import CLASSES
 from .events import FAIL, JOB, RECOVER, FailureEvent, TraceError
 from .trace import Trace
 
@@ -51,13 +53,19 @@ def read_trace_csv(path: str, n_workers: int, unit_s: float) -> List[FailureEven
     if not rows:
         raise TraceError(f"{path}: empty file, expected a header time,worker,event")
     header = [c.strip().lower() for c in rows[0]]
-    if len(header) != 3 or not header[0].startswith("time") or header[1] != "worker" or header[2] != "event":
-        raise TraceError(f"{path} line 1: header must be time,worker,event (got {','.join(rows[0])})")
+    classed = header[3:] == ["fault"]  # trace.csv of a run whose whole-job faults name their class
+    if len(header) != 3 + classed or not header[0].startswith("time") or header[1:3] != ["worker", "event"]:
+        raise TraceError(f"{path} line 1: header must be time,worker,event (or time,worker,event,fault) "
+                         f"(got {','.join(rows[0])})")
+    width = len(header)
     for lineno, row in enumerate(rows[1:], start=2):
         if not row or all(not c.strip() for c in row):
             continue
-        if len(row) != 3:
-            raise TraceError(f"{path} line {lineno}: expected 3 fields time,worker,event, got {len(row)}")
+        if len(row) != width:
+            raise TraceError(f"{path} line {lineno}: expected {width} fields {','.join(header)}, got {len(row)}")
+        fault = row[3].strip() if classed else ""
+        if fault and (fault not in CLASSES or row[1].strip().lower() != "job"):
+            raise TraceError(f"{path} line {lineno}: fault {fault!r}: a class of a `job` row; allowed: {', '.join(CLASSES)}")
         try:
             t, w = float(row[0]), JOB if row[1].strip().lower() == "job" else int(row[1])
         except ValueError:
@@ -87,7 +95,7 @@ def read_trace_csv(path: str, n_workers: int, unit_s: float) -> List[FailureEven
         last_t = t
         if not math.isfinite(t * unit_s):
             raise TraceError(f"{path} line {lineno}: time {row[0]} is too large: {t:g} x {unit_s:g} s per unit overflows")
-        events.append(FailureEvent(t * unit_s, w, kind))
+        events.append(FailureEvent(t * unit_s, w, kind, fault))
     if job_open is not None:
         raise TraceError(f"{path} line {job_open}: the `job` fail (every worker up stops) must be followed by a `job` "
                          "recover row at its time")

@@ -16,9 +16,10 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Optional
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from ..config import MethodConfig, at_least, choices
+from ..failures.classes import STORAGE
 from .run_context import RunContext, run_context_members  # noqa: F401  (what a method may use of the run)
 from ..timing.clock import StepCost
 from ..plan import NORMAL, FailureFreePlan, Mode, Plan, resplit_plan  # noqa: F401  (methods import it from here)
@@ -34,6 +35,12 @@ class Method:
     exact = True
     #: the method's disk checkpoints, for a method that keeps them (CheckpointedMethod)
     store: Optional[CheckpointStore] = None
+    #: where the method restores the state from after a fault that stops the whole job, in order of
+    #: preference (failures/classes.py: a healthy replica's GPU memory, host-memory snapshots,
+    #: storage); the loop hands `on_job_fault` the first one the fault kept
+    restores_from: Tuple[str, ...] = (STORAGE,)
+    #: while a whole-job fault is handled: the source it restores from (not part of the saved books)
+    job_fault_source: Optional[str] = None
 
     def __init__(self, cfg, run: RunContext):
         self.cfg = cfg
@@ -84,6 +91,15 @@ class Method:
         """Workers that fail at one instant (a machine): by default each on its own (a restart: once)."""
         for worker in workers:
             self.on_failure(worker)
+
+    def on_job_fault(self, workers: List[int], source: str) -> None:
+        """A fault stopped the whole job (`workers`: those up then); `source` is the first of
+        `restores_from` that it kept. `job_fault_source` holds it while the failures are handled."""
+        self.job_fault_source = source
+        try:
+            self.on_failures(workers)
+        finally:
+            del self.job_fault_source  # back to the class's None
 
     def on_recover(self, worker: int) -> None:
         self.down.discard(worker)

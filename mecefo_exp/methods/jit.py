@@ -14,27 +14,40 @@ the failure-free one, bit for bit.
 
 When no healthy replica is left (every worker of the job fails at one instant; in a hybrid
 layout, every data-parallel replica loses a GPU), nothing holds the state: the job restarts from
-the last checkpoint there is, the previous just-in-time one or the seeded initial state.
+the last checkpoint there is, the previous just-in-time one, the optional periodic fall-back
+(`method.fallback_every`, off by default: the design we model writes no checkpoint while
+training runs) or the seeded initial state.
+
+A fault that stops the whole job without destroying the replicas' GPU memory (a hang: an NCCL
+watchdog timeout; failures/classes.py `progress`) leaves every replica healthy: the state is
+written just in time from one of them, which is the paper's premise. A crash of every process
+(`processes`, `all_but_storage`) leaves none.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Optional
 
+from ..config import at_least
+from ..failures.classes import REPLICA_GPU, STORAGE
 from .base import RestartConfig, RollbackMethod
 
 
 @dataclass
 class JitConfig(RestartConfig):
     charge_initial_checkpoint: bool = False  # the step-0 state is the seeded initialisation: nothing to write
+    # a periodic checkpoint every this many steps, the fall-back when no healthy replica is left
+    # (0: none, the design modelled here)
+    fallback_every: int = field(default=0, metadata=at_least(0, "steps"))
 
 
 class JustInTime(RollbackMethod):
     name = "jit"
     label = "JIT checkpointing"
     Config = JitConfig
-    interval_key = None  # no periodic checkpoint
+    interval_key = None  # no periodic checkpoint (but the optional fall-back, method.fallback_every)
+    restores_from = (REPLICA_GPU, STORAGE)
 
     @classmethod
     def check_config(cls, m, cfg) -> Optional[str]:
@@ -47,10 +60,12 @@ class JustInTime(RollbackMethod):
         self.just_in_time = 0  # checkpoints written after a failure
 
     def setup(self) -> None:
-        self.interval = self.run.max_steps + 1  # after_step never writes
+        # after_step never writes, but the optional fall-back checkpoint
+        self.interval = self.cfg.fallback_every or self.run.max_steps + 1
 
     def restart_after(self, workers: List[int]) -> None:
-        if not self.healthy_replica(workers):
+        job_fault = self.job_fault_source
+        if job_fault is not None and job_fault != REPLICA_GPU or job_fault is None and not self.healthy_replica(workers):
             return super().restart_after(workers)  # from the last checkpoint there is
         run, costs = self.run, self.run.costs
         write = costs.storage_write_s()
@@ -72,7 +87,7 @@ class JustInTime(RollbackMethod):
         return len({placement.replica(w) for w in failed}) < placement.dp
 
     def summary(self):
-        return {"checkpoint_interval": None, "just_in_time_checkpoints": self.just_in_time}
+        return {"checkpoint_interval": self.cfg.fallback_every or None, "just_in_time_checkpoints": self.just_in_time}
 
     def rollback_share(self, p_down: float) -> float:
         return 0.0  # a rollback beyond the step in flight needs every replica down at once

@@ -3,7 +3,11 @@
 A real implementation at small scale: every `snapshot_every` steps the whole training state is
 sharded over the workers (methods/parity.py) with one XOR parity per group; a failure restarts the
 job from memory, the lost shard rebuilt from its group's parity and checked byte for byte; two
-erasures in one group fall back to the disk checkpoint. docs/METHODS.md ("REFT in the harness: the
+erasures in one group fall back to the disk checkpoint. The snapshots live in host memory held by
+processes of their own, so a fault that kills every training process but no host (a software
+crash; failures/classes.py `processes`) or stops them (a hang, `progress`) loses no shard: the job
+restarts from memory. Only a fault that takes the hosts' memory (`all_but_storage`) sends it to
+disk. docs/METHODS.md ("REFT in the harness: the
 rules") has the parity placement, the restart on the survivors and the costs.
 """
 
@@ -14,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from ..config import at_least, is_hybrid, within
+from ..failures.classes import HOST_SNAPSHOT, STORAGE
 from .base import RestartConfig, RollbackMethod, steps_before_multiple
 from .parity import ShardedSnapshot, SnapshotLedger, ledger_index, parity_layout
 
@@ -35,6 +40,7 @@ class Reft(RollbackMethod):
     name = "reft"
     label = "REFT"
     Config = ReftConfig
+    restores_from = (HOST_SNAPSHOT, STORAGE)
 
     @classmethod
     def check_config(cls, m, cfg) -> Optional[str]:
@@ -113,7 +119,9 @@ class Reft(RollbackMethod):
         """Workers of one instant (a whole server) lose their shards together; then one restart,
         from memory if every parity group lost at most one block, else from disk."""
         worker, snap = workers[0], self.snapshot
-        if snap is None:
+        if self.job_fault_source == HOST_SNAPSHOT and snap is not None:  # every shard survived in host memory
+            self.restart_from_memory(worker, [])
+        elif snap is None:
             self._fatal(worker, {"reason": "no in-memory snapshot since the last disk fallback"})
         else:
             shards = [i for i in map(self._shard_of, workers) if i is not None]
