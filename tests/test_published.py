@@ -34,10 +34,37 @@ SLOW_FINGERPRINTS = ("ablation_memory", "llama3_405b", "decision_map", "paper_ta
 def test_published_fingerprints_match_the_current_code(study):
     fresh = published.fingerprints(published.STUDIES[study])
     stated = STATED[study]
-    assert (stated["data"], stated["clock"]) == (fresh.data, fresh.clock), (
-        f"RESULTS.md's {study} tables were made with data {stated['data']} and clock {stated['clock']}; the "
-        f"current code gives data {fresh.data} and clock {fresh.clock} (per configuration: {fresh.clocks}). "
-        f"Regenerate them (make results) or mark them superseded.")
+    assert (stated["data"], stated["clock"]) == (fresh.data, fresh.clock), mismatch_message(study, stated, fresh)
+
+
+def mismatch_message(study, stated, fresh):
+    """Why the fingerprints differ. A different corpus is most often this machine's doing (other
+    package versions than the pinned ones): the message names the cause, and regenerating the
+    tables would be wrong. A different clock is the code's: regenerate or mark superseded."""
+    from mecefo_exp.local_corpus import why_fingerprint_differs
+
+    lines = [f"RESULTS.md's {study} tables were made with data {stated['data']} and clock {stated['clock']}; the "
+             f"current code gives data {fresh.data} and clock {fresh.clock}."]
+    if fresh.data != stated["data"]:
+        lines.append(why_fingerprint_differs(fresh.data, stated["data"]) + ".")
+    if fresh.clock != stated["clock"]:
+        lines.append(f"The clock differs (per configuration: {fresh.clocks}): regenerate the tables (make results) "
+                     "or mark them superseded.")
+    return "\n".join(lines)
+
+
+def test_a_different_corpus_is_explained_not_sent_to_regenerate(monkeypatch):
+    from mecefo_exp import local_corpus
+
+    stated = {"data": local_corpus.REFERENCE_FINGERPRINT, "clock": "a2c873f57484"}
+    versions = {**local_corpus.REFERENCE_VERSIONS, "sympy": "1.15.0"}
+    monkeypatch.setattr(local_corpus, "package_versions", lambda packages: {n: versions[n] for n in packages})
+    wrong_data = published.Fingerprints("0123456789ab", stated["clock"], {})
+    message = mismatch_message("paper_mini", stated, wrong_data)
+    assert "sympy 1.15.0 (the reference corpus: 1.14.0)" in message
+    assert "regenerate" not in message.lower() and "make results" not in message
+    wrong_clock = published.Fingerprints(stated["data"], "ba9876543210", {"a/mecefo": "ba9876543210"})
+    assert "regenerate the tables (make results)" in mismatch_message("paper_mini", stated, wrong_clock)
 
 
 def test_a_changed_clock_changes_the_study_fingerprint():
