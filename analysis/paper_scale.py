@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -80,6 +81,25 @@ def reading_label(process, unit_gpus, repair, replace_s=None) -> str:
     """'per_worker/1gpu/fixed', 'cluster/8gpu/replace 60s': replace_s only where it means something."""
     label = f"{process}/{int(unit_gpus)}gpu/{repair}"
     return f"{label} {float(replace_s):g}s" if repair == "replace" else label
+
+
+#: the words for a reading's parts (reading_words)
+PROCESS_WORDS = {"per_worker": "per unit", "cluster": "cluster-wide"}
+REPAIR_WORDS = {"fixed": "fixed repair", "tick": "repair at the next tick"}
+
+
+def reading_words(reading: str) -> str:
+    """A reading label in words: 'per_worker/1gpu/fixed' -> 'per unit, 1-GPU units, fixed repair',
+    'cluster/8gpu/replace 60s' -> 'cluster-wide, 8-GPU units, a spare after 60 s'. The labels
+    themselves stay the short keys (table2_readings.md's rows, the CSV files, RESULTS.md)."""
+    if reading == NO_READING:
+        return "failure-free (no reading)"
+    m = re.fullmatch(r"(\w+)/(\d+)gpu/(fixed|tick|replace)(?: ([\d.e+-]+)s)?", str(reading))
+    if not m:
+        return str(reading)
+    process, unit, repair, replace_s = m.groups()
+    repair = f"a spare after {replace_s} s" if repair == "replace" else REPAIR_WORDS[repair]
+    return f"{PROCESS_WORDS.get(process, process)}, {unit}-GPU units, {repair}"
 
 
 def _expand_dicts(row: Dict[str, object]) -> Dict[str, object]:
@@ -152,7 +172,7 @@ def collect_study(roots: Iterable) -> pd.DataFrame:
 def _run_name(r) -> str:
     bw = _fmt_g(r.get("inter_node_GBps"))
     bw = f" {bw} GB/s" if bw else ""
-    return f"{r['model']} {r['method']} failure={r['failure']} {r['reading']}{bw} seed={r['seed']}"
+    return f"{r['model']} {r['method']} failure={r['failure']} {r['reading']} ({reading_words(r['reading'])}){bw} seed={r['seed']}"
 
 
 def problems(runs: pd.DataFrame, drops: Optional[pd.DataFrame] = None) -> List[str]:
@@ -169,7 +189,7 @@ def problems(runs: pd.DataFrame, drops: Optional[pd.DataFrame] = None) -> List[s
     if drops is not None and not drops.empty:
         for _, r in drops[drops["thr_none"].isna()].iterrows():
             lines.append(f"  no failure-free run to compare with: {r['model']} {r['method']} failure={r['failure']} "
-                         f"{r['reading']} {_fmt_g(r['inter_node_GBps']) or '?'} GB/s")
+                         f"{r['reading']} ({reading_words(r['reading'])}) {_fmt_g(r['inter_node_GBps']) or '?'} GB/s")
     return lines
 
 
@@ -415,12 +435,14 @@ def which_markdown(matrix: pd.DataFrame, counts: pd.DataFrame, winners: List[str
     missing = [m for m in PAPER_MODEL_ORDER if m not in models]
     scope = ", ".join(models) + (f"; not run: {', '.join(missing)}" if missing else "")
     lines = [f"Readings that reproduce the paper's drops at high for every model run ({scope}): "
-             + (", ".join(f"`{w}`" for w in winners) if winners else "**none**"), ""]
+             + (", ".join(f"`{w}` ({reading_words(w)})" for w in winners) if winners else "**none**"), ""]
     lines.append(to_markdown(counts, {"model": ("model", None), "readings": ("readings run", None),
                                       "reproduce": ("reproduce", None), "reproducing": ("which", None)},
                              drop_empty=False))
     lines.append("")
-    cols = {"reading": ("reading", None), **{m: (m, None) for m in models}, "all_models": ("all models", None)}
+    matrix = matrix.assign(words=[reading_words(r) for r in matrix["reading"]])
+    cols = {"reading": ("reading", None), "words": ("what it means", None), **{m: (m, None) for m in models},
+            "all_models": ("all models", None)}
     lines.append(to_markdown(matrix, cols, drop_empty=False))
     lines.append(f"\nyes = Bamboo's, Oobleck's and MeCeFO's drops are all within {TOL_ABS * 100:g} percentage "
                  f"point or {TOL_REL * 100:g}% of the paper's (table2_readings.md); n/a = a run is missing.")
@@ -465,8 +487,10 @@ def runs_markdown(runs: pd.DataFrame) -> str:
     if runs.empty:
         return "_no run folders found_"
     kept = runs[runs["selected"]]
+    kept = kept.assign(words=[reading_words(r) for r in kept["reading"]])
     cols = {"status": ("status", None), "model": ("model", None), "method": ("method", None),
-            "failure": ("failure", None), "reading": ("reading", None), "inter_node_GBps": ("GB/s", _fmt_g),
+            "failure": ("failure", None), "reading": ("reading", None), "words": ("what it means", None),
+            "inter_node_GBps": ("GB/s", _fmt_g),
             "seed": ("seed", None), "throughput_tok_s": ("tok/s", fmt_tok), "error": ("error", None),
             "run_dir": ("run folder", None)}
     superseded = int((~runs["selected"]).sum())
