@@ -1,10 +1,13 @@
 """The Oobleck artifact's own simulators, run unmodified on generated node traces: the reference to test against.
 
     python scripts/artifact_reference.py --artifact <checkout>/tools/simulator [--traces 120] [--seed 0]
+        [--extended 100] [--reuse]
 
 Runs Varuna, Oobleck and Bamboo (the artifact's varuna_simulator.py, oobleck_simulator.py and
 bamboo_simulator.py, imported from the checkout given) for BERT-large, GPT-3 2.7B and GPT-3 6.7B on
-`--traces` traces of mecefo_exp.replay.spot_traces (seeds --seed, --seed + 1, ...) and on the artifact's
+`--traces` traces of mecefo_exp.replay.spot_traces (seeds --seed, --seed + 1, ...), on `--extended` traces of its
+generate_extended (seeds 0, 1, ...: big clusters, collapses to a few nodes, removals faster than a restart,
+same-millisecond events, long traces; ext_NNNN) and on the artifact's
 two scaled spot-instance traces, read as eval_gcp_ec2.py reads them (its gcp_path and ec2_path, unchanged:
 it prepares nothing). Each cell runs in two settings: `freq`, the constructor arguments
 eval_tput_vs_freq.py passes, and `spot`, those eval_gcp_ec2.py passes; both sets are read from those two
@@ -18,7 +21,9 @@ rate_shift, by how many steps its rate series has run ahead of its time series (
 un-crediting, varuna_simulator.py:1482-1484, lengthens a rate series shorter than 20 entries to 20; from then
 on calculate_average weighs each step's interval with the rate of a step that many steps earlier).
 A cell that raises is recorded with the exception's class and the artifact line it came from; one that
-runs past --cell-timeout is killed and recorded as `Timeout`. The simulators' output is discarded.
+runs past --cell-timeout is killed and recorded as `Timeout`. The simulators' output is discarded. With
+--reuse, a trace whose file is byte for byte the one already in <out>/traces keeps its rows of the existing
+reference.csv (the simulators are deterministic): only new or changed traces are simulated.
 """
 
 import argparse
@@ -188,6 +193,8 @@ def main():
     ap.add_argument("--artifact", required=True, metavar="DIR", help="the checkout's tools/simulator folder")
     ap.add_argument("--traces", type=int, default=120, help="generated traces (seeds --seed, --seed + 1, ...)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--extended", type=int, default=100, help="traces of spot_traces.generate_extended (seeds 0, 1, ...)")
+    ap.add_argument("--reuse", action="store_true", help="keep the existing rows of traces whose file is unchanged")
     ap.add_argument("--out", default=str(ROOT / "tests" / "fixtures" / "artifact_generated"))
     ap.add_argument("--cell-timeout", type=float, default=120.0, help="seconds one cell may run")
     args = ap.parse_args()
@@ -203,6 +210,12 @@ def main():
 
     out = Path(args.out)
     trace_dir = out / "traces"
+    old_files, old_rows = {}, {}
+    if args.reuse and trace_dir.exists() and (out / "reference.csv").is_file():
+        old_files = {p.stem: p.read_bytes() for p in trace_dir.glob("*.csv")}
+        with open(out / "reference.csv") as f:
+            for row in csv.DictReader(line for line in f if not line.startswith("#")):
+                old_rows.setdefault(row["trace"], []).append(row)
     if trace_dir.exists():
         shutil.rmtree(trace_dir)
     trace_dir.mkdir(parents=True)
@@ -211,15 +224,25 @@ def main():
         tid = f"gen_{seed:04d}"
         spot_traces.write_csv(spot_traces.generate(seed), trace_dir / f"{tid}.csv")
         traces.append(tid)
+    for seed in range(args.extended):
+        tid = f"ext_{seed:04d}"
+        spot_traces.write_csv(spot_traces.generate_extended(seed), trace_dir / f"{tid}.csv")
+        traces.append(tid)
     for var in ("gcp_path", "ec2_path"):  # eval_gcp_ec2.py:26-27, simulated as they are (eval_gcp_ec2.py:101)
         src = simdir / spot_consts[var]
         shutil.copyfile(src, trace_dir / src.name)
         traces.append(src.stem)
+    n_cells = len(MODELS) * len(SETTINGS) * len(SYSTEMS)
+    reused = {tid for tid in traces if old_files.get(tid) == (trace_dir / f"{tid}.csv").read_bytes()
+              and len(old_rows.get(tid, ())) == n_cells}
 
     worker = Worker(str(simdir))
     rows, sim_s, t_wall = [], 0.0, time.perf_counter()
     try:
         for i, tid in enumerate(traces):
+            if tid in reused:
+                rows.extend({k: row.get(k, "") for k in COLUMNS} for row in old_rows[tid])
+                continue
             for model, artifact_model in MODELS.items():
                 for setting in SETTINGS:
                     for system in SYSTEMS:
@@ -240,7 +263,7 @@ def main():
     wall = time.perf_counter() - t_wall
 
     command = ("python scripts/artifact_reference.py --artifact <checkout>/tools/simulator "
-               f"--traces {args.traces} --seed {args.seed}")
+               f"--traces {args.traces} --seed {args.seed} --extended {args.extended}")
     with open(out / "reference.csv", "w", newline="") as f:
         f.write(f"# The Oobleck artifact's simulators ({REPO}, branch {BRANCH}, commit {COMMIT}, tools/simulator/"
                 "{varuna,oobleck,bamboo}_simulator.py), run unmodified; made by:\n")
@@ -249,7 +272,8 @@ def main():
             for system, (kwargs, first, last) in calls[setting].items():
                 shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
                 f.write(f"# {setting}: {system} as {script}:{first}-{last} builds it: {shown}\n")
-        f.write("# traces/gen_NNNN.csv = mecefo_exp.replay.spot_traces.generate(NNNN); scale_gcp-trace, "
+        f.write("# traces/gen_NNNN.csv = mecefo_exp.replay.spot_traces.generate(NNNN); "
+                "traces/ext_NNNN.csv = mecefo_exp.replay.spot_traces.generate_extended(NNNN); scale_gcp-trace, "
                 "scale_p3-trace = the artifact's traces/scaled/ files that eval_gcp_ec2.py simulates, unchanged\n")
         for line in (
                 "samples_per_s = Result.average_performance; num_steps_complete = Result.num_steps_complete",
@@ -263,7 +287,7 @@ def main():
         w.writeheader()
         w.writerows(rows)
     errors = sum(r["status"] == "error" for r in rows)
-    print(f"{len(rows)} cells ({len(traces)} traces), {errors} errors; artifact {sim_s:.1f} s inside the simulators, "
+    print(f"{len(rows)} cells ({len(traces)} traces, {len(reused)} of them reused), {errors} errors; artifact {sim_s:.1f} s inside the simulators, "
           f"{wall:.1f} s wall; wrote {out / 'reference.csv'}", file=sys.stderr)
 
 

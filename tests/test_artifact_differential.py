@@ -1,12 +1,15 @@
 """Our replay of the Oobleck artifact against the artifact itself on generated node traces.
 
-tests/fixtures/artifact_generated/ holds 120 seeded traces (mecefo_exp/replay/spot_traces.py) and
-the artifact's two spot-instance traces, and the samples/s its own simulators give on each, run
-unmodified (scripts/artifact_reference.py). Every cell must agree within 2% with the artifact's
-behaviours on, or be in known_gaps.csv with what is known of its cause; a listed cell that has
-come to agree fails too, so the list cannot hide progress (regenerate it with
+tests/fixtures/artifact_generated/ holds 120 seeded traces of mecefo_exp/replay/spot_traces.generate
+(gen_NNNN), 100 of its generate_extended (ext_NNNN: clusters past 30 nodes, collapses to a few nodes
+and back, removals faster than a restart, same-millisecond events, 10-12 h traces), the artifact's two
+spot-instance traces, and the samples/s its own simulators give on each, run unmodified
+(scripts/artifact_reference.py). Every cell must agree within 2% with the artifact's behaviours on, or
+be in known_gaps.csv with what is known of its cause; a listed cell that has come to agree fails too, so
+the list cannot hide progress (regenerate it with
 `python -m mecefo_exp.replay.differential --write-gaps tests/fixtures/artifact_generated/known_gaps.csv`).
-The fast tier runs 24 generated traces and the artifact's two; the slow tier all of them.
+The fast tier runs 24 generated traces, 5 extended ones (one of each regime) and the artifact's two; the
+slow tier all of them.
 """
 
 import pytest
@@ -14,11 +17,13 @@ import pytest
 from mecefo_exp.replay import differential as D
 
 
-def check(generated):
+def check(generated, extended):
     ref = D.reference()
-    cells = D.default_cells(ref, generated)
+    cells = D.default_cells(ref, generated, extended)
     traces = {c[0] for c in cells}
-    assert len(traces) >= (generated or 120) + 2 and {"scale_gcp-trace", "scale_p3-trace"} <= traces
+    assert {"scale_gcp-trace", "scale_p3-trace"} <= traces
+    assert sum(t.startswith("gen_") for t in traces) == (generated or 120)
+    assert sum(t.startswith("ext_") for t in traces) == (extended or 100)
     assert {(c[1], c[2]) for c in cells} == {(m, s) for m in D.MODELS for s in D.SYSTEMS}
     ours = D.run_cells(cells, jobs=2)
     differ = {c for c in cells if not D.agrees(c, ours[c], ref[c])}
@@ -31,9 +36,9 @@ def check(generated):
 
 
 def test_every_generated_cell_agrees_with_the_artifact_or_is_a_listed_gap():
-    check(generated=24)  # 24 generated traces and the artifact's two, x 3 models x 3 systems (234 cells)
+    check(generated=24, extended=5)  # 31 traces x 3 models x 3 systems, and Varuna's spot setting on BERT-large
 
 
 @pytest.mark.slow
-def test_all_120_generated_traces():
-    check(generated=None)
+def test_all_generated_and_extended_traces():
+    check(generated=None, extended=None)

@@ -29,9 +29,6 @@ FIXTURE = ROOT / "tests" / "fixtures" / "artifact_generated"
 SYSTEMS = {"varuna": "checkpoint", "oobleck": "oobleck", "bamboo": "bamboo"}
 MODELS = ("bert_large", "gpt3_2_7b", "gpt3_6_7b")
 TOLERANCE = 0.02
-#: a start-up longer than any method's in the scenarios (Varuna's 581 s restart for GPT-3 6.7B): the
-#: slots a trace needs when the nodes removed during the start-up keep theirs until it completes
-LONGEST_START_S = 600.0
 
 Cell = Tuple[str, str, str, str]  # trace, model, system, setting
 
@@ -62,7 +59,7 @@ def cell_config(trace_path: Path, model: str, system: str, setting: str):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from ..hydra_glue import register_configs
-    from ..failures.nodes import read_node_trace
+    from ..failures.nodes import trace_slots
 
     key = (model, system, setting)
     if key not in _COMPOSED:
@@ -71,9 +68,8 @@ def cell_config(trace_path: Path, model: str, system: str, setting: str):
         with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
             _COMPOSED[key] = compose("config", overrides=overrides(model, system, setting))
     cfg = copy.deepcopy(_COMPOSED[key])  # a run may write into its config: each cell gets its own
-    slots = read_node_trace(str(trace_path), 10_000, 45.0, job_start_s=LONGEST_START_S).slots_used
     cfg.failure.path = str(trace_path)
-    cfg.cluster.n_workers = max(slots, 1)
+    cfg.cluster.n_workers = trace_slots(trace_path, 45.0)  # what the scenario's ${node_trace_slots:...} gives
     return cfg
 
 
@@ -147,12 +143,17 @@ def known_gaps(path: Path = FIXTURE / "known_gaps.csv") -> Dict[Cell, str]:
         return {(r["trace"], r["model"], r["system"], r["setting"]): r["cause"] for r in rows}
 
 
-def default_cells(ref: Dict[Cell, dict], generated: Optional[int] = None) -> List[Cell]:
+def default_cells(ref: Dict[Cell, dict], generated: Optional[int] = None, extended: Optional[int] = None) -> List[Cell]:
     """Every cell of the `freq` setting, and the `spot` cells that differ from it (Varuna, BERT-large);
-    with `generated`, only the first that many generated traces (the artifact's own traces always)."""
-    keep = None if generated is None else {f"gen_{i:04d}" for i in range(generated)}
-    return [c for c in ref if (c[3] == "freq" or (c[2] == "varuna" and c[1] == "bert_large"))
-            and (keep is None or c[0] in keep or not c[0].startswith("gen_"))]
+    with `generated` / `extended`, only the first that many traces of spot_traces.generate (gen_NNNN) /
+    generate_extended (ext_NNNN; the first five are one of each regime); the artifact's own traces always."""
+    def kept(trace: str) -> bool:
+        for prefix, n in (("gen_", generated), ("ext_", extended)):
+            if trace.startswith(prefix):
+                return n is None or int(trace[len(prefix):]) < n
+        return True
+
+    return [c for c in ref if (c[3] == "freq" or (c[2] == "varuna" and c[1] == "bert_large")) and kept(c[0])]
 
 
 def run_cells(cells: Iterable[Cell], jobs: int = 1, fixture: Path = FIXTURE) -> Dict[Cell, Optional[float]]:

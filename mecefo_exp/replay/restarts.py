@@ -22,7 +22,7 @@ slots) and plan over it. The timeouts themselves (`RendezvousTimeouts`) are also
 from __future__ import annotations
 
 import abc
-from typing import List, Optional, Tuple
+from typing import Iterable, List, Optional, Tuple
 
 from ..plan import Plan
 from ..timing.clock import StepCost
@@ -107,6 +107,7 @@ class ArtifactRestarts(RendezvousTimeouts):
         self.ever_configured = False  # a configuration of enough nodes has completed (the window opens then)
         self.carry: Optional[float] = None  # seconds left of the step a removal did not stop
         self.ready: List[int] = []  # usable nodes not in the configuration: they join the next rendezvous
+        self.opened_by_ready: Optional[Tuple[float, float]] = None  # (instant, due) of a rendezvous a ready node opened
 
     @abc.abstractmethod
     def rendezvous_delay_s(self, at: float) -> float:
@@ -117,11 +118,12 @@ class ArtifactRestarts(RendezvousTimeouts):
         return self.rendezvous_delay_s(at)
 
     # ------------------------------------------------------------ the start
-    def begin_configuration(self) -> None:
-        """The job's first rendezvous has completed (the loop charged it): stopped if too few nodes."""
+    def begin_configuration(self, removed: Iterable[int] = ()) -> None:
+        """The job's first rendezvous has completed (the loop charged it): stopped if too few nodes;
+        `removed`: nodes removed during it (heard later), not in it either."""
         self.configured_at = self.started_at = self.run.clock.now
-        self.running_without = sorted(self.down)
-        if self.n - len(self.down) < self.min_nodes:
+        self.running_without = sorted(self.down | set(removed))
+        if self.n - len(self.running_without) < self.min_nodes:
             self.stopped, self.stopped_at = True, self.run.clock.now
             self.run.event("stopped", None, {"reason": f"fewer than {self.min_nodes} nodes at the start"})
         else:
@@ -136,7 +138,15 @@ class ArtifactRestarts(RendezvousTimeouts):
             self.down.add(worker)
             if worker in self.ready:
                 self.ready.remove(worker)
-            self.arm(failed_at + self.rendezvous_delay_s(failed_at))
+            due = failed_at + self.rendezvous_delay_s(failed_at)
+            if self.opened_by_ready is not None and self.opened_by_ready == (failed_at, due) \
+                    and (due, "global") in self.timeouts:
+                # a node became usable at this very instant while the job was stopped and was heard
+                # first here; the artifact hears the removal first (kind 2 before 4): the removal opens
+                # the rendezvous and arms this timeout, the node only joins it (V:1315-1316, O:1096-1097)
+                self.opened_by_ready = None
+                continue
+            self.arm(due)
         if self.configured_at is None or failed_at >= self.configured_at:
             self.rendezvous_open = True  # else it joined the rendezvous that has completed since
 
@@ -152,7 +162,9 @@ class ArtifactRestarts(RendezvousTimeouts):
         stopped_then = self.stopped and (self.stopped_at is None or ready_at > self.stopped_at)
         if fresh and stopped_then and not self.rendezvous_open:
             self.rendezvous_open = True
-            self.arm(ready_at + self.rendezvous_delay_s(ready_at))
+            due = ready_at + self.rendezvous_delay_s(ready_at)
+            self.arm(due)
+            self.opened_by_ready = (ready_at, due)
 
     def _ready_by(self, t: float) -> List[int]:
         """Nodes the trace makes usable by `t` that the loop has not handed over yet (their

@@ -118,12 +118,13 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
 
     def start(self) -> None:
         super().start()
-        self.begin_configuration()
         now = self.run.clock.now
         last = {e.worker: e.kind for e in self.run.trace.events if e.time < now}  # in time order
         early = {w for w, kind in last.items() if kind == "fail"}
-        if early and not self.stopped:  # removed during the start-up: not in the first configuration (V:1259-1267)
-            self.running_without = sorted(set(self.running_without) | early)
+        # removed during the start-up: not in the first configuration (V:1259-1267), which stops the job
+        # when they leave fewer nodes than a pipeline (V:1299-1300)
+        self.begin_configuration(early)
+        if early and not self.stopped:
             self.nodes_at_restart = self.n - len(self.running_without)  # its restart time follows (V:1294)
         if not self.stopped:
             self.ledger.start(ms(self.run.clock.now))
