@@ -146,3 +146,8 @@ class StrictRun:
         if name not in self.MEMBERS:
             raise AssertionError(f"a method set run.{name}, which RunContext does not declare")
         setattr(self._run, name, value)
+
+
+# runs/ stays clean: the session fails when the tests left anything new under the checkout's
+# runs/ (tests/runs_guard.py; under pytest-xdist the controller alone checks)
+from runs_guard import pytest_sessionfinish, pytest_sessionstart  # noqa: E402,F401
