@@ -185,6 +185,9 @@ def _config_error(run_dir: Path, e: ConfigError) -> None:
     holds a run's record (a refused resume) keeps it as it was."""
     if not (run_dir / "summary.json").exists():
         write_json_atomic(run_dir / "summary.json", {"status": "failed", "error": f"config: {e}"})
+    from .tiers.torchrun_launch import note_config_refused
+
+    note_config_refused(str(e))  # torchrun's later rounds end at once, silent
     print(f"config error: {e}", file=sys.stderr)
     sys.exit(2)
 

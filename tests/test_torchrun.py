@@ -251,3 +251,21 @@ def test_the_process_helpers_take_a_process_that_ended_for_gone(tmp_path):
     assert whole_rows(rows) == 0
     rows.write_text('{"step": 0}\n{"step": 1}\n{"st')
     assert whole_rows(rows) == 2
+
+
+def test_a_config_error_found_after_composition_is_not_retried_by_torchrun(monkeypatch, tmp_path, capsys):
+    """A config error said by a rank after composition (cli._config_error) leaves the note the next
+    torchrun round finds before it checks anything: that round ends at once, silent."""
+    from mecefo_exp.tiers import torchrun_launch as tl
+
+    monkeypatch.setattr(tl.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job")
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "3")
+    monkeypatch.setattr(tl, "launched_by_torchrun", lambda: True)
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+    tl.note_config_refused("trainer.max_steps: found late")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")  # torchrun's next round
+    checked = []
+    with pytest.raises(SystemExit) as e:
+        tl.refuse_config_under_torchrun(lambda: checked.append(1))
+    assert e.value.code == 2 and not checked and capsys.readouterr().err == ""

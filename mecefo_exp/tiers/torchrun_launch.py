@@ -20,9 +20,7 @@ def refuse_config_under_torchrun(check: Callable[[], Optional[str]]) -> None:
     rank with exit 2, said once (rank 0 of the first round). torchrun restarts a group whose rank
     exits non-zero, up to --max-restarts: a later round of the same torchrun finds this rank's note
     (its agent is every round's parent) and ends at once, silent."""
-    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
-    note = Path(tempfile.gettempdir()) / f"mecefo-config-refused-{os.getppid()}-{run_id}"
-    last = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")
+    note, last = _refusal_note()
     if note.exists():
         if last:
             note.unlink(missing_ok=True)
@@ -38,6 +36,28 @@ def refuse_config_under_torchrun(check: Callable[[], Optional[str]]) -> None:
     if os.environ.get("RANK") == "0" and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
         print(f"config error: {problem}", file=sys.stderr)
     sys.exit(2)
+
+
+def _refusal_note():
+    """The file a refused round leaves for the later rounds of the same torchrun (keyed by its agent's
+    pid and run id), and whether this is the last round (which removes it)."""
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    note = Path(tempfile.gettempdir()) / f"mecefo-config-refused-{os.getppid()}-{run_id}"
+    return note, os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")
+
+
+def note_config_refused(problem: str) -> None:
+    """A config error found after composition (a resume's stored config, a tokenizer, a trace too large
+    to draw) under torchrun: leave the note `refuse_config_under_torchrun` finds, so that torchrun's
+    later rounds end at once instead of finding and printing it again."""
+    if not launched_by_torchrun():
+        return
+    note, last = _refusal_note()
+    try:
+        if not last:
+            note.write_text(problem)
+    except OSError:
+        pass
 
 
 def check_config(cfg: Any) -> None:
