@@ -52,10 +52,10 @@ def window_summary(window, trace, table, steps: int, n_workers: int) -> Dict:
         if ev.time > start:
             if ev.time >= end:
                 break
-            ideal += (ev.time - t) * table.samples_per_s(alive)
+            ideal += (ev.time - t) * (table.samples_per_s(alive) if alive > 0 else 0.0)  # no node: no work
             t = ev.time
         alive += -1 if ev.kind == "fail" else 1
-    ideal += (end - t) * table.samples_per_s(alive)
+    ideal += (end - t) * (table.samples_per_s(alive) if alive > 0 else 0.0)
     out.update(window_s=end - start, samples_per_s=samples / (end - start), ideal_samples=ideal,
                goodput_over_ideal=samples / ideal if ideal > 0 else None)
     return out

@@ -32,6 +32,7 @@ from .config import plain
 from .console import Progress
 from .context import Context, log
 from .failures import FAIL, JOB, FailureEvent, check_whole_groups, make_trace
+from .invariants import NodePresence, check_goodput
 from .failures.classes import COLLECTIVE_TIMEOUT, fault_class, restore_source
 from .methods import build_method
 from .methods.base import steps_before_multiple
@@ -150,6 +151,9 @@ class Experiment(Context):
                                 real_time=self.costs.real_time, job_start_s=self.method.job_start_s())
         if self.placement is not None:
             check_whole_groups(self.trace, self.placement.tp)
+        # a node trace: no step computed on more nodes than present (a replay of another simulator,
+        # method.variant, keeps that simulator's books, its documented quirks included: not checked)
+        self.presence = NodePresence(None if self.cfg.method.get("variant") else self.trace)
         # a resumed run keeps the files its first start wrote (it reads its own profile.json)
         if self.is_main and not (cfg.resume and (self.run_dir / "trace.csv").exists()):
             self.trace.write_csv(self.run_dir / "trace.csv")
@@ -258,6 +262,7 @@ class Experiment(Context):
                 log.warning("step %d not applied: %s", self.step, e)
                 self.event("uncommitted", detail={"reason": str(e)})
                 continue
+            self.presence.check_step(self.step, plan.n_computing)
             books.window.commit(clock.now, end - clock.now)
             clock.commit_step(self.step, cost)
             books.tokens_processed += numbers.pop("tokens")
@@ -329,6 +334,7 @@ class Experiment(Context):
         """`count` steps of `plan`'s shape and equal `cost`, booked at once: the clock, the window,
         the tokens, the method's step counters, one metrics row with the steps' range."""
         books, clock, first = self.books, self.clock, self.step
+        self.presence.check_step(first, plan.n_computing, count)
         books.window.commit(clock.now, count * cost.total)
         clock.commit_steps(first, count, cost)
         numbers = self.training.book_steps(first, count)
@@ -339,6 +345,8 @@ class Experiment(Context):
         self.records.metric({"step": self.step - 1, "first_step": first, "tokens": self.step * self.tokens_per_step,
                              **numbers, "sim_time_s": clock.now, "wall_time_s": time.perf_counter() - self.wall_start,
                              "alive": alive, "degraded": plan.degraded, "step_cost_s": cost.total})
+        with signals_held():
+            self.method.after_quiet_steps(self.step - 1)  # as after_step: a method's periodic work ending the run
         self.progress.update(self.step, None, clock.now, self.tokens_per_step, alive)
         self.end_of_boundary(evaluated=False)
 
@@ -418,6 +426,8 @@ class Experiment(Context):
                     with heap_frozen(not self.training.numerics):
                         self.train()
                     summary = self.summary("ok")
+                    if not self.cfg.method.get("variant"):
+                        check_goodput(summary.get("window"))  # credited work never exceeds the ideal
                     self.records.summary(summary)
                     self.records.close()
                 except BaseException as e:

@@ -159,6 +159,11 @@ class Method:
         """What `before_optimizer(plan, None)` and `after_step` do over `count` quiet steps
         (a method's step counters), in closed form."""
 
+    def after_quiet_steps(self, step: int) -> None:
+        """After a run of quiet steps ending with `step` is booked (its metrics row written), as
+        `after_step` after one step: a method whose `quiet_steps` includes the step of its own
+        periodic work (REFT's snapshot) does that work here. Default: nothing."""
+
     def summary(self) -> Dict[str, object]:
         return {}
 
@@ -330,8 +335,13 @@ class RollbackMethod(CheckpointedMethod):
 
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
-        self.on_survivors = cfg.restart_on == "survivors"
         self.running_without: List[int] = []  # restart_on=survivors: the workers the job restarted without
+        self.job_empty = False  # on the survivors, every worker is gone: nothing runs until one is back
+
+    @property
+    def on_survivors(self) -> bool:
+        """restart_on=survivors, or a node trace, which has no spares: the job restarts on the nodes there."""
+        return self.cfg.restart_on == "survivors" or on_a_node_trace(self.run)
 
     def begin_without(self, workers: List[int]) -> None:
         super().begin_without(workers)
@@ -343,12 +353,23 @@ class RollbackMethod(CheckpointedMethod):
 
     def on_failures(self, workers: List[int]) -> None:
         """One restart for failures at the same instant (charging one restart per worker would
-        bill a machine failure 8 times). Marked down at once: a job-wide fault is every worker."""
+        bill a machine failure 8 times). Marked down at once: a job-wide fault is every worker.
+        On the survivors with no worker left (a node trace that removed every node) nothing
+        restarts: the job waits for a node (`job_empty`) and restarts on it."""
         self.down.update(workers)
         self.admit_held_back(workers)  # the workers that came back join this restart
+        if self.on_survivors and len(self.down) >= self.n:
+            self.job_empty = True
+            self.running_without = sorted(self.down)
+            self.run.event("fatal", workers[0], {"reason": "no node is left: the job waits for one to be added"})
+            self.no_node_left()
+            return
         self.restart_after(workers)
         if self.on_survivors:
             self.running_without = sorted(self.down)
+
+    def no_node_left(self) -> None:
+        """Every worker is gone (on the survivors): what lived in their memory is lost."""
 
     def restart_after(self, workers: List[int]) -> None:
         """The job restarts after the failures of `workers`: from the latest checkpoint."""
@@ -358,10 +379,20 @@ class RollbackMethod(CheckpointedMethod):
         return self.on_survivors and worker in self.running_without
 
     def on_recover(self, worker: int) -> None:
+        self.on_recoveries([worker]) if self.job_empty else self._on_recover(worker)
+
+    def _on_recover(self, worker: int) -> None:
         if not self.hold_back(worker, {"down": self.running_without}):
             super().on_recover(worker)  # on spares: the job already runs on a replacement
 
     def on_recoveries(self, workers: List[int]) -> None:
+        if self.job_empty:  # no job runs: the nodes back now (and any that waited) start it, from disk
+            self.job_empty = False
+            self.down.difference_update(workers)
+            self.admit_held_back([])
+            self.running_without = sorted(self.down)
+            self.restart_from_checkpoint(workers[0], reason="fatal")
+            return
         if self.on_survivors or type(self).on_recover is not RollbackMethod.on_recover:
             return super().on_recoveries(workers)  # each may wait for the next restart
         self.down.difference_update(workers)  # on spares: at once (a job-wide fault is every worker)
@@ -393,6 +424,7 @@ class InPlaceMethod(CheckpointedMethod):
         super().__init__(cfg, run)
         self.replaced: set = set()  # failed workers a fatal restart replaced by spares
         self.without: set = set()  # node traces: slots a fatal restart left empty (no spare exists)
+        self.job_empty = False  # node traces: a fall-back found no node; the job restarts when one is back
         self.counts: Dict[str, int] = {"fatal": 0}
 
     def needs_workers(self) -> set:
@@ -409,19 +441,26 @@ class InPlaceMethod(CheckpointedMethod):
             return False
         self.without.discard(worker)
         super().on_recover(worker)
+        if self.job_empty:  # the first node back after every node was gone: the job restarts on it
+            self.job_empty = False
+            self.restart_from_checkpoint(worker, reason="fatal")
         return True
 
     def fall_back(self, worker: int, detail: Dict[str, object]) -> None:
-        """System-level recovery: log `fatal`, restart from the checkpoint with spares (or on the nodes there)."""
+        """System-level recovery: log `fatal`, restart from the checkpoint with spares (or on the
+        nodes there; with no node there, when the first one is back: `job_empty`)."""
         self.counts["fatal"] += 1
         self.run.event("fatal", worker, {"down": sorted(self.down), **detail})
-        if getattr(self.run.trace, "node_rows", None) and len(self.down) < self.n:
+        if on_a_node_trace(self.run):  # no spares: the slots left empty stay out of the plan
             self.without = set(self.down)
         else:
             self.replaced |= self.down
             self.down.clear()
             self.without.clear()
         self.after_fall_back()
+        if len(self.down) >= self.n:
+            self.job_empty = True
+            return
         self.restart_from_checkpoint(worker, reason="fatal")
 
     def after_fall_back(self) -> None:
@@ -439,6 +478,12 @@ class InPlaceMethod(CheckpointedMethod):
         if plan.notes.get("survivors"):
             return self.run.costs.spread_step(self.n, plan.n_computing)
         return super().step_cost(plan)
+
+
+def on_a_node_trace(run) -> bool:
+    """Whether the run replays a node trace (failure=nodes): no spare exists, a slot with no node
+    computes nothing."""
+    return bool(getattr(getattr(run, "trace", None), "node_rows", None))
 
 
 def admit_waiting(down: set, waiting: List[int], failed: List[int]) -> None:

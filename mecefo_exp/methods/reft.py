@@ -76,8 +76,15 @@ class Reft(RollbackMethod):
         super().after_step(step)  # the disk checkpoint, every `interval` steps
 
     def quiet_steps(self, plan, step_s: float) -> Optional[int]:
-        """Quiet until the next snapshot or disk checkpoint."""
-        return min(steps_before_multiple(plan.step, self.cfg.snapshot_every), super().quiet_steps(plan, step_s))
+        """Quiet until the next disk checkpoint; the next snapshot's step is included (booked with
+        the steps before it, the snapshot taken after them: `after_quiet_steps`), so a run pays one
+        loop pass per snapshot period, not two."""
+        to_snapshot = steps_before_multiple(plan.step, self.cfg.snapshot_every) + 1
+        return min(to_snapshot, super().quiet_steps(plan, step_s))
+
+    def after_quiet_steps(self, step: int) -> None:
+        if (step + 1) % self.cfg.snapshot_every == 0:  # the run of steps ended with a snapshot's step
+            self.take_snapshot(step + 1)
 
     def take_snapshot(self, step: int) -> None:
         """Snapshot the state before step `step` into the workers' memory; charge its visible part."""
@@ -154,6 +161,11 @@ class Reft(RollbackMethod):
         if self.store.latest_step() > self.run.step:  # setup() keeps disk steps a subset of snapshot steps
             raise RuntimeError(f"disk checkpoint of step {self.store.latest_step()} is ahead of step {self.run.step}")
         self.restart_from_checkpoint(worker, reason="fatal")
+
+    def no_node_left(self) -> None:
+        """The snapshot lived in the memory of workers that are all gone: the next start is from disk."""
+        self.snapshot, self.heal_pending = None, False
+        self.counts["fatal"] += 1
 
     def plan(self, step: int):
         if self.heal_pending and self.snapshot is not None:
