@@ -116,3 +116,27 @@ def test_python_m_analysis_refuses_a_summary_that_is_not_a_bounded_file(tmp_path
     table = pd.read_csv(tmp_path / "out" / "runs.csv")
     assert list(table["status"]) == ["unreadable"]
     assert {"fifo": "FIFO", "dev_zero": "character device", "sparse": "larger than"}[kind] in table["error"][0]
+
+
+# ------------------------------------------------------------------------ failure traces
+LIMIT_AS = 1536 * 1024 ** 2  # reading a 2 GB trace whole needs more than this; refusing it, far less
+
+
+@pytest.mark.parametrize("kind, header", [("trace", "time,worker,event\n"), ("nodes", "")])
+def test_a_2_gb_failure_trace_is_refused_in_one_line_before_it_is_read(tmp_path, kind, header):
+    """A sparse 2 GB trace (one line of gigabytes) under a 1.5 GB address-space limit: one line, exit 2."""
+    import resource
+
+    path = tmp_path / "trace.csv"
+    path.write_text(header + "1,0,fail\n" if kind == "trace" else "0,add,node1\n")
+    with open(path, "r+b") as f:
+        f.truncate(2 * 1024 ** 3)
+    limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (LIMIT_AS, LIMIT_AS))
+    code = ("import sys; from conftest import compose_cfg, MICRO; from mecefo_exp.config import validate, ConfigError\n"
+            f"try:\n    validate(compose_cfg([*MICRO, 'failure={kind}', 'failure.path={path}']))\n"
+            "except ConfigError as e:\n    print(e); sys.exit(2)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "tests", capture_output=True, text=True,
+                         timeout=120, preexec_fn=limit)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert out.stdout.strip() == (f"failure.path={path}: 2.0 GB (2,147,483,648 bytes), larger than the 32.0 MB "
+                                  "allowed for this file")

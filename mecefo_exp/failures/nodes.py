@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Set, Tuple
 
+from ..bounded_read import MAX_TRACE_FILE_BYTES, InputRefused, open_bounded
 from .base import TimeBase, setting
 from .events import FAIL, RECOVER, FailureEvent, TraceError
 from .trace import Trace
@@ -51,8 +52,10 @@ def parse_rows(path: str, unit_s: float = 1e-3) -> List[Tuple[int, float, str, s
     if not p.is_file():
         raise TraceError(f"failure.path={path}: no such file" if not p.exists() else f"failure.path={path}: not a regular file")
     try:
-        with open(p, newline="", encoding="utf-8-sig") as f:
+        with open_bounded(p, MAX_TRACE_FILE_BYTES, "failure.path=", newline="", encoding="utf-8-sig") as f:
             rows = [(n, r) for n, r in enumerate(csv.reader(f), start=1) if r and any(c.strip() for c in r)]
+    except InputRefused as e:  # bounded before a byte is read (a sparse file of gigabytes)
+        raise TraceError(str(e)) from None
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise TraceError(f"failure.path={path}: cannot be read as a CSV of t_ms,add|remove,name ({e})") from None
     if not rows:

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import List, Optional
 
+from ..bounded_read import MAX_TRACE_FILE_BYTES, InputRefused, open_bounded
 from .base import TimeBase
 from .classes import CLASSES
 from .events import FAIL, JOB, RECOVER, FailureEvent, TraceError
@@ -46,8 +47,11 @@ def read_trace_csv(path: str, n_workers: int, unit_s: float) -> List[FailureEven
         raise TraceError(f"failure.path={path}: not a regular file")
     events, alive, last_t, job_open = [], [True] * n_workers, 0.0, None
     try:
-        with open(p, newline="", encoding="utf-8-sig") as f:  # -sig: a BOM some editors write is not data
+        # bounded before a byte is read (a sparse file of gigabytes); -sig: a BOM some editors write is not data
+        with open_bounded(p, MAX_TRACE_FILE_BYTES, "failure.path=", newline="", encoding="utf-8-sig") as f:
             rows = list(csv.reader(f))
+    except InputRefused as e:
+        raise TraceError(str(e)) from None
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise TraceError(f"failure.path={path}: cannot be read as a CSV text file of time,worker,event ({e})") from None
     if not rows:
