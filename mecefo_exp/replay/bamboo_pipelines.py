@@ -60,6 +60,7 @@ class BambooPipelines(Bamboo):
         if self.stages:
             self.counts.update(spares_lost=0)
             self.fallback_step: Optional[int] = None  # the step in flight when the fallback slowdown began
+            self.slowed_from: Optional[Tuple[int, float]] = None  # (step, its seconds done unslowed) slowed in flight
             self.node_order: List[int] = list(options["node_order"] or range(self.n))
             self._form_pipelines(self.start_order)
 
@@ -192,7 +193,14 @@ class BambooPipelines(Bamboo):
         cost = costs.step(plan, helpers={slowed: ()} if slowed else None, slots=self.table_nodes)
         if not (self.credit and self.credit[0] == plan.step):
             return cost
-        return costs.rest_of_step(cost, self.credit[1], slowed if self.fallback_step == plan.step else None)
+        done, in_flight = self.credit[1], (slowed if self.fallback_step == plan.step else None)
+        if in_flight is not None:
+            if self.slowed_from is None or self.slowed_from[0] != plan.step:
+                self.slowed_from = (plan.step, done)  # the seconds it had run unslowed when the slowdown began
+            else:  # interrupted again while slowed: the seconds since ran slowed, and its end stays (B:1100-1104)
+                start = self.slowed_from[1]
+                done = start + (done - start) / (self.cfg.fallback_slowdown or 2.0)
+        return costs.rest_of_step(cost, done, in_flight)
 
     def plan(self, step: int) -> Plan:
         return self._pipeline_plan(step) if self.stages else super().plan(step)
