@@ -185,6 +185,10 @@ class ArtifactRestarts(RendezvousTimeouts):
         self.run.clock.charge("lost_work", elapsed)  # the step in flight is lost
         self.carry = None
         self.fire_due()
+        # stopped, with timeouts a stall (a checkpoint write) passed still pending: each in turn, now (the loop,
+        # waiting for the next event, would not come back for them)
+        while self.stopped and self.timeouts and min(self.timeouts)[0] < self.run.clock.now - 1e-9:
+            self.fire_due()
 
     def found_no_rendezvous(self, due: float, kind: str) -> None:
         if not self.stopped:  # stopped already: it stays so (V:1299-1300)
