@@ -8,11 +8,18 @@ The overrides are the command line's (`python run.py ...`), run numerics-free (a
 them is checked and then replaced by each method in turn). Each method runs
 `--seeds` times (the same seed is the same failure trace for every method) for 20 mean times between
 failures, between 2 h and 7 days of failure-free steps, at most 200,000 steps (fewer if the config asks
-for fewer); under field failures (failure=llama3_taxonomy) the in-place methods' fall-back checkpoints
-are Young's interval for the whole-job faults, as in analysis/decision_map.py. Printed: each method's
-effective training time (failure-free time of the steps done / simulated time), mean and 95% interval
-over seeds, ranked, and the checkpoint interval Young (1974) and Daly (2006) choose for
-checkpoint-restart.
+for fewer); under field failures (failure=llama3_taxonomy) the fall-back checkpoints of the methods
+that do not absorb a whole-job fault are Daly's interval for those faults, as in
+analysis/decision_map.py. On Llama 3's cluster (a config whose failure model is `llama3`, the per-GPU
+rate alone) advise uses the decision map's model, `failure=llama3_taxonomy` (the same rate, by cause,
+whole-job faults included), unless the command line names a failure model.
+
+Printed: the failure model and the assumptions it rests on (analysis/assumptions.py: what each
+whole-job cause destroys, repair, detection, the checkpoint write), each method's effective training
+time (failure-free time of the steps done / simulated time), mean and 95% interval over seeds, ranked,
+a robustness line (the two best methods, seed 0, under each assumption's alternatives: the value at
+which the runner-up is ahead, or none in range; --no-robustness skips it), and the checkpoint interval
+Young (1974) and Daly (2006) choose for checkpoint-restart.
 """
 
 from __future__ import annotations
@@ -23,8 +30,9 @@ import sys
 import time
 from typing import Dict, List
 
+from . import assumptions
 from . import closed_forms as cf
-from .simulate import METHODS, compose, effective_time, mean_interval, run_all
+from .simulate import METHODS, compose, effective_time, fallback_overrides, mean_interval, run_all
 
 MIN_RUN_S, MAX_RUN_S, MAX_STEPS, MTBF_MULTIPLE = 2 * 3600.0, 7 * 86400.0, 200_000, 20
 
@@ -65,15 +73,38 @@ def plan(p: Dict, seeds: int) -> Dict[str, List[List[str]]]:
     if cfg.failure.kind == "field":
         from mecefo_exp.failures import field as fields
 
-        job_s = mtbf_s / fields.job_share()
-        fallback = max(1, min(steps, round(math.sqrt(2 * p["write_s"] * job_s) / step_s)))
-        own = {m: [f"method.checkpoint_interval={fallback}"] for m in ("reft", "bamboo", "oobleck", "mecefo")}
+        own = fallback_overrides(p["write_s"], mtbf_s / fields.job_share(), step_s, steps)
     return {m: [common + [f"method={m}"] + own.get(m, []) + [f"seed={s}"] for s in range(seeds)] for m in METHODS}
 
 
-def advise(overrides: List[str], seeds: int = 3, processes: int = 2) -> Dict:
+def robustness(assumed, results: List[Dict], jobs: Dict[str, List[List[str]]], overrides: List[str],
+               processes: int) -> Dict:
+    """The winner against the runner-up (seed 0) under each assumption's alternatives: per assumption,
+    the first alternative value at which the runner-up is ahead, or None."""
+    winner, second = results[0]["method"], results[1]["method"]
+    base = {m: overrides + jobs[m][0] for m in (winner, second)}
+    tried = assumptions.alternative_jobs(assumed, base)
+    summaries = run_all([t["overrides"] for t in tried], processes=processes)
+    effective = {(t["key"], str(t["value"]), t["method"]): effective_time(s) for t, s in zip(tried, summaries)}
+    flips = {}
+    for a in assumed:
+        flips[a.key] = next((v for v in a.alternatives
+                             if effective[(a.key, str(v), second)] > effective[(a.key, str(v), winner)]), None)
+    return {"winner": winner, "second": second, "flips": flips, "effective": effective}
+
+
+def with_the_maps_failure_model(overrides: List[str]) -> List[str]:
+    """Llama 3's per-GPU rate (failure=llama3) becomes the decision map's model of the same rate by
+    cause, unless the command line chose the failure model itself."""
+    if any(o.split("=", 1)[0].lstrip("+") == "failure" for o in overrides):
+        return list(overrides)
+    cfg = compose(overrides + ["trainer.numerics=false"])  # the user's config as given: a bad one stops here
+    return list(overrides) + (["failure=llama3_taxonomy"] if cfg.failure.name == "llama3" else [])
+
+
+def advise(overrides: List[str], seeds: int = 3, processes: int = 2, robust_check: bool = True) -> Dict:
     start = time.perf_counter()
-    compose(overrides + ["trainer.numerics=false"])  # the user's config as given: a bad one stops here
+    overrides = with_the_maps_failure_model(overrides)
     p = probe(overrides)
     jobs = plan(p, seeds)
     par = p["cfg"].parallel  # Bamboo's shadow is the previous pipeline stage: none in a TP-only layout
@@ -97,7 +128,10 @@ def advise(overrides: List[str], seeds: int = 3, processes: int = 2) -> Dict:
                         "steps": mine[0].get("max_steps")})
     results.sort(key=lambda r: -r["effective"] if r["effective"] == r["effective"] else math.inf)
     C, M = p["write_s"], p["mtbf_s"]
+    assumed = assumptions.stated(p["cfg"])
+    robust = robustness(assumed, results, jobs, overrides, processes) if robust_check and len(results) > 1 else None
     return {"results": results, "step_s": p["step_s"], "write_s": C, "mtbf_s": M,
+            "failure": assumptions.describe_failure(p["cfg"]), "assumptions": assumed, "robustness": robust,
             "young_s": cf.young_interval(C, M) if math.isfinite(M) else math.inf,
             "daly_s": cf.daly_interval(C, M) if math.isfinite(M) else math.inf,
             "seconds": time.perf_counter() - start}
@@ -105,7 +139,10 @@ def advise(overrides: List[str], seeds: int = 3, processes: int = 2) -> Dict:
 
 def report(a: Dict, seeds: int) -> str:
     steps = a["results"][0]["steps"]
-    lines = [f"failure-free step {a['step_s']:.4g} s; checkpoint write C = {a['write_s']:.4g} s; "
+    lines = [f"failure model: {a['failure']}", "assumptions (the config key; advise ... <key>=<value> to change one):"]
+    lines += [f"  {x.key} = {x.value}: {x.meaning}" for x in a["assumptions"]]
+    lines += ["",
+             f"failure-free step {a['step_s']:.4g} s; checkpoint write C = {a['write_s']:.4g} s; "
              f"mean time between failures M = {a['mtbf_s'] / 3600:.4g} h; each run {steps} steps "
              f"({steps * a['step_s'] / 3600:.3g} h failure-free), {seeds} seeds",
              "",
@@ -116,6 +153,14 @@ def report(a: Dict, seeds: int) -> str:
         lines.append(f"{i:<5}{r['method']:<12}{eff:>26}{str(r['interval'] or '-'):>18}{r['rollbacks']:>11.1f}")
         if r["errors"]:
             lines.append(f"     {r['method']}: {r['errors'][0]}")
+    rb = a.get("robustness")
+    if rb:
+        lines += ["", f"robustness: {rb['winner']} against {rb['second']} (seed 0) under each assumption's alternatives"]
+        for x in a["assumptions"]:
+            flip = rb["flips"][x.key]
+            tried = ", ".join(str(v) for v in x.alternatives)
+            lines.append(f"  {x.key}: " + (f"{rb['second']} ahead at {x.key}={flip}" if flip is not None
+                                           else f"none in range ({tried})"))
     if math.isfinite(a["young_s"]):
         lines += ["", f"checkpoint-restart interval: Young sqrt(2 C M) = {a['young_s']:.4g} s "
                       f"({a['young_s'] / a['step_s']:.1f} steps); Daly's higher order {a['daly_s']:.4g} s "
@@ -129,6 +174,8 @@ def main(argv=None) -> int:
     ap.add_argument("overrides", nargs="*", help="Hydra overrides, as for python run.py")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument("--no-robustness", action="store_true",
+                    help="skip the robustness line (the two best methods under each assumption's alternatives)")
     args = ap.parse_args(argv)
     if args.seeds < 1 or args.processes < 1:
         print("advise: --seeds and --processes must be >= 1", file=sys.stderr)
@@ -136,7 +183,7 @@ def main(argv=None) -> int:
     from mecefo_exp.config.schema import ConfigError
 
     try:
-        a = advise(args.overrides, args.seeds, args.processes)
+        a = advise(args.overrides, args.seeds, args.processes, robust_check=not args.no_robustness)
     except ConfigError as e:
         print(f"advise: {e}", file=sys.stderr)
         return 2

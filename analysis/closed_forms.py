@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from typing import Dict, List
 
+from mecefo_exp.methods.intervals import daly_interval, young_interval  # noqa: F401 (one formula, the methods')
+
 
 def first_order(C: float, R: float, M: float, T: float) -> float:
     return 1.0 - C / T - (T / 2.0 + R) / M
@@ -27,16 +29,6 @@ def first_order(C: float, R: float, M: float, T: float) -> float:
 
 def daly(C: float, R: float, M: float, T: float) -> float:
     return T / (M * math.exp(R / M) * math.expm1((T + C) / M))
-
-
-def young_interval(C: float, M: float) -> float:
-    return math.sqrt(2.0 * C * M)
-
-
-def daly_interval(C: float, M: float) -> float:
-    if C >= 2.0 * M:
-        return M
-    return math.sqrt(2.0 * C * M) * (1.0 + math.sqrt(C / (2.0 * M)) / 3.0 + C / (18.0 * M)) - C
 
 
 def down_probability(lam: float, D: float) -> float:

@@ -13,10 +13,14 @@ runs, per method and seed (the same seed is the same trace for every method):
 - sizes: 4 per model, 64 to 65,536 GPUs (`MODELS`); a whole-job fault is one job-wide event in the
   trace and the record (not one per GPU), so a run's cost follows its events, not its GPUs;
 - methods: every method of the registry (analysis/simulate.py `METHODS`);
-- fall-back checkpoints (MeCeFO, Bamboo, Oobleck, REFT's disk): Young's sqrt(2 C M) with M the mean
-  time between whole-job faults, which none of them absorbs (their `auto` counts only independent
-  failures); checkpoint-restart keeps `auto` (every interruption); REFT snapshots and BAFT
-  checkpoints every max(5 steps, 30 s) (an assumption that keeps the event count bounded).
+- fall-back checkpoints (MeCeFO, Bamboo, Oobleck, REFT's disk, JIT's periodic one): Daly's interval
+  with M the mean time between whole-job faults, which their own mechanisms do not all absorb (their
+  `auto` counts only independent failures; simulate.fallback_overrides); checkpoint-restart keeps
+  `auto` (Daly's, every interruption); REFT snapshots and BAFT checkpoints every max(5 steps, 30 s)
+  (an assumption that keeps the event count bounded);
+- what a whole-job fault destroys is the failure config's (`failure.job_faults`: a software bug or
+  dependency crashes every process, an NCCL watchdog timeout is a hang; failures/classes.py), and
+  a failure inside a synchronous checkpoint write cuts it (`method.checkpoint_write`).
 
 Written under --out: tables/decision_map_runs.csv (every run), tables/decision_map.csv (per cell and
 method: mean effective training time and 95% interval over seeds), tables/decision_map.md (winner,
@@ -35,7 +39,7 @@ from typing import Dict, List
 
 import pandas as pd
 
-from .simulate import METHODS, effective_time, mean_interval, run_all
+from .simulate import METHODS, effective_time, fallback_overrides, mean_interval, run_all
 
 LLAMA3_EVERY_H = 54 * 24 / 419
 MODELS = {
@@ -72,13 +76,13 @@ def cell_overrides(cell: Dict, probe: Dict) -> Dict[str, List[str]]:
     job_mtbf_s = mtbf_s / ff.job_share()
     run_s = min(MAX_RUN_S, max(MIN_RUN_S, MTBF_MULTIPLE * mtbf_s))
     steps = max(50, min(MAX_STEPS, round(run_s / step_s)))
-    fallback = max(1, min(steps, round(math.sqrt(2 * write_s * job_mtbf_s) / step_s)))
+    fallback = fallback_overrides(write_s, job_mtbf_s, step_s, steps)
     every = max(5, math.ceil(30.0 / step_s))
     common = ["experiment=decision_map", *MODELS[cell["model"]]["overrides"], f"cluster.n_workers={cell['gpus']}",
               f"failure.every_h={every_h!r}", f"failure.replace_s={cell['repair_s']}", f"trainer.max_steps={steps}"]
-    own = {"checkpoint": [], "jit": [], "baft": [f"method.checkpoint_every={every}"],
-           "reft": [f"method.snapshot_every={every}", f"method.checkpoint_interval={fallback}"]}
-    return {m: common + [f"method={m}"] + own.get(m, [f"method.checkpoint_interval={fallback}"]) for m in METHODS}
+    own = {**fallback, "checkpoint": [], "baft": [f"method.checkpoint_every={every}"],
+           "reft": [f"method.snapshot_every={every}", *fallback["reft"]]}
+    return {m: common + [f"method={m}"] + own[m] for m in METHODS}
 
 
 def probe(model: str, gpus: int) -> Dict:

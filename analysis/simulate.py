@@ -126,3 +126,14 @@ def mean_interval(values: Sequence[float]):
 
     mean, half, _ = mean_ci(list(values))
     return mean, half
+
+
+def fallback_overrides(write_s: float, job_mtbf_s: float, step_s: float, steps: int) -> Dict[str, List[str]]:
+    """The fall-back checkpoints of the methods whose own mechanism does not absorb a whole-job fault
+    (MeCeFO, Bamboo, Oobleck, REFT's disk, JIT's optional periodic one): Daly's optimum interval with
+    M the mean time between whole-job faults. Checkpoint-restart and BAFT keep their own intervals."""
+    from mecefo_exp.methods.intervals import daly_interval
+
+    every = max(1, min(steps, round(daly_interval(write_s, job_mtbf_s) / step_s)))
+    return {**{m: [f"method.checkpoint_interval={every}"] for m in ("reft", "bamboo", "oobleck", "mecefo")},
+            "jit": [f"method.fallback_every={every}"]}

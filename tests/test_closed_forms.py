@@ -19,14 +19,14 @@ def profile(tmp_path_factory):
 
 @pytest.mark.parametrize("k", [60, 200])
 def test_checkpoint_restart_across_the_range(profile, k):
-    """T from 0.67 s to 2.2 s at M = 10 s: the simulation is the higher-order form to the Monte Carlo
-    interval; the first-order form is far off here."""
+    """T from 0.67 s to 2.2 s at M = 10 s: the simulation is Daly's higher-order form as published (a
+    failure inside a write cuts it) to the Monte Carlo interval; the first-order form is far off here."""
     ok, detail = checkpoint_restart_agrees(profile, k)
     assert ok, detail
     C, R, M = 0.2, 1.0, 10.0
-    # Daly's own form books a failure during a write as losing the segment: below, by about C/M
-    mean, _, harness, daly = detail
-    assert daly < harness < daly + 0.02 and cf.first_order(C, R, M, k * 0.01122) < daly
+    # an asynchronous write, whose checkpoint stands through a failure, is above Daly by about C/M
+    mean, _, daly, asynchronous = detail
+    assert daly < asynchronous < daly + 0.02 and cf.first_order(C, R, M, k * 0.01122) < daly
 
 
 def test_checkpoint_restart_first_order_where_t_is_small(profile):
@@ -142,3 +142,14 @@ def test_failure_counts_and_time_with_k_down_are_the_renewal_expectations():
     p = cf.down_probability(1 / 19.0, 1.0)
     for k, prob in enumerate(cf.binomial_down(U, p, 4)):
         assert time_at[k] / run_s == pytest.approx(prob, abs=0.02), (k, time_at, prob)
+
+
+@pytest.mark.parametrize("mtbf_min, expected_min", [(24 * 60, 117.0), (6 * 60, 57.0), (15, 9.1)])
+def test_the_auto_interval_is_dalys_with_his_worked_examples(mtbf_min, expected_min):
+    """Daly (2006), worked examples with a 5-minute write (and a 10-minute restart, which his
+    optimum does not depend on): 117 min at M = 24 h, 57 min at 6 h, 9.1 min at 15 min."""
+    from mecefo_exp.methods.intervals import daly_interval, young_interval
+
+    tau = daly_interval(5.0, mtbf_min)
+    assert tau == pytest.approx(expected_min, abs=0.5 if expected_min > 10 else 0.05)  # his rounding
+    assert abs(tau - expected_min) < abs(young_interval(5.0, mtbf_min) - expected_min)  # Young's is further off

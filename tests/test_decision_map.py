@@ -6,6 +6,8 @@ import time
 import pandas as pd
 import pytest
 
+from mecefo_exp.methods.intervals import daly_interval
+
 from analysis import advise, decision_map as dm
 
 
@@ -41,7 +43,8 @@ def test_each_cell_scales_its_run_and_fall_back_to_its_failures():
     assert steps * 7.0 == pytest.approx(10 * 54 * 86400 / 419, rel=1e-3)
     fallback = int(next(o for o in over["mecefo"] if o.startswith("method.checkpoint_interval=")).split("=")[1])
     job_mtbf = 54 * 86400 / 63
-    assert fallback == round(math.sqrt(2 * 3.0 * job_mtbf) / 7.0)
+    assert fallback == round(daly_interval(3.0, job_mtbf) / 7.0)  # Daly's optimum for the whole-job faults
+    assert f"method.fallback_every={fallback}" in over["jit"]
     assert not any("interval" in o for o in over["checkpoint"])
     small = dm.cell_overrides({**cell, "gpus": 256}, probe)
     steps = int(next(o for o in small["reft"] if o.startswith("trainer.max_steps=")).split("=")[1])
@@ -74,4 +77,12 @@ def test_advise_answers_for_llama3_in_under_30_s():
     assert time.perf_counter() - start < 30
     assert sorted(r["method"] for r in a["results"]) == sorted(dm.METHODS)
     assert all(r["effective"] > 0.9 for r in a["results"])
+    # the decision map's failure model, its assumptions stated, and what would change the winner
+    assert a["failure"].startswith("failure=llama3_taxonomy")
+    keys = [x.key for x in a["assumptions"]]
+    assert {"failure.job_faults.Dependency", "failure.job_faults.Unknown", "failure.replace_s",
+            "cluster.collective_timeout_s", "method.checkpoint_write"} <= set(keys)
+    assert a["robustness"]["winner"] == a["results"][0]["method"] and set(a["robustness"]["flips"]) == set(keys)
+    text = advise.report(a, 3)
+    assert "failure model: failure=llama3_taxonomy" in text and "robustness:" in text
     assert a["young_s"] / a["step_s"] == pytest.approx(32, abs=1)  # what checkpoint-restart's auto chose

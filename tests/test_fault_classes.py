@@ -101,3 +101,27 @@ def test_a_job_fault_class_names_a_whole_job_category_and_a_class(tmp_path):
     assert "not a whole-job category" in check_failure(f, 64)
     f = compose_cfg(["failure=llama3_taxonomy", "failure.job_faults.Unknown=hang"]).failure
     assert "allowed: unit, processes, progress, all_but_storage" in check_failure(f, 64)
+
+
+def test_a_failure_inside_a_synchronous_write_cuts_it_and_the_checkpoint_does_not_stand(run_exp, tmp_path):
+    """Daly's model: the write a failure falls into is lost with it. With checkpoint_write=async
+    (copied to memory at once, persisted behind training) the checkpoint stands."""
+    clean, clean_dir = run_exp("method=checkpoint", "method.interval=4", "failure=none", "trainer.numerics=false",
+                               "cluster.scale_stalls=false")
+    write = next(r for r in read_jsonl(clean_dir / "events.jsonl") if r["kind"] == "checkpoint"
+                 and r["detail"]["step"] == 4)
+    began = write["sim_time_s"] - write["detail"]["cost_s"]
+    inside = began + write["detail"]["cost_s"] / 2
+    trace = tmp_path / "inside_the_write.csv"
+    trace.write_text(f"time,worker,event\n{inside!r},1,fail\n{inside + 1.0!r},1,recover\n")
+    runs = {}
+    for mode in ("sync", "async"):
+        runs[mode] = run_exp("method=checkpoint", "method.interval=4", "failure=trace", "failure.unit=seconds",
+                             f"failure.path={trace}", "trainer.numerics=false", "cluster.scale_stalls=false",
+                             f"method.checkpoint_write={mode}")
+    (sync, sync_dir), (lazy, lazy_dir) = runs["sync"], runs["async"]
+    assert sync["checkpoint_writes_cut"] == 1 and restarts(sync_dir)[0]["from_step"] == 0
+    assert lazy["checkpoint_writes_cut"] == 0 and restarts(lazy_dir)[0]["from_step"] == 4
+    cut = next(r for r in read_jsonl(sync_dir / "events.jsonl") if r["kind"] == "checkpoint" and r["detail"].get("cut"))
+    assert cut["sim_time_s"] == pytest.approx(inside)  # the failure is handled at its own time
+    assert sync["lost_steps"] > lazy["lost_steps"] and sync["status"] == lazy["status"] == "ok"

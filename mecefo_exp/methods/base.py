@@ -24,6 +24,7 @@ from .run_context import RunContext, run_context_members  # noqa: F401  (what a 
 from ..timing.clock import StepCost
 from ..plan import NORMAL, FailureFreePlan, Mode, Plan, resplit_plan  # noqa: F401  (methods import it from here)
 from .checkpointing import CheckpointStore, store_of_run
+from .intervals import daly_interval
 
 
 class Method:
@@ -197,6 +198,10 @@ class CheckpointedConfig(MethodConfig):
     # seconds of a job restart from the checkpoint (None: cluster.detection_s + cluster.restart_s)
     restart_s: Optional[float] = field(default=None, metadata=at_least(0, "seconds (null: the cluster's)"))
     charge_initial_checkpoint: bool = True  # false: the step-0 state (the seeded initialisation) costs no write
+    # sync: a failure during a checkpoint's write cuts it, the checkpoint does not stand (Daly's
+    # model) | async: the state is copied to memory at once and persisted behind training, so a
+    # failure during the persist leaves the checkpoint standing
+    checkpoint_write: str = field(default="sync", metadata=choices("sync", "async"))
 
 
 @dataclass
@@ -225,12 +230,13 @@ class CheckpointedMethod(Method):
         self.interval = 0
         self.checkpoint_due = False  # a checkpoint after the first step of a restart (checkpoint_after_restart)
         self.last_write = (0, 0.0, 0.0)
+        self.writes_cut = 0  # checkpoint writes a failure cut (checkpoint_write=sync)
 
     def setup(self) -> None:
         self.interval = self.resolve_interval(self.cfg[self.interval_key])
 
     def resolve_interval(self, value) -> int:
-        """Young/Daly: tau* = sqrt(2 * C * M), C = checkpoint write time, M = the mean time
+        """Daly's higher-order optimum (intervals.py), C = checkpoint write time, M = the mean time
         between the failures that need this checkpoint (cluster MTBF / rollback_share)."""
         if value != "auto":
             return int(value)
@@ -240,7 +246,7 @@ class CheckpointedMethod(Method):
         step_s = self.run.costs.failure_free_step(self.n).total
         if not math.isfinite(mtbf_s):
             return self.run.max_steps  # no rollback expected: only the initial checkpoint
-        return max(1, min(self.run.max_steps, round(math.sqrt(2 * write_s * mtbf_s) / step_s)))
+        return max(1, min(self.run.max_steps, round(daly_interval(write_s, mtbf_s) / step_s)))
 
     def rollback_share(self, p_down: float) -> float:
         """Share of failures that roll back to the disk checkpoint, given the probability
@@ -270,12 +276,28 @@ class CheckpointedMethod(Method):
         """
         cost = self.run.costs.storage_write_s() if charge_s is None else charge_s
         self.last_write = (step, self.run.clock.now, cost)  # which checkpoint, when its write began, how long
+        if step > 0 and self.write_cut_by_failure(step, cost):
+            return
         if step > 0:
             self.run.clock.add_to_step(step - 1, "ft_overhead", cost)
         else:
             self.run.clock.charge("ft_overhead", cost)
         self.store.save(step)
         self.run.event("checkpoint", detail={"step": step, "cost_s": cost})
+
+    def write_cut_by_failure(self, step: int, cost: float) -> bool:
+        """A synchronous write that a failure falls inside is cut: the time up to the failure is
+        spent (on the step it follows, so a rollback past it makes it lost work), nothing is saved,
+        and the failure is handled at its own time. A replay of another simulator (method.variant)
+        keeps that simulator's checkpoint rules."""
+        now, t_fail = self.run.clock.now, self.run.trace.next_failure_time()
+        if self.cfg.checkpoint_write != "sync" or self.cfg.get("variant") or t_fail is None \
+                or not now <= t_fail < now + cost:
+            return False
+        self.run.clock.add_to_step(step - 1, "ft_overhead", t_fail - now)
+        self.writes_cut += 1
+        self.run.event("checkpoint", detail={"step": step, "cost_s": t_fail - now, "cut": True})
+        return True
 
     def after_step(self, step: int) -> None:
         if (step + 1) % self.interval == 0 or self.checkpoint_due:
@@ -287,7 +309,7 @@ class CheckpointedMethod(Method):
         return 0 if self.checkpoint_due else steps_before_multiple(plan.step, self.interval)
 
     def summary(self) -> Dict[str, object]:
-        return {"checkpoint_interval": self.interval}
+        return {"checkpoint_interval": self.interval, "checkpoint_writes_cut": self.writes_cut}
 
     # ---- when a recovered worker rejoins: at once, or at the next restart or re-formation
     def joins_later(self, worker: int) -> bool:
