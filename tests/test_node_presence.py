@@ -102,3 +102,16 @@ def test_ideal_of_an_empty_cluster_is_zero(tmp_path, all_removed):
     start, end = w["train_start_s"], w["last_step_end_s"]
     expected = 40 * (10 - start) + 30 * 2 + 20 * 2 + 10 * 2 + 10 * (end - 31)
     assert w["ideal_samples"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_job_that_starts_with_empty_slots_computes_on_the_nodes_there(tmp_path, method):
+    """One node of four slots at the start, each replaced at the instant it is removed, two gaps:
+    no method computes on the empty slots from the first step on (MeCeFO planned all four until its
+    first membership event; the invariant ends such a run failed)."""
+    path = tmp_path / "near.csv"
+    path.write_text("0,add,node1\n5000,remove,node1\n5000,add,node2\n9000,remove,node2\n20000,add,node3\n"
+                    "20000,remove,node3\n25000,add,node4\n60000,add,node5\n")
+    summary, run_dir = run(tmp_path, path, f"method={method}")
+    assert summary["status"] == "ok" and summary["steps"] > 0
+    assert all(row["alive"] <= 1 for row in rows(run_dir))

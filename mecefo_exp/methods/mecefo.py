@@ -171,8 +171,26 @@ class Mecefo(InPlaceMethod):
 
     # ------------------------------------------------------------ membership
     def begin_without(self, workers: List[int]) -> None:
+        """Slots empty when the job starts (a node trace) are covered from the first step, as failed
+        workers are; when the ring cannot cover them all, the job starts on the nodes there, the
+        empty slots' micro-batches re-split over them (`without`), as after a fall-back."""
         super().begin_without(workers)
-        self.uncovered.update(workers)  # covered at the first membership event, as any uncovered worker
+        if self._ring_covers(self.down):
+            self.uncovered.update(workers)
+            self._assign()
+        else:
+            self.without = set(self.down)
+
+    def _ring_covers(self, down) -> bool:
+        """Whether `_assign` would find a neighbour for every worker of `down` (no fall-back)."""
+        taken: set = set()
+        for failed in sorted(down):
+            ring = neighbors_on_ring(failed, self.n, self.run.placement)
+            nb = next((k for k in ring if k not in down and k not in taken), None)
+            if nb is None:
+                return False
+            taken.add(nb)
+        return True
 
     def on_failure(self, worker: int) -> None:
         super().on_failure(worker)
