@@ -153,3 +153,64 @@ def test_no_eligible_neighbor_falls_back_to_rollback(run_exp, fixed_profile, tmp
     kinds = [e["kind"] for e in read_jsonl(run_dir / "events.jsonl")]
     assert "neighbor" in kinds and "fatal" in kinds and "rollback" in kinds
     assert summary["fatal"] == 1 and summary["rollbacks"] == 1 and summary["status"] == "ok"
+
+
+# ------------------------------------------------------------ the SVD refresh: full or randomized
+def _decaying(m, n, seed=0):
+    """A W (m x n) with a geometrically decaying spectrum, and its true right singular vectors."""
+    g = torch.Generator().manual_seed(seed)
+    u, _ = torch.linalg.qr(torch.randn(m, n, generator=g))
+    v, _ = torch.linalg.qr(torch.randn(n, n, generator=g))
+    s = 0.9 ** torch.arange(n, dtype=torch.float32)
+    return u @ torch.diag(s) @ v.t(), v
+
+
+def test_randomized_right_singular_vectors_span_the_full_svds_subspace():
+    w, _ = _decaying(96, 64)
+    full = top_right_singular_vectors(w, 8, "full")
+    rand = top_right_singular_vectors(w, 8, "randomized", oversample=8, power_iters=2, seed=3)
+    assert rand.shape == full.shape == (64, 8)
+    assert torch.allclose(rand.t() @ rand, torch.eye(8), atol=1e-5)  # orthonormal
+    cos = torch.linalg.svdvals(full.t() @ rand)  # cosines of the principal angles
+    assert cos.min() > 0.999, cos
+
+
+def test_a_randomized_refresh_is_reproducible_and_leaves_the_training_rng_alone():
+    w, _ = _decaying(96, 64)
+    state = torch.get_rng_state()
+    a = top_right_singular_vectors(w, 8, "randomized", seed=5)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(a, top_right_singular_vectors(w, 8, "randomized", seed=5))
+    # a sketch as wide as W's smaller side: the exact full SVD is used
+    assert torch.equal(top_right_singular_vectors(w, 60, "randomized"), top_right_singular_vectors(w, 60, "full"))
+
+
+def test_the_refresh_flop_formulas():
+    from mecefo_exp.projections import full_svd_flops, randomized_svd_flops
+
+    m, n, r = 11008, 4096, 64  # a 7B FFN weight at rank 64
+    full, rand = full_svd_flops(m, n), randomized_svd_flops(m, n, r, 8, 2)
+    assert full == 4 * m * n * n + 8 * n ** 3 and full_svd_flops(n, m) == full
+    gemms = 2 * m * n * (r + 8) * 6
+    assert gemms < rand < 1.1 * gemms  # GEMM work, almost all of it
+    assert rand < full / 30  # 40 against 1,288 GFLOP
+    assert randomized_svd_flops(96, 64, 60, 8, 2) == full_svd_flops(96, 64)  # the fall-back to the full SVD
+
+
+def test_a_randomized_refresh_is_its_own_kernel_charged_at_rsvd_efficiency(run_exp):
+    common = ["method=mecefo", "method.rank=8", "trainer.numerics=false", "failure=none", "trainer.max_steps=1",
+              "trainer.eval_every=0", "hardware=a100_32", "cluster.n_workers=32", "hardware.svd_efficiency=0.001",
+              "hardware.rsvd_efficiency=0.05"]
+    summaries = {}
+    for svd in ("full", "randomized"):
+        summary, run_dir = run_exp(*common, f"method.svd={svd}")
+        summaries[svd] = json.loads((run_dir / "profile.json").read_text())
+    full, rand = summaries["full"], summaries["randomized"]
+    fk = next(k for k in full["kernels"] if k.startswith("mecefo_svd["))
+    rk = next(k for k in rand["kernels"] if k.startswith("mecefo_rsvd["))
+    assert rk.endswith(",p=8,q=2]") and not any(k.startswith("mecefo_svd[") for k in rand["kernels"])
+    peak = 312e12
+    assert full["kernels"][fk] == pytest.approx(full["meta"]["flops"][fk] / (peak * 0.001))
+    assert rand["kernels"][rk] == pytest.approx(rand["meta"]["flops"][rk] / (peak * 0.05))
+    # the sketch's formula, not the full SVD's fall-back (at these tiny widths the sketch costs more)
+    assert rand["meta"]["flops"][rk] != full["meta"]["flops"][fk]

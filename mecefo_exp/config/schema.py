@@ -219,7 +219,11 @@ class HardwareConfig:
     # failure-free step gives the paper's throughput at the paper's shape (else `efficiency`)
     calibrate: bool = False
     calibration: Dict[str, Any] = field(default_factory=dict)  # timing-model name -> {tokens_per_s, global_batch, seq_len}
-    svd_efficiency: float = field(default=0.02, metadata=above(0))  # share of peak an SVD reaches (cuSOLVER is far from matmul peak; assumption)
+    # share of peak_tflops that MeCeFO's SVD refresh reaches, by the FLOPs of its formula
+    # (projections.py): a full SVD (cuSOLVER, far from matmul peak), and the randomized range
+    # finder (fp32 GEMMs and thin QRs); presets cite their measurement
+    svd_efficiency: float = field(default=0.02, metadata=above(0))
+    rsvd_efficiency: float = field(default=0.02, metadata=above(0))
     gpus: int = 1  # workers of the preset's own cluster (the calibration shape)
     gpus_per_node: int = 1
     intra_node_GBps: float = field(default=300.0, metadata=above(0))  # per worker, one direction

@@ -31,7 +31,7 @@ def kernel_seconds(counts: Dict[str, Dict[str, float]], hw, efficiency: float, n
     peak = hw.peak_tflops * 1e12
     seconds = {}
     for name, c in counts.items():
-        eff = hw.svd_efficiency if c["counted"] == "formula" else efficiency
+        eff = {"formula": hw.svd_efficiency, "formula_randomized_svd": hw.rsvd_efficiency}.get(c["counted"], efficiency)
         seconds[name] = c["flops"] / (peak * eff)
     seconds["optimizer"] = optimizer_s(n_params, hw, n_workers)
     # REFT's snapshot: each worker copies its 1/n shard of the state to host memory
