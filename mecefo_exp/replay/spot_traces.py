@@ -13,6 +13,10 @@ instant, k counting from 1 in the order of the add rows; no name comes back. Dra
   node above 15 at once.
 - victims: uniform over the live nodes, not-yet-ready ones included. After the start the count stays in
   15-30 (the tables' range): removals stop at 15 and adds at 30; an instant with no room does the other.
+
+`generate_extended(seed)` draws what this never reaches (clusters past 30 nodes, collapses to a few,
+removals faster than a restart, same-millisecond events in any file order, 10-12 h traces): its
+docstring has the regimes.
 """
 
 import csv
