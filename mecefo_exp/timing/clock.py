@@ -316,17 +316,16 @@ class SimClock:
             for cat, sec in self._committed.pop(s).items():
                 self.breakdown[cat] -= sec
                 lost += sec
-        kept = []
-        for run in self._runs:
-            first, count, parts = run
+        runs = self._runs  # booked in step order (a rollback trims the tail, rebooking appends): only the last reach `step`
+        while runs and runs[-1][0] + runs[-1][1] > step:
+            first, count, parts = runs[-1]
             gone = first + count - max(first, step)  # steps of this run at or after `step`
-            if gone > 0:
-                for cat, sec in parts.items():
-                    self.breakdown[cat] -= gone * sec
-                    lost += gone * sec
-                run[1] = count - gone
-            if run[1] > 0:
-                kept.append(run)
-        self._runs = kept
+            for cat, sec in parts.items():
+                self.breakdown[cat] -= gone * sec
+                lost += gone * sec
+            if count > gone:
+                runs[-1][1] = count - gone
+                break
+            runs.pop()
         self.breakdown["lost_work"] += lost
         return lost
