@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Set
 
 import torch
 
-from ...faults import FAIL, RECOVER
+from ...failures import FAIL, RECOVER
 from .network import (ENV_ADVERTISE, ENV_BIND, ENV_STARTED, LOOPBACK, bound_store, connect_store, local_host,
                       manager_server_bound_to)
 from ..torchrun import TorchrunCluster
