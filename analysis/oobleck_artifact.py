@@ -22,6 +22,10 @@ from typing import Dict, Iterable, List, Optional
 
 import pandas as pd
 
+from mecefo_exp.bounded_read import read_text_bounded
+
+from .collect import MAX_RECORD_BYTES
+
 log = logging.getLogger(__name__)
 
 TRACES = ["6h", "3h", "1h", "30m", "10m"]
@@ -58,8 +62,8 @@ def runs(roots: Iterable[Path]) -> pd.DataFrame:
             if not name.startswith("oobleck_artifact/"):
                 continue
             try:
-                summary = json.loads(summary_path.read_text())
-            except ValueError:
+                summary = json.loads(read_text_bounded(summary_path, MAX_RECORD_BYTES))
+            except (ValueError, OSError):
                 log.warning("%s: unreadable summary.json, skipped", summary_path)
                 continue
             if summary.get("status") != "ok":
