@@ -543,6 +543,11 @@ def _misfit(checkpoint):
     state = torch.load(checkpoint, weights_only=True)
     state["model"] = {k: v[:-1] if v.dim() == 2 else v for k, v in state["model"].items()}
     torch.save(state, checkpoint)
+    from mecefo_exp.methods.checkpointing import CHECKSUM_SUFFIX, file_sha256
+
+    sha = checkpoint.with_suffix(CHECKSUM_SUFFIX)
+    if sha.exists():  # intact on disk (its checksum matches): it just belongs to another run's shape
+        sha.write_text(file_sha256(checkpoint) + "\n")
 
 
 def _resume_in_process(run_dir, overrides):

@@ -310,7 +310,7 @@ def test_a_full_disk_leaves_the_run_failed_with_the_reason_and_no_temp_files(run
     assert summary["status"] == "failed" and "No space left on device" in summary["error"]
     assert summary["steps"] == 6  # the checkpoint after step 5 is where the disk said so
     assert not list(run_dir.rglob("*.tmp"))
-    assert [p.name for p in sorted((run_dir / "checkpoints").iterdir())] == ["step_0000000.pt", "step_0000003.pt"]
+    assert [p.name for p in sorted((run_dir / "checkpoints").glob("*.pt"))] == ["step_0000000.pt", "step_0000003.pt"]
 
 
 def test_the_summary_write_itself_failing_still_leaves_failed(tmp_path, monkeypatch):
@@ -490,10 +490,10 @@ def test_a_method_whose_auto_interval_writes_only_step_0_still_resumes_near_the_
     common = [f"method={method}", "failure=none", "trainer.max_steps=14", "trainer.eval_every=5",
               "trainer.resume_every=4", f"cluster.profile={fixed_profile()}"]
     whole, whole_dir = run_exp(*common)
-    method_steps = lambda d: {int(p.stem[5:]) for p in (d / "checkpoints").iterdir()}  # noqa: E731
+    method_steps = lambda d: {int(p.stem[5:]) for p in (d / "checkpoints").glob("step_*.pt")}  # noqa: E731
     assert method_steps(whole_dir) <= {0, 14}  # the method's policy: nothing to resume from in between
-    assert not list((whole_dir / "resume").iterdir()) or \
-        sorted(p.name for p in (whole_dir / "resume").iterdir()) == ["step_0000012.pt"]  # the newest only
+    assert not list((whole_dir / "resume").glob("*.pt")) or \
+        sorted(p.name for p in (whole_dir / "resume").glob("*.pt")) == ["step_0000012.pt"]  # the newest only
 
     resumed = crash_then_resume(run_exp, common, monkeypatch, tmp_path, step=10)
     assert resumed["resumes"][-1]["from_step"] == 8 and resumed["resumes"][-1]["checkpoint"] == "resume/step_0000008.pt"
