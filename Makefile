@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: setup run test test-slow test-crash test-fingerprints test-torchft bench bench-gpu figures paper-mini paper-table2 paper-table3 oobleck-artifact decision-map results notebook clean FORCE
+.PHONY: setup run test test-slow test-crash test-cli test-fingerprints test-torchft bench bench-gpu figures paper-mini paper-table2 paper-table3 oobleck-artifact decision-map results notebook clean FORCE
 
 setup: $(VENV)/.installed .cache/corpus/lee_background.cor .cache/data/default-corpus.txt
 
@@ -55,6 +55,12 @@ test-slow: setup
 # the crash and torchrun tests: kill -9 and resume, torchrun on one and on two "machines" (~4 min here)
 test-crash: setup
 	$(PY) -m pytest -q -m slow tests/test_resume.py tests/test_torchrun.py
+
+# the tests that start run.py (or the installed entry point) several times as a user does: resumes,
+# sweeps, the console script, the wheel, a numerics-free run; and the figures of a whole study (~2 min here)
+test-cli: setup
+	$(PY) -m pytest -q -m slow tests/test_reliability.py tests/test_launchers.py tests/test_package.py \
+		tests/test_startup.py tests/test_statistics.py -n $(TEST_WORKERS)
 
 # the published studies' fingerprints that count the FLOPs of many shapes or run many configurations,
 # and the artifact replay on all 122 node traces (~2 min in a fresh clone)

@@ -36,7 +36,9 @@ def check(generated, extended):
 
 
 def test_every_generated_cell_agrees_with_the_artifact_or_is_a_listed_gap():
-    check(generated=24, extended=5)  # 31 traces x 3 models x 3 systems, and Varuna's spot setting on BERT-large
+    # 15 traces x 3 models x 3 systems, and Varuna's spot setting on BERT-large; `make test-fingerprints`
+    # replays all 220 traces
+    check(generated=8, extended=5)
 
 
 @pytest.mark.slow

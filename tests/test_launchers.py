@@ -16,6 +16,7 @@ def _summaries(folder):
     return sorted(folder.rglob("summary.json"))
 
 
+@pytest.mark.slow  # a two-job sweep through run.py (~15 s): `make test-cli`
 def test_multirun_gives_each_job_its_own_folder_named_with_its_seed(tmp_path):
     out = subprocess.run([sys.executable, "run.py", "-m", *FAST, "method=checkpoint", "failure=none", "seed=0,1",
                           f"hydra.sweep.dir={tmp_path}/sweep"], cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -75,6 +75,7 @@ def _entry_point():
     return f"import sys; sys.argv[0] = 'mecefo-exp'; from {module} import {func}; {func}()"
 
 
+@pytest.mark.slow  # two processes of the installed entry point (~15 s): `make test-cli`
 def test_console_script_help_and_a_two_step_run_from_another_folder(tmp_path):
     """The entry point pyproject installs as `mecefo-exp`, started outside the checkout."""
     code = _entry_point()

@@ -65,6 +65,7 @@ def no_hang():
 
 
 # ---------------------------------------------------------------- 1. a resume keeps the start's record
+@pytest.mark.slow  # three run.py processes (~30 s): `make test-cli`
 def test_a_resume_keeps_how_the_run_was_started_and_records_the_resume(fixed_profile, tmp_path):
     run_dir = tmp_path / "run"
     start = [*MICRO, "method=bamboo", "failure=none", "trainer.max_steps=4", "trainer.eval_every=0",
@@ -442,7 +443,8 @@ def test_a_resume_refuses_changed_settings_naming_them_and_honours_the_console_o
 
 
 # ---------------------------------------------------------------- 9. one bad job does not stop a sweep
-@pytest.mark.parametrize("launcher", ["basic", pytest.param("joblib", marks=pytest.mark.slow)])
+@pytest.mark.slow  # sweeps through run.py (~15 s each): `make test-cli`
+@pytest.mark.parametrize("launcher", ["basic", "joblib"])
 def test_a_sweep_runs_every_job_lists_the_failed_ones_collects_and_exits_1(launcher, tmp_path):
     out = subprocess.run(
         [sys.executable, "run.py", "-m", "experiment=debug", "trainer.max_steps=2", "trainer.eval_every=0",

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ["model=llama_350m", "hardware=a100_32", "trainer.numerics=false", "trainer.max_steps=5", "method=mecefo",
        "failure=high", "trainer.progress=none"]
@@ -41,6 +43,7 @@ def run(args, cache, folder, forbid):
                           text=True, timeout=300)
 
 
+@pytest.mark.slow  # three run.py processes (~16 s): `make test-cli`
 def test_a_numerics_free_run_imports_no_tensor_library(tmp_path):
     cache = tmp_path / "cache"
     cold = run(RUN, cache, tmp_path / "cold", forbid=True)  # nothing cached: the shape is counted with torch

@@ -151,6 +151,7 @@ def test_failure_free_runs_ignore_the_reading(tmp_path):
     assert df["selected"].sum() == 1  # the same computation: one supersedes the other
 
 
+@pytest.mark.slow  # draws every figure of the study (~15 s): `make test-cli`
 def test_convergence_study_table_and_figure(tmp_path):
     """paper_table3's analysis: a row per (reading, level), a column per run length, paired."""
     from analysis.convergence import analyze, convergence_table
