@@ -21,6 +21,17 @@ def test_every_conf_folder_with_configs_is_a_listed_package():
             assert name in project["package-data"], f"pyproject.toml: no package-data for {name}"
 
 
+def test_every_python_package_folder_is_a_listed_package():
+    """A package missing from the list is missing from the wheel: the installed harness fails at
+    its first import of it (a stale build/ folder in a checkout can hide that from the wheel test)."""
+    packages = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    for top in ("mecefo_exp", "hydra_plugins"):
+        for init in sorted((ROOT / top).rglob("__init__.py")):
+            name = ".".join(init.parent.relative_to(ROOT).parts)
+            if "__pycache__" not in name and (top != "hydra_plugins" or name != "hydra_plugins"):
+                assert name in packages, f"pyproject.toml: {name} is missing from [tool.setuptools] packages"
+
+
 def test_building_the_package_prints_no_setuptools_warning(tmp_path):
     out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w",
                           str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
