@@ -45,8 +45,10 @@ def probe(overrides: List[str]) -> Dict:
     from .simulate import run_cfg
 
     cfg = compose(overrides + ["trainer.numerics=false", "method=checkpoint"])
-    ff = compose(overrides + ["trainer.numerics=false", "method=checkpoint", "failure=none",
-                              "trainer.max_steps=1", "method.interval=1"])
+    ff = compose(
+        overrides
+        + ["trainer.numerics=false", "method=checkpoint", "failure=none", "trainer.max_steps=1", "method.interval=1"]
+    )
     s = run_cfg(ff)
     step_s, write_s = s["clock"]["failure_free_step_s"], s["time_breakdown"]["ft_overhead"] / 2
     real_time = cfg.hardware.get("paper_time") == "real"
@@ -54,10 +56,11 @@ def probe(overrides: List[str]) -> Dict:
     failure = cfg.failure.copy()
     failure.horizon_factor = 1.0
     try:
-        trace = make_trace(failure, cfg.cluster.n_workers, step_s, steps, cfg.seed, cfg.cluster.paper_run_h,
-                           real_time=real_time)
+        trace = make_trace(
+            failure, cfg.cluster.n_workers, step_s, steps, cfg.seed, cfg.cluster.paper_run_h, real_time=real_time
+        )
     except TraceError as e:
-        raise SystemExit(f"advise: {e}")
+        raise SystemExit(f"advise: {e}") from None
     return {"cfg": cfg, "step_s": step_s, "write_s": write_s, "mtbf_s": trace.expected_mtbf_s(steps * step_s)}
 
 
@@ -67,8 +70,13 @@ def plan(p: Dict, seeds: int) -> Dict[str, List[List[str]]]:
     mtbf_s = p["mtbf_s"]
     run_s = MAX_RUN_S if not math.isfinite(mtbf_s) else min(MAX_RUN_S, max(MIN_RUN_S, MTBF_MULTIPLE * mtbf_s))
     steps = max(1, min(MAX_STEPS, cfg.trainer.max_steps, round(run_s / step_s)))
-    common = ["trainer.numerics=false", f"trainer.max_steps={steps}", "failure.horizon_factor=3",
-              "trainer.eval_every=0", "trainer.progress=none"]
+    common = [
+        "trainer.numerics=false",
+        f"trainer.max_steps={steps}",
+        "failure.horizon_factor=3",
+        "trainer.eval_every=0",
+        "trainer.progress=none",
+    ]
     own: Dict[str, List[str]] = {}
     if cfg.failure.kind == "field":
         from mecefo_exp.failures import field as fields
@@ -77,8 +85,9 @@ def plan(p: Dict, seeds: int) -> Dict[str, List[List[str]]]:
     return {m: [common + [f"method={m}"] + own.get(m, []) + [f"seed={s}"] for s in range(seeds)] for m in METHODS}
 
 
-def robustness(assumed, results: List[Dict], jobs: Dict[str, List[List[str]]], overrides: List[str],
-               processes: int) -> Dict:
+def robustness(
+    assumed, results: List[Dict], jobs: Dict[str, List[List[str]]], overrides: List[str], processes: int
+) -> Dict:
     """The winner against the runner-up (seed 0) under each assumption's alternatives: per assumption,
     the first alternative value at which the runner-up is ahead, or None."""
     winner, second = results[0]["method"], results[1]["method"]
@@ -88,8 +97,9 @@ def robustness(assumed, results: List[Dict], jobs: Dict[str, List[List[str]]], o
     effective = {(t["key"], str(t["value"]), t["method"]): effective_time(s) for t, s in zip(tried, summaries)}
     flips = {}
     for a in assumed:
-        flips[a.key] = next((v for v in a.alternatives
-                             if effective[(a.key, str(v), second)] > effective[(a.key, str(v), winner)]), None)
+        flips[a.key] = next(
+            (v for v in a.alternatives if effective[(a.key, str(v), second)] > effective[(a.key, str(v), winner)]), None
+        )
     return {"winner": winner, "second": second, "flips": flips, "effective": effective}
 
 
@@ -113,7 +123,7 @@ def advise(overrides: List[str], seeds: int = 3, processes: int = 2, robust_chec
     summaries = run_all(flat, processes=processes)
     results = []
     for i, m in enumerate(methods):
-        mine = summaries[i * seeds:(i + 1) * seeds]
+        mine = summaries[i * seeds : (i + 1) * seeds]
         eff = [effective_time(s) for s in mine]
         mean, half = mean_interval(eff)
         first = next((s for s in mine if s.get("status") == "ok"), {})
@@ -123,48 +133,80 @@ def advise(overrides: List[str], seeds: int = 3, processes: int = 2, robust_chec
         elif interval and interval >= (first.get("max_steps") or 0):
             interval = "none"  # never written after the first: no fall-back was expected
         errors = [s.get("error") for s in mine if s.get("status") != "ok"]
-        results.append({"method": m, "effective": mean, "ci95": half, "interval": interval, "errors": errors,
-                        "rollbacks": sum(s.get("rollbacks") or 0 for s in mine) / seeds,
-                        "steps": mine[0].get("max_steps")})
+        results.append(
+            {
+                "method": m,
+                "effective": mean,
+                "ci95": half,
+                "interval": interval,
+                "errors": errors,
+                "rollbacks": sum(s.get("rollbacks") or 0 for s in mine) / seeds,
+                "steps": mine[0].get("max_steps"),
+            }
+        )
     results.sort(key=lambda r: -r["effective"] if r["effective"] == r["effective"] else math.inf)
     C, M = p["write_s"], p["mtbf_s"]
     assumed = assumptions.stated(p["cfg"])
     robust = robustness(assumed, results, jobs, overrides, processes) if robust_check and len(results) > 1 else None
-    return {"results": results, "step_s": p["step_s"], "write_s": C, "mtbf_s": M,
-            "failure": assumptions.describe_failure(p["cfg"]), "assumptions": assumed, "robustness": robust,
-            "young_s": cf.young_interval(C, M) if math.isfinite(M) else math.inf,
-            "daly_s": cf.daly_interval(C, M) if math.isfinite(M) else math.inf,
-            "seconds": time.perf_counter() - start}
+    return {
+        "results": results,
+        "step_s": p["step_s"],
+        "write_s": C,
+        "mtbf_s": M,
+        "failure": assumptions.describe_failure(p["cfg"]),
+        "assumptions": assumed,
+        "robustness": robust,
+        "young_s": cf.young_interval(C, M) if math.isfinite(M) else math.inf,
+        "daly_s": cf.daly_interval(C, M) if math.isfinite(M) else math.inf,
+        "seconds": time.perf_counter() - start,
+    }
 
 
 def report(a: Dict, seeds: int) -> str:
     steps = a["results"][0]["steps"]
     lines = [f"failure model: {a['failure']}", "assumptions (the config key; advise ... <key>=<value> to change one):"]
     lines += [f"  {x.key} = {x.value}: {x.meaning}" for x in a["assumptions"]]
-    lines += ["",
-             f"failure-free step {a['step_s']:.4g} s; checkpoint write C = {a['write_s']:.4g} s; "
-             f"mean time between failures M = {a['mtbf_s'] / 3600:.4g} h; each run {steps} steps "
-             f"({steps * a['step_s'] / 3600:.3g} h failure-free), {seeds} seeds",
-             "",
-             f"{'rank':<5}{'method':<12}{'effective training time':>26}{'interval (steps)':>18}{'rollbacks':>11}"]
+    lines += [
+        "",
+        f"failure-free step {a['step_s']:.4g} s; checkpoint write C = {a['write_s']:.4g} s; "
+        f"mean time between failures M = {a['mtbf_s'] / 3600:.4g} h; each run {steps} steps "
+        f"({steps * a['step_s'] / 3600:.3g} h failure-free), {seeds} seeds",
+        "",
+        f"{'rank':<5}{'method':<12}{'effective training time':>26}{'interval (steps)':>18}{'rollbacks':>11}",
+    ]
     for i, r in enumerate(a["results"], 1):
-        eff = "failed" if r["effective"] != r["effective"] else (
-            f"{100 * r['effective']:.2f}% ± {100 * r['ci95']:.2f}" if r["ci95"] == r["ci95"] else f"{100 * r['effective']:.2f}%")
+        eff = (
+            "failed"
+            if r["effective"] != r["effective"]
+            else (
+                f"{100 * r['effective']:.2f}% ± {100 * r['ci95']:.2f}"
+                if r["ci95"] == r["ci95"]
+                else f"{100 * r['effective']:.2f}%"
+            )
+        )
         lines.append(f"{i:<5}{r['method']:<12}{eff:>26}{str(r['interval'] or '-'):>18}{r['rollbacks']:>11.1f}")
         if r["errors"]:
             lines.append(f"     {r['method']}: {r['errors'][0]}")
     rb = a.get("robustness")
     if rb:
-        lines += ["", f"robustness: {rb['winner']} against {rb['second']} (seed 0) under each assumption's alternatives"]
+        lines += [
+            "",
+            f"robustness: {rb['winner']} against {rb['second']} (seed 0) under each assumption's alternatives",
+        ]
         for x in a["assumptions"]:
             flip = rb["flips"][x.key]
             tried = ", ".join(str(v) for v in x.alternatives)
-            lines.append(f"  {x.key}: " + (f"{rb['second']} ahead at {x.key}={flip}" if flip is not None
-                                           else f"none in range ({tried})"))
+            lines.append(
+                f"  {x.key}: "
+                + (f"{rb['second']} ahead at {x.key}={flip}" if flip is not None else f"none in range ({tried})")
+            )
     if math.isfinite(a["young_s"]):
-        lines += ["", f"checkpoint-restart interval: Young sqrt(2 C M) = {a['young_s']:.4g} s "
-                      f"({a['young_s'] / a['step_s']:.1f} steps); Daly's higher order {a['daly_s']:.4g} s "
-                      f"({a['daly_s'] / a['step_s']:.1f} steps)"]
+        lines += [
+            "",
+            f"checkpoint-restart interval: Young sqrt(2 C M) = {a['young_s']:.4g} s "
+            f"({a['young_s'] / a['step_s']:.1f} steps); Daly's higher order {a['daly_s']:.4g} s "
+            f"({a['daly_s'] / a['step_s']:.1f} steps)",
+        ]
     lines.append(f"({a['seconds']:.1f} s)")
     return "\n".join(lines)
 
@@ -174,8 +216,11 @@ def main(argv=None) -> int:
     ap.add_argument("overrides", nargs="*", help="Hydra overrides, as for python run.py")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--processes", type=int, default=2)
-    ap.add_argument("--no-robustness", action="store_true",
-                    help="skip the robustness line (the two best methods under each assumption's alternatives)")
+    ap.add_argument(
+        "--no-robustness",
+        action="store_true",
+        help="skip the robustness line (the two best methods under each assumption's alternatives)",
+    )
     args = ap.parse_args(argv)
     if args.seeds < 1 or args.processes < 1:
         print("advise: --seeds and --processes must be >= 1", file=sys.stderr)

@@ -20,18 +20,43 @@ from omegaconf import OmegaConf
 from . import closed_forms as cf
 from .simulate import compose, effective_time, run_cfg
 
-KERNELS = {"mb:normal": 0.010, "mb:forward": 0.0035, "optimizer": 0.001, "state_copy": 0.001,
-           "checkpoint_save": 0.002, "neighbor_pair": 0.015, "mb:mecefo[sa=1,rc=1,lr=1,r=64]": 0.010,
-           "neighbor_pair[sa=1,rc=1,lr=1,r=64]": 0.015, "mecefo_svd[sa=1,rc=1,lr=1,r=64]": 0.05}
-BASE = ["model=llama_tiny", "model.hidden_size=32", "model.intermediate_size=64", "model.num_hidden_layers=2",
-        "model.num_attention_heads=2", "data.seq_len=32", "data.micro_batch=2", "cluster.n_workers=8",
-        "trainer.numerics=false", "trainer.eval_every=0", "trainer.progress=none", "cluster.scale_stalls=false",
-        "method.charge_initial_checkpoint=false", "failure=poisson", "failure.unit=seconds",
-        "data.sources=[pydoc_topics,stdlib_docstrings,lee_background]"]
+KERNELS = {
+    "mb:normal": 0.010,
+    "mb:forward": 0.0035,
+    "optimizer": 0.001,
+    "state_copy": 0.001,
+    "checkpoint_save": 0.002,
+    "neighbor_pair": 0.015,
+    "mb:mecefo[sa=1,rc=1,lr=1,r=64]": 0.010,
+    "neighbor_pair[sa=1,rc=1,lr=1,r=64]": 0.015,
+    "mecefo_svd[sa=1,rc=1,lr=1,r=64]": 0.05,
+}
+BASE = [
+    "model=llama_tiny",
+    "model.hidden_size=32",
+    "model.intermediate_size=64",
+    "model.num_hidden_layers=2",
+    "model.num_attention_heads=2",
+    "data.seq_len=32",
+    "data.micro_batch=2",
+    "cluster.n_workers=8",
+    "trainer.numerics=false",
+    "trainer.eval_every=0",
+    "trainer.progress=none",
+    "cluster.scale_stalls=false",
+    "method.charge_initial_checkpoint=false",
+    "failure=poisson",
+    "failure.unit=seconds",
+    "data.sources=[pydoc_topics,stdlib_docstrings,lee_background]",
+]
 # checkpoint-restart: one failure every M seconds cluster-wide, a spare at once (no repair time)
-CR = ["method=checkpoint", "failure.process=cluster", "failure.repair=replace", "failure.replace_s=0.0",
-      "failure.mttr=0"]
-
+CR = [
+    "method=checkpoint",
+    "failure.process=cluster",
+    "failure.repair=replace",
+    "failure.replace_s=0.0",
+    "failure.mttr=0",
+]
 
 
 def write_profile(path) -> str:
@@ -55,8 +80,18 @@ def interval(values):
 
 
 def cr_case(profile, C, R, M, k, seeds, steps):
-    base = compose(BASE + CR + [f"cluster.profile={profile}", f"hardware.checkpoint_s={C}", f"method.restart_s={R}",
-                                f"failure.mtbf={M}", f"method.interval={k}", f"trainer.max_steps={steps}"])
+    base = compose(
+        BASE
+        + CR
+        + [
+            f"cluster.profile={profile}",
+            f"hardware.checkpoint_s={C}",
+            f"method.restart_s={R}",
+            f"failure.mtbf={M}",
+            f"method.interval={k}",
+            f"trainer.max_steps={steps}",
+        ]
+    )
     summaries = runs(base, seeds)
     T = k * summaries[0]["clock"]["failure_free_step_s"]
     return interval([effective_time(s) for s in summaries]), T
@@ -79,10 +114,21 @@ def checkpoint_restart_agrees(profile, k):
 
 
 def degraded_case(profile, method, U, lam, D, seeds, steps, extra=()):
-    base = compose(BASE + [f"method={method}", f"cluster.profile={profile}", f"cluster.n_workers={U}",
-                           "failure.process=per_worker", "failure.repair=fixed", f"failure.mtbf={1 / lam}",
-                           f"failure.mttr={D}", f"trainer.max_steps={steps}", "hardware.checkpoint_s=0.0",
-                           *extra])
+    base = compose(
+        BASE
+        + [
+            f"method={method}",
+            f"cluster.profile={profile}",
+            f"cluster.n_workers={U}",
+            "failure.process=per_worker",
+            "failure.repair=fixed",
+            f"failure.mtbf={1 / lam}",
+            f"failure.mttr={D}",
+            f"trainer.max_steps={steps}",
+            "hardware.checkpoint_s=0.0",
+            *extra,
+        ]
+    )
     return runs(base, seeds)
 
 
@@ -90,8 +136,16 @@ def mecefo_agrees(profile):
     """8 workers each down 5% of the time (mean up 19 s, repair 1 s): (agrees, what was compared)."""
     U, D = 8, 1.0
     lam = 1 / 19.0
-    summaries = degraded_case(profile, "mecefo", U, lam, D, seeds=3, steps=200_000,
-                              extra=["method.checkpoint_interval=100000", "method.svd_every=1000000"])
+    summaries = degraded_case(
+        profile,
+        "mecefo",
+        U,
+        lam,
+        D,
+        seeds=3,
+        steps=200_000,
+        extra=["method.checkpoint_interval=100000", "method.svd_every=1000000"],
+    )
     step = summaries[0]["clock"]["failure_free_step_s"]
     degraded = step + KERNELS["neighbor_pair"] - KERNELS["mb:normal"]
     form = cf.in_place_effective(U, lam, D, step, degraded)
@@ -102,14 +156,17 @@ def mecefo_agrees(profile):
     return ok, (mean, half, form, down, fatal)
 
 
-
-
 def _row(check: str, form: str, sim, half, closed, ok, pct: bool = True) -> Dict:
     def f(v):
         return "" if v != v else (f"{100 * v:.2f}%" if pct else f"{v:.3f}")
-    return {"check": check, "closed form": form, "simulated": f(sim) + ("" if half != half else
-            f" ± {100 * half:.2f}" if pct else f" ± {half:.3f}"), "closed form gives": f(closed),
-            "agrees": "yes" if ok else "**no**"}
+
+    return {
+        "check": check,
+        "closed form": form,
+        "simulated": f(sim) + ("" if half != half else f" ± {100 * half:.2f}" if pct else f" ± {half:.3f}"),
+        "closed form gives": f(closed),
+        "agrees": "yes" if ok else "**no**",
+    }
 
 
 def closed_form_rows(profile: str) -> List[Dict]:
@@ -119,30 +176,96 @@ def closed_form_rows(profile: str) -> List[Dict]:
     for k in (60, 200):
         ok, (mean, half, daly, asynchronous) = checkpoint_restart_agrees(profile, k)
         T = k * STEP_S
-        rows.append(_row(f"checkpoint-restart, M={M:g} s, C={C:g} s, R={R:g} s, T={T:.2f} s",
-                         "Daly 2006 as published (a failure cuts the write)", mean, half, daly, ok))
-        rows.append(_row("", "Daly 2006, a write outlives a failure (checkpoint_write=async)", mean, half,
-                         asynchronous, abs(mean - asynchronous) < half + 0.002))
-        rows.append(_row("", "Young 1974, first order", mean, half, cf.first_order(C, R, M, T),
-                         abs(mean - cf.first_order(C, R, M, T)) < half + 0.002))
+        rows.append(
+            _row(
+                f"checkpoint-restart, M={M:g} s, C={C:g} s, R={R:g} s, T={T:.2f} s",
+                "Daly 2006 as published (a failure cuts the write)",
+                mean,
+                half,
+                daly,
+                ok,
+            )
+        )
+        rows.append(
+            _row(
+                "",
+                "Daly 2006, a write outlives a failure (checkpoint_write=async)",
+                mean,
+                half,
+                asynchronous,
+                abs(mean - asynchronous) < half + 0.002,
+            )
+        )
+        rows.append(
+            _row(
+                "",
+                "Young 1974, first order",
+                mean,
+                half,
+                cf.first_order(C, R, M, T),
+                abs(mean - cf.first_order(C, R, M, T)) < half + 0.002,
+            )
+        )
     C, R, M = 0.05, 0.3, 30.0
     k = round(cf.young_interval(C, M) / STEP_S)
     (mean, half), T = cr_case(profile, C, R, M, k, seeds=4, steps=400_000)
     for name, f in (("Young 1974, first order", cf.first_order), ("Daly 2006 as published", cf.daly)):
-        rows.append(_row(f"checkpoint-restart, M={M:g} s, C={C:g} s, R={R:g} s, T={T:.2f} s (T << M)" if
-                         f is cf.first_order else "", name, mean, half, f(C, R, M, T),
-                         abs(mean - f(C, R, M, T)) < half + 0.004))
+        rows.append(
+            _row(
+                f"checkpoint-restart, M={M:g} s, C={C:g} s, R={R:g} s, T={T:.2f} s (T << M)"
+                if f is cf.first_order
+                else "",
+                name,
+                mean,
+                half,
+                f(C, R, M, T),
+                abs(mean - f(C, R, M, T)) < half + 0.004,
+            )
+        )
     ok, (mean, half, form, down, fatal) = mecefo_agrees(profile)
-    rows.append(_row("MeCeFO, 8 workers each down 5% (up 19 s, repair 1 s)",
-                     "stationary Binomial(8, p), pair step 1.5x compute", mean, half, form["effective"], ok))
-    rows.append(_row("", "mean workers down = 8 p", down, float("nan"), 8 * form["p"],
-                     abs(down - 8 * form["p"]) < 0.1 * 8 * form["p"], pct=False))
-    base = compose(BASE + ["method=reft", f"cluster.profile={profile}", "failure=none", "trainer.max_steps=5000",
-                           "method.checkpoint_interval=100000"])
+    rows.append(
+        _row(
+            "MeCeFO, 8 workers each down 5% (up 19 s, repair 1 s)",
+            "stationary Binomial(8, p), pair step 1.5x compute",
+            mean,
+            half,
+            form["effective"],
+            ok,
+        )
+    )
+    rows.append(
+        _row(
+            "",
+            "mean workers down = 8 p",
+            down,
+            float("nan"),
+            8 * form["p"],
+            abs(down - 8 * form["p"]) < 0.1 * 8 * form["p"],
+            pct=False,
+        )
+    )
+    base = compose(
+        BASE
+        + [
+            "method=reft",
+            f"cluster.profile={profile}",
+            "failure=none",
+            "trainer.max_steps=5000",
+            "method.checkpoint_interval=100000",
+        ]
+    )
     s = runs(base, 1)[0]
     snap = cf.snapshot_effective(s["clock"]["failure_free_step_s"], 5, s["snapshot_charge_s"])
-    rows.append(_row("REFT, a snapshot every 5 steps, no failures", "5 step / (5 step + (1 - overlap) copy)",
-                     effective_time(s), float("nan"), snap, abs(effective_time(s) - snap) < 1e-4))
+    rows.append(
+        _row(
+            "REFT, a snapshot every 5 steps, no failures",
+            "5 step / (5 step + (1 - overlap) copy)",
+            effective_time(s),
+            float("nan"),
+            snap,
+            abs(effective_time(s) - snap) < 1e-4,
+        )
+    )
     return rows
 
 
@@ -162,21 +285,35 @@ def field_rows() -> List[Dict]:
         counts.append(len(drawn))
         jobs.append(sum(c.radius == "job" for _, c, _ in drawn))
     rows = []
-    for what, values, paper in (("interruptions in 54 days, 16,384 GPUs", counts, 419),
-                                ("of which whole-job (software, dependency, NCCL)", jobs, 63)):
+    for what, values, paper in (
+        ("interruptions in 54 days, 16,384 GPUs", counts, 419),
+        ("of which whole-job (software, dependency, NCCL)", jobs, 63),
+    ):
         mean = statistics.mean(values)
         band = 1.96 * math.sqrt(paper / len(values))
-        rows.append({"check": what, "harness": f"{mean:.1f} (10 seeds: {min(values)}-{max(values)})",
-                     "field": f"{paper} (Llama 3)", "band": f"± {band:.1f} (Poisson, mean of 10)",
-                     "agrees": abs(mean - paper) < band})
+        rows.append(
+            {
+                "check": what,
+                "harness": f"{mean:.1f} (10 seeds: {min(values)}-{max(values)})",
+                "field": f"{paper} (Llama 3)",
+                "band": f"± {band:.1f} (Poisson, mean of 10)",
+                "agrees": abs(mean - paper) < band,
+            }
+        )
     for gpus in (1024, 4096, 16384):
         expected_h = 54 * 24 / 419 * 16384 / gpus
         times = [t for t, _, _ in ff.arrivals(cfg, gpus, 2000 * expected_h * 3600.0, 3600.0, seed=gpus)]
         mttf = times[-1] / len(times) / 3600.0
         rel = 1.96 / math.sqrt(len(times))
-        rows.append({"check": f"job MTTF at {gpus:,} GPUs (h)", "harness": f"{mttf:.3g} ({len(times)} interruptions)",
-                     "field": f"{expected_h:.3g} (Llama 3's rate per GPU)", "band": f"± {100 * rel:.1f}%",
-                     "agrees": abs(mttf / expected_h - 1) < rel})
+        rows.append(
+            {
+                "check": f"job MTTF at {gpus:,} GPUs (h)",
+                "harness": f"{mttf:.3g} ({len(times)} interruptions)",
+                "field": f"{expected_h:.3g} (Llama 3's rate per GPU)",
+                "band": f"± {100 * rel:.1f}%",
+                "agrees": abs(mttf / expected_h - 1) < rel,
+            }
+        )
     return rows + research_cluster_rows()
 
 
@@ -194,10 +331,15 @@ def research_cluster_rows(n: int = 2000) -> List[Dict]:
         trace = make_trace(cfg, gpus, 1.0, int(run_s), seed=gpus, real_time=True)
         instants = len({e.time for e in trace.events if e.kind == "fail"})
         mttf, rel = run_s / instants / 3600.0, 1.96 / math.sqrt(instants)
-        rows.append({"check": f"job MTTF at {gpus:,} GPUs (h), failure=rsc1",
-                     "harness": f"{mttf:.3g} ({instants} failures)",
-                     "field": f"{fit_h:.3g} (Kokolis et al.'s fit, RSC-1)", "band": f"± {100 * rel:.1f}%",
-                     "agrees": abs(mttf / fit_h - 1) < rel})
+        rows.append(
+            {
+                "check": f"job MTTF at {gpus:,} GPUs (h), failure=rsc1",
+                "harness": f"{mttf:.3g} ({instants} failures)",
+                "field": f"{fit_h:.3g} (Kokolis et al.'s fit, RSC-1)",
+                "band": f"± {100 * rel:.1f}%",
+                "agrees": abs(mttf / fit_h - 1) < rel,
+            }
+        )
     return rows
 
 
@@ -212,21 +354,45 @@ def _node_days_mtbf_s(gpus: int, per_node_day: float) -> float:
 
 def held_out_rows(profile: str) -> List[Dict]:
     """Checkpoint-restart, simulated on the pinned clock, against published statements of what a
-    cluster keeps: Kokolis et al.'s effective training time ratio at ~12,000 GPUs (RSC-1's rate, a
-    5-minute restart and write: well below 0.9; 0.9 needs about 1 failure per 1,000 node-days, or a
-    write of about 10 s), and AIReSim's Table 1 (4,096 servers, 0.01 failures per server-day, 20-minute
-    recovery: 62.5%). Each case: Daly's interval (interval=auto; AIReSim's, whose checkpoint settings are
-not in our sources, a free checkpoint every 60 s), 3 seeds, 40 mean times between failures."""
+        cluster keeps: Kokolis et al.'s effective training time ratio at ~12,000 GPUs (RSC-1's rate, a
+        5-minute restart and write: well below 0.9; 0.9 needs about 1 failure per 1,000 node-days, or a
+        write of about 10 s), and AIReSim's Table 1 (4,096 servers, 0.01 failures per server-day, 20-minute
+        recovery: 62.5%). Each case: Daly's interval (interval=auto; AIReSim's, whose checkpoint settings are
+    not in our sources, a free checkpoint every 60 s), 3 seeds, 40 mean times between failures."""
     cases = [
-        ("Kokolis et al.: RSC-1 rate, restart and write 5 min, ~12,000 GPUs", "well below 0.9",
-         300.0, 300.0, _node_days_mtbf_s(KOKOLIS_GPUS, RSC1_PER_NODE_DAY), lambda e: e < 0.85),
-        ("Kokolis et al.: 1 failure per 1,000 node-days, restart and write 5 min", "about 0.9",
-         300.0, 300.0, _node_days_mtbf_s(KOKOLIS_GPUS, 1e-3), lambda e: abs(e - 0.9) < 0.03),
-        ("Kokolis et al.: RSC-1 rate, write 10 s, restart 5 min", "about 0.9",
-         10.0, 300.0, _node_days_mtbf_s(KOKOLIS_GPUS, RSC1_PER_NODE_DAY), lambda e: abs(e - 0.9) < 0.03),
-        ("AIReSim Table 1: 4,096 servers, 0.01 failures per server-day, 20-min recovery "
-         "(our assumption: a free checkpoint every 60 s)", "62.5%",
-         0.0, 1200.0, 86400.0 / (4096 * 0.01), lambda e: abs(e - 0.625) < 0.015),
+        (
+            "Kokolis et al.: RSC-1 rate, restart and write 5 min, ~12,000 GPUs",
+            "well below 0.9",
+            300.0,
+            300.0,
+            _node_days_mtbf_s(KOKOLIS_GPUS, RSC1_PER_NODE_DAY),
+            lambda e: e < 0.85,
+        ),
+        (
+            "Kokolis et al.: 1 failure per 1,000 node-days, restart and write 5 min",
+            "about 0.9",
+            300.0,
+            300.0,
+            _node_days_mtbf_s(KOKOLIS_GPUS, 1e-3),
+            lambda e: abs(e - 0.9) < 0.03,
+        ),
+        (
+            "Kokolis et al.: RSC-1 rate, write 10 s, restart 5 min",
+            "about 0.9",
+            10.0,
+            300.0,
+            _node_days_mtbf_s(KOKOLIS_GPUS, RSC1_PER_NODE_DAY),
+            lambda e: abs(e - 0.9) < 0.03,
+        ),
+        (
+            "AIReSim Table 1: 4,096 servers, 0.01 failures per server-day, 20-min recovery "
+            "(our assumption: a free checkpoint every 60 s)",
+            "62.5%",
+            0.0,
+            1200.0,
+            86400.0 / (4096 * 0.01),
+            lambda e: abs(e - 0.625) < 0.015,
+        ),
     ]
     rows = []
     for what, anchor, C, R, M in ((c[0], c[1], c[2], c[3], c[4]) for c in cases):
@@ -234,14 +400,30 @@ not in our sources, a free checkpoint every 60 s), 3 seeds, 40 mean times betwee
         steps = round(40 * M / STEP_S)
         # a free write has no optimum interval (every step): AIReSim's case checkpoints every 60 s
         every = "auto" if C > 0 else str(round(60.0 / STEP_S))
-        base = compose(BASE + CR + [f"cluster.profile={profile}", f"hardware.checkpoint_s={C}", f"method.restart_s={R}",
-                                    f"failure.mtbf={M}", f"method.interval={every}", f"trainer.max_steps={steps}"])
+        base = compose(
+            BASE
+            + CR
+            + [
+                f"cluster.profile={profile}",
+                f"hardware.checkpoint_s={C}",
+                f"method.restart_s={R}",
+                f"failure.mtbf={M}",
+                f"method.interval={every}",
+                f"trainer.max_steps={steps}",
+            ]
+        )
         summaries = runs(base, 3)
         mean, half = interval([effective_time(s) for s in summaries])
         T = summaries[0]["checkpoint_interval"] * STEP_S
-        rows.append({"anchor": what, "published": anchor, "harness": f"{100 * mean:.1f}% ± {100 * half:.1f}",
-                     "closed form (Daly, failures during a restart counted)": f"{100 * cf.daly(C, R, M, T):.1f}%",
-                     "agrees": check(mean)})
+        rows.append(
+            {
+                "anchor": what,
+                "published": anchor,
+                "harness": f"{100 * mean:.1f}% ± {100 * half:.1f}",
+                "closed form (Daly, failures during a restart counted)": f"{100 * cf.daly(C, R, M, T):.1f}%",
+                "agrees": check(mean),
+            }
+        )
     return rows
 
 
@@ -249,16 +431,24 @@ def _markdown(rows: List[Dict]) -> str:
     cols = list(rows[0])
     cell = {True: "yes", False: "**no**"}
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    return "\n".join(lines + ["| " + " | ".join(str(cell.get(r[k], r[k]) if isinstance(r[k], bool) else r[k])
-                                                  for k in cols) + " |" for r in rows])
+    return "\n".join(
+        lines
+        + [
+            "| " + " | ".join(str(cell.get(r[k], r[k]) if isinstance(r[k], bool) else r[k]) for k in cols) + " |"
+            for r in rows
+        ]
+    )
 
 
 def write_tables(out: Path) -> Dict[str, str]:
     """tables/closed_forms.md and tables/field_data.md under `out` ({file: text})."""
     (out / "tables").mkdir(parents=True, exist_ok=True)
     profile = write_profile(out / "tables" / "pinned_profile.json")
-    texts = {"closed_forms.md": _markdown(closed_form_rows(profile)), "field_data.md": _markdown(field_rows()),
-             "held_out.md": _markdown(held_out_rows(profile))}
+    texts = {
+        "closed_forms.md": _markdown(closed_form_rows(profile)),
+        "field_data.md": _markdown(field_rows()),
+        "held_out.md": _markdown(held_out_rows(profile)),
+    }
     for name, text in texts.items():
         (out / "tables" / name).write_text(text + "\n")
     return texts

@@ -34,21 +34,44 @@ def stated(cfg) -> List[Assumption]:
             cls = CLASSES[named.get(category, "all_but_storage")]
             causes = ", ".join(c.name for c in field.causes(f.name) if c.category == category)
             others = [c for c in ("processes", "progress", "all_but_storage") if c != cls.name]
-            out.append(Assumption(f"failure.job_faults.{category}", cls.name,
-                                  f"{causes}: destroys {cls.destroys}", others))
+            out.append(
+                Assumption(f"failure.job_faults.{category}", cls.name, f"{causes}: destroys {cls.destroys}", others)
+            )
     if f.kind in ("paper", "poisson", "field") and f.repair == "replace":
-        out.append(Assumption("failure.replace_s", f.replace_s, "a failed unit's spare is in place after this many "
-                              "seconds", [v for v in (60, 3600, 86400) if v != f.replace_s]))
-    out.append(Assumption("cluster.detection_s", cc.detection_s, "seconds until a dead process or GPU is found "
-                          "(heartbeat)", [v for v in (5, 120) if v != cc.detection_s]))
+        out.append(
+            Assumption(
+                "failure.replace_s",
+                f.replace_s,
+                "a failed unit's spare is in place after this many seconds",
+                [v for v in (60, 3600, 86400) if v != f.replace_s],
+            )
+        )
+    out.append(
+        Assumption(
+            "cluster.detection_s",
+            cc.detection_s,
+            "seconds until a dead process or GPU is found (heartbeat)",
+            [v for v in (5, 120) if v != cc.detection_s],
+        )
+    )
     if f.kind == "field" and any(v == "progress" for v in dict(f.job_faults or {}).values()):
-        out.append(Assumption("cluster.collective_timeout_s", cc.collective_timeout_s,
-                              "seconds until a hang is found (a collective's timeout)",
-                              [v for v in (60, 1800) if v != cc.collective_timeout_s]))
+        out.append(
+            Assumption(
+                "cluster.collective_timeout_s",
+                cc.collective_timeout_s,
+                "seconds until a hang is found (a collective's timeout)",
+                [v for v in (60, 1800) if v != cc.collective_timeout_s],
+            )
+        )
     write = cfg.method.get("checkpoint_write", "sync")
-    out.append(Assumption("method.checkpoint_write", write,
-                          "a failure inside a checkpoint write cuts it (sync) or the checkpoint stands (async)",
-                          ["async" if write == "sync" else "sync"]))
+    out.append(
+        Assumption(
+            "method.checkpoint_write",
+            write,
+            "a failure inside a checkpoint write cuts it (sync) or the checkpoint stands (async)",
+            ["async" if write == "sync" else "sync"],
+        )
+    )
     return out
 
 
@@ -69,6 +92,12 @@ def alternative_jobs(assumptions: Sequence[Assumption], base: Dict[str, List[str
     for a in assumptions:
         for value in a.alternatives:
             for method, overrides in base.items():
-                jobs.append({"key": a.key, "value": value, "method": method,
-                             "overrides": without(overrides, a.key) + [f"{a.key}={value}"]})
+                jobs.append(
+                    {
+                        "key": a.key,
+                        "value": value,
+                        "method": method,
+                        "overrides": without(overrides, a.key) + [f"{a.key}={value}"],
+                    }
+                )
     return jobs

@@ -33,8 +33,12 @@ log = logging.getLogger(__name__)
 
 #: studies with their own analysis (a sweep whose design the default tables do not read)
 #: study name -> the module (of this package) whose analyze(roots, out, figures=...) replaces the default
-STUDIES = {"paper_scale": "paper_scale", "convergence": "convergence", "oobleck_artifact": "oobleck_artifact",
-           "frontier": "frontier"}
+STUDIES = {
+    "paper_scale": "paper_scale",
+    "convergence": "convergence",
+    "oobleck_artifact": "oobleck_artifact",
+    "frontier": "frontier",
+}
 
 
 class CollectCallback(Callback):
@@ -71,8 +75,13 @@ class CollectCallback(Callback):
             analyze([sweep], out, figures=self.figures, verbose=self.study is not None)
             log.info("CollectCallback: tables and figures of %s in %s", sweep, out)
         except Exception:  # the sweep's runs are safe on disk; analysis can be redone by hand
-            log.exception("CollectCallback: analysis of %s failed; redo it with: python -m %s %s --out %s",
-                          sweep, module if self.study else __package__, sweep, out)
+            log.exception(
+                "CollectCallback: analysis of %s failed; redo it with: python -m %s %s --out %s",
+                sweep,
+                module if self.study else __package__,
+                sweep,
+                out,
+            )
 
     @staticmethod
     def _resolve(config: DictConfig) -> Optional[Path]:

@@ -38,7 +38,7 @@ def down_probability(lam: float, D: float) -> float:
 
 def binomial_down(U: int, p: float, k_max: int) -> List[float]:
     """P(k units down), k = 0..k_max (the last entry: k >= k_max)."""
-    probs = [math.comb(U, k) * p ** k * (1 - p) ** (U - k) for k in range(k_max)]
+    probs = [math.comb(U, k) * p**k * (1 - p) ** (U - k) for k in range(k_max)]
     return probs + [max(0.0, 1.0 - sum(probs))]
 
 
@@ -47,8 +47,9 @@ def renewal_failures(U: int, lam: float, D: float, run_s: float) -> float:
     return U * run_s / (1.0 / lam + D)
 
 
-def in_place_effective(U: int, lam: float, D: float, step_s: float, degraded_step_s: float,
-                       fixed_overhead: float = 0.0) -> Dict[str, float]:
+def in_place_effective(
+    U: int, lam: float, D: float, step_s: float, degraded_step_s: float, fixed_overhead: float = 0.0
+) -> Dict[str, float]:
     """Useful fraction of an in-place method (MeCeFO, Bamboo's cover) that never falls back.
 
     The time with at least one unit down is q = 1 - (1 - p)^U; there a step takes degraded_step_s.

@@ -62,20 +62,46 @@ log = logging.getLogger(__name__)
 CONFIG_COLUMNS = ("model", "method", "failure", "seed", "n_workers", "max_steps", "micro_batch", "seq_len")
 #: where each config column lives in the resolved config (.hydra/config.yaml)
 CONFIG_PATHS = {
-    "model": ("model", "name"), "method": ("method", "name"), "failure": ("failure", "name"), "seed": ("seed",),
-    "n_workers": ("cluster", "n_workers"), "max_steps": ("trainer", "max_steps"),
-    "micro_batch": ("data", "micro_batch"), "seq_len": ("data", "seq_len"),
+    "model": ("model", "name"),
+    "method": ("method", "name"),
+    "failure": ("failure", "name"),
+    "seed": ("seed",),
+    "n_workers": ("cluster", "n_workers"),
+    "max_steps": ("trainer", "max_steps"),
+    "micro_batch": ("data", "micro_batch"),
+    "seq_len": ("data", "seq_len"),
 }
 DEDUP_KEY = ("label", "identity", "seed")
 #: settings that cannot change a run's numbers: left out of its identity (prefixes end in ".")
-IDENTITY_EXCLUDE = ("seed", "resume", "experiment", "hydra.", "logger.", "trainer.progress", "trainer.log_every",
-                    "trainer.log_events", "trainer.resume_every", "trainer.threads", "trainer.event_driven",
-                    "cluster.profile", "cluster.profile_warmup", "cluster.profile_repeats", "data.cache_dir")
+IDENTITY_EXCLUDE = (
+    "seed",
+    "resume",
+    "experiment",
+    "hydra.",
+    "logger.",
+    "trainer.progress",
+    "trainer.log_every",
+    "trainer.log_events",
+    "trainer.resume_every",
+    "trainer.threads",
+    "trainer.event_driven",
+    "cluster.profile",
+    "cluster.profile_warmup",
+    "cluster.profile_repeats",
+    "data.cache_dir",
+)
 #: method settings that act only on a degraded step (MeCeFO's neighbour): a failure-free run is
 #: the same whatever they are, so they belong with the failure reading (`failure_variant`), and
 #: one failure-free run is the baseline of every value (the ablation, method.rank, ...)
-UNDER_FAILURE_ONLY = ("method.skip_attention", "method.recompute_ffn", "method.lowrank_ffn", "method.rank",
-                      "method.svd_every", "method.lowrank_modules", "method.grad_error_every")
+UNDER_FAILURE_ONLY = (
+    "method.skip_attention",
+    "method.recompute_ffn",
+    "method.lowrank_ffn",
+    "method.rank",
+    "method.svd_every",
+    "method.lowrank_modules",
+    "method.grad_error_every",
+)
 #: columns that already name a setting; `variant` lists the other distinguishing keys
 NAMED_KEYS = {".".join(p): c for c, p in CONFIG_PATHS.items()}
 #: the failure levels of the paper, in order; other presets (poisson, trace, ...) sort after
@@ -85,10 +111,29 @@ RECORD_FILES = ("summary.json", "metrics.jsonl", "eval.jsonl", "events.jsonl", "
 SKIP_DIRS = {".hydra", "checkpoints", "__pycache__", ".git", "wandb"}
 #: summary.json fields the tables compute with; a run where one of them is not a number
 #: (a hand-edited or foreign record) is listed as `unreadable`, naming the field, not averaged
-NUMERIC_FIELDS = ("seed", "n_workers", "max_steps", "steps", "tokens_committed", "tokens_processed", "sim_time_s",
-                  "wall_time_s", "throughput_tok_s", "achieved_tflops_s", "mfu", "final_val_loss", "final_val_ppl",
-                  "failures", "rollbacks", "lost_steps", "interrupted_steps", "failures_expected",
-                  "mean_workers_down_expected", "mean_workers_down", "outage_s")
+NUMERIC_FIELDS = (
+    "seed",
+    "n_workers",
+    "max_steps",
+    "steps",
+    "tokens_committed",
+    "tokens_processed",
+    "sim_time_s",
+    "wall_time_s",
+    "throughput_tok_s",
+    "achieved_tflops_s",
+    "mfu",
+    "final_val_loss",
+    "final_val_ppl",
+    "failures",
+    "rollbacks",
+    "lost_steps",
+    "interrupted_steps",
+    "failures_expected",
+    "mean_workers_down_expected",
+    "mean_workers_down",
+    "outage_s",
+)
 NUMERIC_BLOCKS = ("time_breakdown", "window")
 #: the largest number a numeric field may hold: above it a record is foreign or hand-edited (the
 #: largest real ones, tokens of a frontier run, are about 1e13); so is NaN, infinity or a negative
@@ -226,13 +271,17 @@ def flatten_config(cfg: Optional[dict], prefix: str = "") -> Dict[str, object]:
 
 def identity_config(flat: Dict[str, object]) -> Dict[str, object]:
     """The settings that define what a run computes (see the module doc), seed excluded."""
+
     def excluded(key: str) -> bool:
         return any(key == e or (e.endswith(".") and key.startswith(e)) for e in IDENTITY_EXCLUDE)
 
     out = {k: v for k, v in flat.items() if not excluded(k)}
     if out.get("failure.name") == "none":  # no failure happens: how failures would be read (or met) is moot
-        out = {k: v for k, v in out.items()
-               if (not k.startswith("failure.") or k == "failure.name") and k not in UNDER_FAILURE_ONLY}
+        out = {
+            k: v
+            for k, v in out.items()
+            if (not k.startswith("failure.") or k == "failure.name") and k not in UNDER_FAILURE_ONLY
+        }
     return out
 
 
@@ -263,6 +312,7 @@ def not_a_number(summary: dict) -> Optional[str]:
     """The first field the tables read as a number that holds something else, or a number no run
     writes (NaN, infinite, negative, above LARGEST_NUMBER: a run writes NaN as null), as
     `field is 'value'`."""
+
     def bad(value) -> Optional[str]:
         if value is None:
             return None
@@ -333,8 +383,11 @@ def load_run(run_dir) -> Dict[str, object]:
             row[col] = None
     if cfg:
         row["experiment"] = cfg.get("experiment")
-    ident = identity_config(flatten_config(cfg)) if cfg else {
-        ".".join(CONFIG_PATHS[c]): row.get(c) for c in CONFIG_COLUMNS if c != "seed"}
+    ident = (
+        identity_config(flatten_config(cfg))
+        if cfg
+        else {".".join(CONFIG_PATHS[c]): row.get(c) for c in CONFIG_COLUMNS if c != "seed"}
+    )
     fingerprint = row.get("clock_fingerprint") if row.get("clock_compute") in CONFIG_FREE_CLOCKS else None
     row["_config"] = {**ident, "clock.profile": fingerprint} if fingerprint else ident
     row["identity"] = json.dumps(row["_config"], sort_keys=True, default=str)
@@ -423,6 +476,7 @@ def distinguishing_keys(configs: Sequence[Dict[str, object]]) -> List[str]:
     name: model.hidden_size differs between llama_tiny and llama_1b runs, but it is listed
     only if it also differs between two runs of one model.name. A config without the key
     (a failure-free run has no method.rank in its identity) does not count as a value."""
+
     def norm(v) -> str:
         return json.dumps(v, sort_keys=True, default=str)
 
@@ -459,8 +513,9 @@ def add_variants(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def collect(roots: Iterable, key: Sequence[str] = DEDUP_KEY, keep_all: bool = True,
-            labels: Optional[Dict[str, Sequence]] = None) -> pd.DataFrame:
+def collect(
+    roots: Iterable, key: Sequence[str] = DEDUP_KEY, keep_all: bool = True, labels: Optional[Dict[str, Sequence]] = None
+) -> pd.DataFrame:
     """Every run folder under `roots` as one table, with `selected` / `superseded_by`.
 
     labels={"before": [dir], "after": [dir]} collects each group under its label (column
@@ -493,10 +548,18 @@ def _order(values: pd.Series, order: Sequence[str]) -> pd.Series:
 def sort_runs(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return df
-    keys = pd.DataFrame({
-        "m": df["model"].astype(str), "me": _order(df["method"], METHOD_ORDER), "men": df["method"].astype(str),
-        "f": _order(df["failure"], FAILURE_ORDER), "fn": df["failure"].astype(str),
-        "s": pd.to_numeric(df["seed"], errors="coerce"), "t": df["mtime"]}, index=df.index)
+    keys = pd.DataFrame(
+        {
+            "m": df["model"].astype(str),
+            "me": _order(df["method"], METHOD_ORDER),
+            "men": df["method"].astype(str),
+            "f": _order(df["failure"], FAILURE_ORDER),
+            "fn": df["failure"].astype(str),
+            "s": pd.to_numeric(df["seed"], errors="coerce"),
+            "t": df["mtime"],
+        },
+        index=df.index,
+    )
     return df.loc[keys.sort_values(list(keys.columns), na_position="last").index]
 
 
@@ -537,8 +600,10 @@ def describe(df: pd.DataFrame) -> str:
         return "no run folders found"
     kept = df[df["selected"]]
     counts = kept["status"].value_counts().to_dict()
-    lines = [f"{len(df)} run folders, {len(kept)} after de-duplication (one per configuration and seed): "
-             + ", ".join(f"{n} {s}" for s, n in counts.items())]
+    lines = [
+        f"{len(df)} run folders, {len(kept)} after de-duplication (one per configuration and seed): "
+        + ", ".join(f"{n} {s}" for s, n in counts.items())
+    ]
     superseded = int((~df["selected"]).sum())
     if superseded:
         lines.append(f"{superseded} superseded by a newer or ok run of the same key (listed in runs_all.csv)")
@@ -547,15 +612,21 @@ def describe(df: pd.DataFrame) -> str:
         err = f": {err}" if isinstance(err, str) and err else ""
         extra = " ".join(str(r.get(c) or "") for c in ("variant", "failure_variant")).strip()
         extra = f" {extra}" if extra else ""
-        lines.append(f"  {r['status']:10s} {r['method']} failure={r['failure']}{extra} seed={r['seed']} "
-                     f"-> {r['run_dir']}{err}")
+        lines.append(
+            f"  {r['status']:10s} {r['method']} failure={r['failure']}{extra} seed={r['seed']} -> {r['run_dir']}{err}"
+        )
     return "\n".join(lines)
 
 
 def add_label_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--label", action="append", default=[], metavar="NAME=DIR",
-                        help="collect DIR under the label NAME (repeatable): --label before=runs/a --label after=runs/b "
-                             "puts two sweeps side by side in every table")
+    parser.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="collect DIR under the label NAME (repeatable): --label before=runs/a --label after=runs/b "
+        "puts two sweeps side by side in every table",
+    )
 
 
 def parse_labels(parser: argparse.ArgumentParser, items: Sequence[str]) -> Dict[str, List[str]]:
@@ -566,8 +637,10 @@ def parse_labels(parser: argparse.ArgumentParser, items: Sequence[str]) -> Dict[
             parser.error(f"--label {item!r}: expected NAME=DIR, e.g. --label before=runs/sweeps/a")
         if name in labels and folder not in labels[name]:
             # two sweeps under one name would be averaged as seeds of one configuration
-            parser.error(f"--label {item!r}: the label {name!r} already names {labels[name][0]}; one folder per "
-                         "label (give each folder its own name)")
+            parser.error(
+                f"--label {item!r}: the label {name!r} already names {labels[name][0]}; one folder per "
+                "label (give each folder its own name)"
+            )
         labels.setdefault(name, [folder])
     return labels
 
@@ -582,8 +655,9 @@ def roots_and_labels(parser: argparse.ArgumentParser, args, default: Sequence[st
     return roots, labels
 
 
-def parse_analysis_args(prog: str, doc: str, roots_help: str, argv: Optional[Sequence[str]] = None,
-                        default_roots: Sequence[str] = ()):
+def parse_analysis_args(
+    prog: str, doc: str, roots_help: str, argv: Optional[Sequence[str]] = None, default_roots: Sequence[str] = ()
+):
     """The command line every `python -m analysis...` entry shares: run folders, --label,
     --out, --no-figures. Returns (args, roots, labels)."""
     p = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])

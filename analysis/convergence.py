@@ -59,17 +59,31 @@ def convergence_table(runs: pd.DataFrame) -> pd.DataFrame:
         for level in FAILURE_ORDER[1:]:
             if f"change_{level}" not in r or not math.isfinite(r[f"change_{level}"]):
                 continue
-            rows.append({"label": r.get("label", ""), "model": r["model"], "variant": r.get("variant", ""),
-                         "reading": reading_name(r.get("failure_variant", "")), "level": level,
-                         "max_steps": int(r["max_steps"]), "change": r[f"change_{level}"],
-                         "change_ci95": r[f"change_{level}_ci95"], "pairs": int(r[f"change_{level}_pairs"]),
-                         "ppl_none": r["ppl_none"], "paper_change_1b": PAPER_CHANGE_1B[level]})
+            rows.append(
+                {
+                    "label": r.get("label", ""),
+                    "model": r["model"],
+                    "variant": r.get("variant", ""),
+                    "reading": reading_name(r.get("failure_variant", "")),
+                    "level": level,
+                    "max_steps": int(r["max_steps"]),
+                    "change": r[f"change_{level}"],
+                    "change_ci95": r[f"change_{level}_ci95"],
+                    "pairs": int(r[f"change_{level}_pairs"]),
+                    "ppl_none": r["ppl_none"],
+                    "paper_change_1b": PAPER_CHANGE_1B[level],
+                }
+            )
     out = pd.DataFrame(rows)
     if out.empty:
         return out
     rank = {f: i for i, f in enumerate(FAILURE_ORDER)}
-    return out.assign(_l=out["level"].map(rank)).sort_values(
-        ["label", "model", "variant", "reading", "_l", "max_steps"]).drop(columns="_l").reset_index(drop=True)
+    return (
+        out.assign(_l=out["level"].map(rank))
+        .sort_values(["label", "model", "variant", "reading", "_l", "max_steps"])
+        .drop(columns="_l")
+        .reset_index(drop=True)
+    )
 
 
 def convergence_markdown(long: pd.DataFrame) -> str:
@@ -91,10 +105,12 @@ def convergence_markdown(long: pd.DataFrame) -> str:
     cols.update({f"steps_{n}": (f"{n} steps", None) for n in lengths})
     cols["paper_1b"] = ("paper 1B", None)
     others = ", ".join(f"{row} {v * 100:+.2f}%" for row, v in PAPER_CHANGE_HIGH.items() if row != "1B")
-    note = (f"\n\nFinal validation perplexity of MeCeFO under failures against failure-free, per seed against the "
-            f"failure-free run of the same seed and length, then mean ± 95% CI half-width over seeds (Student t); "
-            f"(n) = seeds paired. Paper (Table 3): 1B printed at high, derived from its perplexities at low/medium; "
-            f"at high the paper also reports {others}.")
+    note = (
+        f"\n\nFinal validation perplexity of MeCeFO under failures against failure-free, per seed against the "
+        f"failure-free run of the same seed and length, then mean ± 95% CI half-width over seeds (Student t); "
+        f"(n) = seeds paired. Paper (Table 3): 1B printed at high, derived from its perplexities at low/medium; "
+        f"at high the paper also reports {others}."
+    )
     return to_markdown(table, cols, drop_empty=False) + note
 
 
@@ -117,10 +133,17 @@ def convergence_figure(long: pd.DataFrame):
         for level in [f for f in FAILURE_ORDER[1:] if f in set(sub["level"])]:
             lv = sub[sub["level"] == level].sort_values("max_steps")
             err = lv["change_ci95"].fillna(0).to_numpy() * 100
-            ax.errorbar(lv["max_steps"], lv["change"] * 100, yerr=err, marker="o", capsize=3, linewidth=1.5,
-                        color=failure_color(level), label=f"failure = {level}")
-            ax.axhline(PAPER_CHANGE_1B[level] * 100, color=failure_color(level), linestyle="--", linewidth=1,
-                       alpha=0.8)
+            ax.errorbar(
+                lv["max_steps"],
+                lv["change"] * 100,
+                yerr=err,
+                marker="o",
+                capsize=3,
+                linewidth=1.5,
+                color=failure_color(level),
+                label=f"failure = {level}",
+            )
+            ax.axhline(PAPER_CHANGE_1B[level] * 100, color=failure_color(level), linestyle="--", linewidth=1, alpha=0.8)
         ax.axhline(0, color="black", linewidth=0.6)
         ax.set_xscale("log")
         ax.set_xticks(sorted(sub["max_steps"].unique()), [str(n) for n in sorted(sub["max_steps"].unique())])
@@ -139,8 +162,9 @@ def convergence_figure(long: pd.DataFrame):
     return fig
 
 
-def analyze(roots: Iterable, out, figures: bool = True, verbose: bool = True,
-            labels: Optional[Dict[str, Sequence]] = None) -> Dict[str, List[Path]]:
+def analyze(
+    roots: Iterable, out, figures: bool = True, verbose: bool = True, labels: Optional[Dict[str, Sequence]] = None
+) -> Dict[str, List[Path]]:
     """The default analysis (analysis.figures) plus the convergence table and figure."""
 
     from .plots import make_figures, save
@@ -157,24 +181,36 @@ def analyze(roots: Iterable, out, figures: bool = True, verbose: bool = True,
         folder.mkdir(parents=True, exist_ok=True)
         long.to_csv(folder / "convergence.csv", index=False)
         md = convergence_markdown(long)
-        (folder / "convergence.md").write_text(f"# MeCeFO perplexity change against run length (paper Table 3)\n\n{md}\n")
-        return {"table": write_table(runs, out).values(),
-                "tables": [*write_tables(runs, out).values(), folder / "convergence.csv", folder / "convergence.md"]}
+        (folder / "convergence.md").write_text(
+            f"# MeCeFO perplexity change against run length (paper Table 3)\n\n{md}\n"
+        )
+        return {
+            "table": write_table(runs, out).values(),
+            "tables": [*write_tables(runs, out).values(), folder / "convergence.csv", folder / "convergence.md"],
+        }
 
     def figures_of(data, out):
         runs, long = data
         fig = convergence_figure(long)
         return make_figures(runs, out) + (save(fig, out, "convergence") if fig is not None else [])
 
-    return run_study(out, collect_with_convergence, tables, figures_of,
-                     lambda data: describe(data[0]) + "\n" + convergence_markdown(data[1]), draw=figures, verbose=verbose)
+    return run_study(
+        out,
+        collect_with_convergence,
+        tables,
+        figures_of,
+        lambda data: describe(data[0]) + "\n" + convergence_markdown(data[1]),
+        draw=figures,
+        verbose=verbose,
+    )
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from .collect import parse_analysis_args
 
-    args, roots, labels = parse_analysis_args("python -m analysis.convergence", __doc__,
-                                              "sweep folders (e.g. runs/sweeps/paper_table3)", argv)
+    args, roots, labels = parse_analysis_args(
+        "python -m analysis.convergence", __doc__, "sweep folders (e.g. runs/sweeps/paper_table3)", argv
+    )
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     analyze(roots, args.out, figures=not args.no_figures, labels=labels)
     return 0

@@ -43,11 +43,20 @@ from .simulate import METHODS, effective_time, fallback_overrides, mean_interval
 
 LLAMA3_EVERY_H = 54 * 24 / 419
 MODELS = {
-    "405b": {"sizes": [256, 2048, 16384, 65536],
-             "overrides": ["model=llama_405b", "parallel.pp=16", "parallel.microbatches=16", "parallel.split=llama3"]},
-    "7b": {"sizes": [64, 1024, 16384, 65536],
-           "overrides": ["model=llama_7b", "model.max_position_embeddings=8192", "parallel.pp=2",
-                         "parallel.microbatches=8", "parallel.split=even"]},
+    "405b": {
+        "sizes": [256, 2048, 16384, 65536],
+        "overrides": ["model=llama_405b", "parallel.pp=16", "parallel.microbatches=16", "parallel.split=llama3"],
+    },
+    "7b": {
+        "sizes": [64, 1024, 16384, 65536],
+        "overrides": [
+            "model=llama_7b",
+            "model.max_position_embeddings=8192",
+            "parallel.pp=2",
+            "parallel.microbatches=8",
+            "parallel.split=even",
+        ],
+    },
 }
 RATES = [1, 10, 100]
 REPAIRS = [60, 600, 3600, 86400]
@@ -78,10 +87,20 @@ def cell_overrides(cell: Dict, probe: Dict) -> Dict[str, List[str]]:
     steps = max(50, min(MAX_STEPS, round(run_s / step_s)))
     fallback = fallback_overrides(write_s, job_mtbf_s, step_s, steps)
     every = max(5, math.ceil(30.0 / step_s))
-    common = ["experiment=decision_map", *MODELS[cell["model"]]["overrides"], f"cluster.n_workers={cell['gpus']}",
-              f"failure.every_h={every_h!r}", f"failure.replace_s={cell['repair_s']}", f"trainer.max_steps={steps}"]
-    own = {**fallback, "checkpoint": [], "baft": [f"method.checkpoint_every={every}"],
-           "reft": [f"method.snapshot_every={every}", *fallback["reft"]]}
+    common = [
+        "experiment=decision_map",
+        *MODELS[cell["model"]]["overrides"],
+        f"cluster.n_workers={cell['gpus']}",
+        f"failure.every_h={every_h!r}",
+        f"failure.replace_s={cell['repair_s']}",
+        f"trainer.max_steps={steps}",
+    ]
+    own = {
+        **fallback,
+        "checkpoint": [],
+        "baft": [f"method.checkpoint_every={every}"],
+        "reft": [f"method.snapshot_every={every}", *fallback["reft"]],
+    }
     return {m: common + [f"method={m}"] + own[m] for m in METHODS}
 
 
@@ -89,18 +108,36 @@ def probe(model: str, gpus: int) -> Dict:
     """The failure-free step and checkpoint write of (model, GPUs), from a one-step run."""
     from .simulate import run
 
-    s = run(["experiment=decision_map", *MODELS[model]["overrides"], f"cluster.n_workers={gpus}", "failure=none",
-             "method=checkpoint", "trainer.max_steps=1", "method.interval=1"])
+    s = run(
+        [
+            "experiment=decision_map",
+            *MODELS[model]["overrides"],
+            f"cluster.n_workers={gpus}",
+            "failure=none",
+            "method=checkpoint",
+            "trainer.max_steps=1",
+            "method.interval=1",
+        ]
+    )
     write_s = s["time_breakdown"]["ft_overhead"] / 2  # the initial checkpoint and the one after step 1
     return {"step_s": s["clock"]["failure_free_step_s"], "write_s": write_s}
 
 
 def _row(key: Dict, s: Dict) -> Dict:
     horizon = (s.get("max_steps") or 0) * ((s.get("clock") or {}).get("failure_free_step_s") or 0) * 3
-    return {**key, "status": s.get("status"), "effective_time": effective_time(s), "steps": s.get("steps"),
-            "sim_time_s": s.get("sim_time_s"), "failures": s.get("failures"), "rollbacks": s.get("rollbacks"),
-            "fatal": s.get("fatal"), "censored": bool(s.get("sim_time_s") and s["sim_time_s"] > horizon),
-            "wall_s": s.get("wall_time_s"), "error": s.get("error", "")}
+    return {
+        **key,
+        "status": s.get("status"),
+        "effective_time": effective_time(s),
+        "steps": s.get("steps"),
+        "sim_time_s": s.get("sim_time_s"),
+        "failures": s.get("failures"),
+        "rollbacks": s.get("rollbacks"),
+        "fatal": s.get("fatal"),
+        "censored": bool(s.get("sim_time_s") and s["sim_time_s"] > horizon),
+        "wall_s": s.get("wall_time_s"),
+        "error": s.get("error", ""),
+    }
 
 
 TIE = 0.001  # a margin under 0.1 points of effective training time is a tie, whatever its interval
@@ -115,8 +152,12 @@ def sweep(grid: List[Dict], seeds: int, processes: int, record: Path) -> pd.Data
     probes: Dict = {}
     jobs, keys = [], []
     for c in grid:
-        wanted = [(m, seed) for m in METHODS for seed in range(seeds)
-                  if tuple(map(str, (c["model"], c["gpus"], c["rate_x"], c["repair_s"], m, seed))) not in have]
+        wanted = [
+            (m, seed)
+            for m in METHODS
+            for seed in range(seeds)
+            if tuple(map(str, (c["model"], c["gpus"], c["rate_x"], c["repair_s"], m, seed))) not in have
+        ]
         if not wanted:
             continue
         if (c["model"], c["gpus"]) not in probes:
@@ -153,11 +194,18 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
         ranked = sorted((m for m in means if means[m] == means[m]), key=lambda m: -means[m])
         if len(ranked) >= 2:
             best, second = ranked[0], ranked[1]
-            diff = (cell[cell.method == best].set_index("seed").effective_time
-                    - cell[cell.method == second].set_index("seed").effective_time).dropna()
+            diff = (
+                cell[cell.method == best].set_index("seed").effective_time
+                - cell[cell.method == second].set_index("seed").effective_time
+            ).dropna()
             m, half = mean_interval(diff.tolist())
-            row.update(winner=best, runner_up=second, margin=m, margin_ci95=half,  # a tie: under 0.1 points
-                       decided=bool(m - half > 0 and m >= TIE) if half == half else False)
+            row.update(
+                winner=best,
+                runner_up=second,
+                margin=m,
+                margin_ci95=half,  # a tie: under 0.1 points
+                decided=bool(m - half > 0 and m >= TIE) if half == half else False,
+            )
         out.append(row)
     return pd.DataFrame(out)
 
@@ -189,19 +237,30 @@ def draw(table: pd.DataFrame, out: Path) -> List[Path]:
     from matplotlib.patches import Patch
 
     from .methods import METHOD_COLORS as colours
+
     paths = []
     for model, t in table.groupby("model"):
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-        slices = [("rate_x", t[t.repair_s == BASE_REPAIR], "failure rate (x Llama 3's per GPU)"),
-                  ("repair_s", t[t.rate_x == 1], "server replacement (s)")]
+        slices = [
+            ("rate_x", t[t.repair_s == BASE_REPAIR], "failure rate (x Llama 3's per GPU)"),
+            ("repair_s", t[t.rate_x == 1], "server replacement (s)"),
+        ]
         sizes = sorted(t.gpus.unique())
         for ax, (ycol, part, label) in zip(axes, slices):
             ys = sorted(part[ycol].unique())
             for r in part.itertuples(index=False):
                 x, y = sizes.index(r.gpus), ys.index(getattr(r, ycol))
-                ax.add_patch(plt.Rectangle((x - 0.5, y - 0.5), 1, 1, facecolor=colours.get(r.winner, "white"),
-                                           hatch=None if r.decided else "///",
-                                           edgecolor="white" if r.decided else "black", lw=0.5))
+                ax.add_patch(
+                    plt.Rectangle(
+                        (x - 0.5, y - 0.5),
+                        1,
+                        1,
+                        facecolor=colours.get(r.winner, "white"),
+                        hatch=None if r.decided else "///",
+                        edgecolor="white" if r.decided else "black",
+                        lw=0.5,
+                    )
+                )
                 ax.text(x, y, f"{_pct(r.margin)}", ha="center", va="center", fontsize=7)
             ax.set_xlim(-0.5, len(sizes) - 0.5)
             ax.set_ylim(-0.5, len(ys) - 0.5)
@@ -210,10 +269,14 @@ def draw(table: pd.DataFrame, out: Path) -> List[Path]:
             ax.set_xlabel("GPUs")
             ax.set_ylabel(label)
         handles = [Patch(color=colours[m], label=m) for m in METHODS if m in set(t.winner)]
-        handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="margin inside interval or < 0.1"))
+        handles.append(
+            Patch(facecolor="white", edgecolor="black", hatch="///", label="margin inside interval or < 0.1")
+        )
         fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=7)
-        fig.suptitle(f"Which method keeps the most training time: Llama {model.upper()} "
-                     "(winner; number: its margin in points)", fontsize=9)
+        fig.suptitle(
+            f"Which method keeps the most training time: Llama {model.upper()} (winner; number: its margin in points)",
+            fontsize=9,
+        )
         fig.tight_layout(rect=(0, 0.08, 1, 1))
         (out / "figures").mkdir(parents=True, exist_ok=True)
         path = out / "figures" / f"decision_map_{model}.png"
@@ -250,8 +313,11 @@ def main(argv=None) -> int:
     bad = runs[runs.status != "ok"]
     text = ["## Which method wins where (effective training time, %, mean ± 95% over seeds)", "", markdown(table), ""]
     if not bad.empty:
-        text += [f"{len(bad)} runs not ok: " + "; ".join(f"{r.model} {r.gpus} {r.method}: {r.error}"
-                                                          for r in bad.itertuples()), ""]
+        text += [
+            f"{len(bad)} runs not ok: "
+            + "; ".join(f"{r.model} {r.gpus} {r.method}: {r.error}" for r in bad.itertuples()),
+            "",
+        ]
     (args.out / "tables" / "decision_map.md").write_text("\n".join(text))
     figures = [] if args.no_figures else draw(table, args.out)
     print("\n".join(text))
@@ -260,8 +326,10 @@ def main(argv=None) -> int:
 
         for name, body in write_tables(args.out).items():
             print(f"{name}:\n{body}")
-    print(f"{len(runs)} runs, {len(table)} cells in {time.perf_counter() - start:.0f} s; wrote {args.out}/tables"
-          + (f" and {len(figures)} figures" if figures else ""))
+    print(
+        f"{len(runs)} runs, {len(table)} cells in {time.perf_counter() - start:.0f} s; wrote {args.out}/tables"
+        + (f" and {len(figures)} figures" if figures else "")
+    )
     return 0
 
 

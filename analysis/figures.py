@@ -21,8 +21,9 @@ from .collect import collect, describe, parse_analysis_args, write_table
 log = logging.getLogger(__name__)
 
 
-def analyze(roots: Iterable, out, figures: bool = True, verbose: bool = True,
-            labels: Optional[Dict[str, Sequence]] = None) -> Dict[str, List[Path]]:
+def analyze(
+    roots: Iterable, out, figures: bool = True, verbose: bool = True, labels: Optional[Dict[str, Sequence]] = None
+) -> Dict[str, List[Path]]:
     """Collect every run under `roots` (and under each labelled folder) into `out`, then
     write the tables and the figures."""
     from .study import run_study
@@ -34,16 +35,25 @@ def analyze(roots: Iterable, out, figures: bool = True, verbose: bool = True,
         return make_figures(df, folder)
 
     roots = [Path(r) for r in roots]
-    return run_study(out, lambda: collect(roots, labels=labels),
-                     lambda df, folder: {"table": write_table(df, folder).values(),
-                                         "tables": write_tables(df, folder).values()},
-                     figures_of, describe, draw=figures, verbose=verbose)
+    return run_study(
+        out,
+        lambda: collect(roots, labels=labels),
+        lambda df, folder: {"table": write_table(df, folder).values(), "tables": write_tables(df, folder).values()},
+        figures_of,
+        describe,
+        draw=figures,
+        verbose=verbose,
+    )
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args, roots, labels = parse_analysis_args("python -m analysis.figures", __doc__,
-                                              "folders holding run folders (default: runs, unless --label is given)",
-                                              argv, default_roots=["runs"])
+    args, roots, labels = parse_analysis_args(
+        "python -m analysis.figures",
+        __doc__,
+        "folders holding run folders (default: runs, unless --label is given)",
+        argv,
+        default_roots=["runs"],
+    )
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     analyze(roots, args.out, figures=not args.no_figures, labels=labels)
     return 0

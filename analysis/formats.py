@@ -20,8 +20,18 @@ FORMATS = ("md", "tex", "csv")
 
 
 #: characters LaTeX reads as commands, and what to write instead
-_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+_LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
 
 
 def latex_escape(text: str) -> str:
@@ -29,9 +39,16 @@ def latex_escape(text: str) -> str:
     return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in text)
 
 
-def to_latex(df: pd.DataFrame, columns: Optional[Mapping[str, str]] = None, caption: Optional[str] = None,
-             label: Optional[str] = None, precision: int = 2, na: str = NA, escape_caption: bool = False,
-             column_format: Optional[str] = None) -> str:
+def to_latex(
+    df: pd.DataFrame,
+    columns: Optional[Mapping[str, str]] = None,
+    caption: Optional[str] = None,
+    label: Optional[str] = None,
+    precision: int = 2,
+    na: str = NA,
+    escape_caption: bool = False,
+    column_format: Optional[str] = None,
+) -> str:
     """A booktabs table (\\toprule ... \\bottomrule) of `df`.
 
     `columns` picks and renames columns ({column: header}, in order); text is escaped for
@@ -48,13 +65,19 @@ def to_latex(df: pd.DataFrame, columns: Optional[Mapping[str, str]] = None, capt
     styler = styler.format_index(escape="latex", axis="columns")
     if caption is not None and escape_caption:
         caption = latex_escape(caption)
-    tex = styler.to_latex(hrules=True, caption=caption, label=label, column_format=column_format,
-                          position_float="centering" if caption else None)
+    tex = styler.to_latex(
+        hrules=True,
+        caption=caption,
+        label=label,
+        column_format=column_format,
+        position_float="centering" if caption else None,
+    )
     return tex.replace("±", r"$\pm$")
 
 
 def to_markdown(df: pd.DataFrame, na: str = NA, precision: int = 2) -> str:
     """A plain pipe table (no tabulate needed), missing values as `na`."""
+
     def cell(v):
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return na
@@ -66,8 +89,15 @@ def to_markdown(df: pd.DataFrame, na: str = NA, precision: int = 2) -> str:
     return "\n".join([head, rule, *rows])
 
 
-def write_formats(df: pd.DataFrame, folder, name: str, title: str, markdown: Optional[str] = None,
-                  formats: Sequence[str] = FORMATS, columns: Optional[Mapping[str, str]] = None) -> Dict[str, Path]:
+def write_formats(
+    df: pd.DataFrame,
+    folder,
+    name: str,
+    title: str,
+    markdown: Optional[str] = None,
+    formats: Sequence[str] = FORMATS,
+    columns: Optional[Mapping[str, str]] = None,
+) -> Dict[str, Path]:
     """<folder>/<name>.{md,tex,csv}; `markdown`: a table already rendered (tables.py's own)."""
     bad = [f for f in formats if f not in FORMATS]
     if bad:
@@ -137,6 +167,7 @@ def fmt_num(digits: int) -> Callable:
         if v is None or (isinstance(v, float) and not math.isfinite(v)):
             return ""
         return f"{v:.{digits}f}"
+
     return f
 
 

@@ -41,26 +41,48 @@ def runs(roots: List[Path]) -> pd.DataFrame:
         ok = s.get("status") == "ok" and step_s
         effective = s["steps"] * step_s / s["sim_time_s"] if ok else None
         mem = s.get("memory", {})
-        rows.append({
-            "method": s.get("method"), "rate_x": round(LLAMA3_EVERY_H / dig(cfg, ["failure", "every_h"]), 3),
-            "replace_s": dig(cfg, ["failure", "replace_s"]), "status": s.get("status"),
-            "days": s["sim_time_s"] / 86400 if ok else None, "steps": s.get("steps"),
-            "interruptions": (s.get("failures") or 0) // max(1, dig(cfg, ["failure", "unit_gpus"]) or 1),
-            "rollbacks": s.get("rollbacks"), "effective_time": effective,
-            "drop": None if effective is None else 1 - effective,
-            # a rollback method's Young/Daly interval; an in-place method that never writes one: none;
-            # REFT: its in-memory snapshot interval (its disk checkpoint is only the first)
-            "checkpoint_interval": (f"{s['snapshot_every']} (memory)" if s.get("snapshot_every") else
-                                    s["checkpoint_interval"] if s.get("checkpoint_interval") and
-                                    s["checkpoint_interval"] < (s.get("steps") or 0) else "none"),
-            "peak_GB_per_gpu": (mem.get("peak_GB") or {}).get("normal"), "fits_80GB": (mem.get("fits") or {}).get("normal"),
-            "mfu_failure_free": s.get("clock", {}).get("implied_mfu"), "run_dir": str(run_dir)})
+        rows.append(
+            {
+                "method": s.get("method"),
+                "rate_x": round(LLAMA3_EVERY_H / dig(cfg, ["failure", "every_h"]), 3),
+                "replace_s": dig(cfg, ["failure", "replace_s"]),
+                "status": s.get("status"),
+                "days": s["sim_time_s"] / 86400 if ok else None,
+                "steps": s.get("steps"),
+                "interruptions": (s.get("failures") or 0) // max(1, dig(cfg, ["failure", "unit_gpus"]) or 1),
+                "rollbacks": s.get("rollbacks"),
+                "effective_time": effective,
+                "drop": None if effective is None else 1 - effective,
+                # a rollback method's Young/Daly interval; an in-place method that never writes one: none;
+                # REFT: its in-memory snapshot interval (its disk checkpoint is only the first)
+                "checkpoint_interval": (
+                    f"{s['snapshot_every']} (memory)"
+                    if s.get("snapshot_every")
+                    else s["checkpoint_interval"]
+                    if s.get("checkpoint_interval") and s["checkpoint_interval"] < (s.get("steps") or 0)
+                    else "none"
+                ),
+                "peak_GB_per_gpu": (mem.get("peak_GB") or {}).get("normal"),
+                "fits_80GB": (mem.get("fits") or {}).get("normal"),
+                "mfu_failure_free": s.get("clock", {}).get("implied_mfu"),
+                "run_dir": str(run_dir),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 #: the columns of the published table (the csv has every column)
-SHOWN = ["method", "rate_x", "replace_s", "days", "interruptions", "rollbacks", "effective_time", "drop",
-         "checkpoint_interval"]
+SHOWN = [
+    "method",
+    "rate_x",
+    "replace_s",
+    "days",
+    "interruptions",
+    "rollbacks",
+    "effective_time",
+    "drop",
+    "checkpoint_interval",
+]
 
 
 def _fmt(df: pd.DataFrame) -> str:

@@ -19,8 +19,14 @@ class MethodStyle(NamedTuple):
 
 
 #: colour and marker of the first methods (their figures stay as they were)
-KNOWN = {"checkpoint": ("tab:gray", "s"), "reft": ("tab:blue", "^"), "baft": ("tab:purple", "v"),
-         "bamboo": ("tab:orange", "D"), "oobleck": ("tab:green", "P"), "mecefo": ("tab:red", "o")}
+KNOWN = {
+    "checkpoint": ("tab:gray", "s"),
+    "reft": ("tab:blue", "^"),
+    "baft": ("tab:purple", "v"),
+    "bamboo": ("tab:orange", "D"),
+    "oobleck": ("tab:green", "P"),
+    "mecefo": ("tab:red", "o"),
+}
 #: for methods added later, in registry order
 SPARE = [("tab:brown", "X"), ("tab:pink", "*"), ("tab:olive", "h"), ("tab:cyan", "p"), ("black", "d")]
 

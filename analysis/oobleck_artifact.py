@@ -70,11 +70,18 @@ def runs(roots: Iterable[Path]) -> pd.DataFrame:
                 log.warning("%s: status %s, skipped", folder, summary.get("status"))
                 continue
             window = summary.get("window") or {}
-            rows.append({"model": name.split("/", 1)[1], "trace": Path(str(cfg.failure.path)).stem,
-                         "method": cfg.method.name, "quirks": bool(OmegaConf.select(cfg, "scenario.quirks") or False),
-                         "samples_per_s": window.get("samples_per_s") or 0.0,
-                         "goodput_over_ideal": window.get("goodput_over_ideal"),
-                         "credited_steps": summary.get("steps"), "run_dir": str(folder)})
+            rows.append(
+                {
+                    "model": name.split("/", 1)[1],
+                    "trace": Path(str(cfg.failure.path)).stem,
+                    "method": cfg.method.name,
+                    "quirks": bool(OmegaConf.select(cfg, "scenario.quirks") or False),
+                    "samples_per_s": window.get("samples_per_s") or 0.0,
+                    "goodput_over_ideal": window.get("goodput_over_ideal"),
+                    "credited_steps": summary.get("steps"),
+                    "run_dir": str(folder),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -91,17 +98,22 @@ def model_table(ours: pd.DataFrame, ref: pd.DataFrame, model: str) -> pd.DataFra
             quirky = mine[mine.quirks]
             art = theirs.artifact.iloc[0] if not theirs.empty else None
             oom = not theirs.empty and theirs.status.iloc[0] == "OOM"
-            row = {"trace": trace, "system": system,
-                   "ours": plain.samples_per_s.iloc[0] if not plain.empty else None,
-                   "ours_artifact_behaviour": quirky.samples_per_s.iloc[0] if not quirky.empty else None,
-                   "artifact": "OOM" if oom else art,
-                   "goodput_over_ideal": plain.goodput_over_ideal.iloc[0] if not plain.empty else None}
+            row = {
+                "trace": trace,
+                "system": system,
+                "ours": plain.samples_per_s.iloc[0] if not plain.empty else None,
+                "ours_artifact_behaviour": quirky.samples_per_s.iloc[0] if not quirky.empty else None,
+                "artifact": "OOM" if oom else art,
+                "goodput_over_ideal": plain.goodput_over_ideal.iloc[0] if not plain.empty else None,
+            }
             for key in ("ours", "ours_artifact_behaviour"):
                 row[f"ratio_{key}"] = (row[key] / art) if (row[key] is not None and art) else None
             best = [r for r in (row["ratio_ours"], row["ratio_ours_artifact_behaviour"]) if r is not None]
-            row["within_2pct"] = ("OOM" if oom and plain.empty else
-                                  ("yes" if best and min(abs(r - 1) for r in best) <= TOLERANCE else
-                                   ("no" if best else "")))
+            row["within_2pct"] = (
+                "OOM"
+                if oom and plain.empty
+                else ("yes" if best and min(abs(r - 1) for r in best) <= TOLERANCE else ("no" if best else ""))
+            )
             out.append(row)
     return pd.DataFrame(out)
 
@@ -113,9 +125,9 @@ def system_ratios(table: pd.DataFrame) -> pd.DataFrame:
         at = table[table.trace == trace].set_index("system")
 
         def val(system: str, col: str) -> Optional[float]:
-            if system not in at.index:
+            if system not in at.index:  # noqa: B023 (called in this iteration)
                 return None
-            v = at.loc[system, col]
+            v = at.loc[system, col]  # noqa: B023
             return float(v) if isinstance(v, (int, float)) and v == v else None
 
         row = {"trace": trace}
@@ -153,8 +165,16 @@ def analyze(roots: List[Path], out: Path, figures: bool = True, verbose: bool = 
         text = []
         for model, table in data[1].items():
             graded = table[table.within_2pct.isin(["yes", "no"])]
-            text += [f"## {model}", "", _fmt(table), "", _fmt(system_ratios(table)), "",
-                     f"{(graded.within_2pct == 'yes').sum()}/{len(graded)} graded cells within 2% (either setting)", ""]
+            text += [
+                f"## {model}",
+                "",
+                _fmt(table),
+                "",
+                _fmt(system_ratios(table)),
+                "",
+                f"{(graded.within_2pct == 'yes').sum()}/{len(graded)} graded cells within 2% (either setting)",
+                "",
+            ]
         return "\n".join(text)
 
     def write(data, out):
@@ -184,7 +204,9 @@ def _figure(table: pd.DataFrame, model: str, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for i, (system, rows) in enumerate(table.groupby("system", sort=False)):
         x = [TRACES.index(t) for t in rows.trace]
-        ax.plot(x, [v if v is not None else float("nan") for v in rows.ours], "o-", color=f"C{i}", label=f"{system} (ours)")
+        ax.plot(
+            x, [v if v is not None else float("nan") for v in rows.ours], "o-", color=f"C{i}", label=f"{system} (ours)"
+        )
         art = [v if isinstance(v, float) else float("nan") for v in rows.artifact]
         ax.plot(x, art, "x--", color=f"C{i}", label=f"{system} (artifact)")
     ax.set_xticks(range(len(TRACES)), [f"every {t}" for t in TRACES])

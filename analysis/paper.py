@@ -67,8 +67,11 @@ ABLATION_MEMORY = {"naive_fits": False}
 
 #: Paper Table 1, the failure presets: a failure every `every_h` hours in a 32-GPU cluster,
 #: recovery after `recover_h` hours.
-TABLE1_FAILURES = {"low": {"every_h": 2, "recover_h": 4}, "medium": {"every_h": 1, "recover_h": 3},
-                   "high": {"every_h": 0.5, "recover_h": 2}}
+TABLE1_FAILURES = {
+    "low": {"every_h": 2, "recover_h": 4},
+    "medium": {"every_h": 1, "recover_h": 3},
+    "high": {"every_h": 0.5, "recover_h": 2},
+}
 
 
 def paper_row(model: Optional[str]) -> tuple[str, bool]:

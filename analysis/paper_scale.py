@@ -44,18 +44,33 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import pandas as pd
 
 from . import paper
-from .collect import (CONFIG_COLUMNS, CONFIG_PATHS, DEDUP_KEY, dig, deduplicate, find_run_dirs, load_run, ok_runs,
-                      run_config, sort_runs, write_table)
-from .formats import fmt_num, fmt_pct, fmt_ratio, fmt_tok, thousands
 from . import tables as shared_tables
+from .collect import (
+    CONFIG_COLUMNS,
+    CONFIG_PATHS,
+    DEDUP_KEY,
+    deduplicate,
+    dig,
+    find_run_dirs,
+    load_run,
+    ok_runs,
+    run_config,
+    sort_runs,
+    write_table,
+)
+from .formats import fmt_num, fmt_pct, fmt_ratio, fmt_tok, thousands
 from .tables import SETTING, setting_columns, throughput_markdown, throughput_table, to_markdown
 
 log = logging.getLogger(__name__)
 
 #: the failure-reading keys, where they live in the resolved config, and their defaults when a
 #: config predates them (mecefo_exp/config/schema.py: the default reading was then the only one)
-READING_PATHS = {"process": ("failure", "process"), "unit_gpus": ("failure", "unit_gpus"),
-                 "repair": ("failure", "repair"), "replace_s": ("failure", "replace_s")}
+READING_PATHS = {
+    "process": ("failure", "process"),
+    "unit_gpus": ("failure", "unit_gpus"),
+    "repair": ("failure", "repair"),
+    "replace_s": ("failure", "replace_s"),
+}
 READING_DEFAULTS = {"process": "per_worker", "unit_gpus": 1, "repair": "fixed", "replace_s": 300.0}
 PROCESS_ORDER = ("per_worker", "cluster")
 REPAIR_ORDER = ("fixed", "tick", "replace")
@@ -119,8 +134,14 @@ def _reading_columns(cfg: Optional[dict], failure) -> Dict[str, object]:
     outage_s (how long a failed unit stays down: replace_s, or the preset's recover_h for fixed;
     tick is a spread, not one length). A failure-free run has no reading."""
     if failure == "none":
-        return {"process": None, "unit_gpus": None, "repair": None, "replace_s": None, "reading": NO_READING,
-                "outage_s": None}
+        return {
+            "process": None,
+            "unit_gpus": None,
+            "repair": None,
+            "replace_s": None,
+            "reading": NO_READING,
+            "outage_s": None,
+        }
     vals = {k: (dig(cfg, p) if cfg else None) for k, p in READING_PATHS.items()}
     vals = {k: READING_DEFAULTS[k] if v is None else v for k, v in vals.items()}
     vals["unit_gpus"] = int(vals["unit_gpus"])
@@ -132,8 +153,11 @@ def _reading_columns(cfg: Optional[dict], failure) -> Dict[str, object]:
         outage = float(recover_h) * 3600.0
     else:
         outage = None
-    return {**vals, "reading": reading_label(vals["process"], vals["unit_gpus"], vals["repair"], vals["replace_s"]),
-            "outage_s": outage}
+    return {
+        **vals,
+        "reading": reading_label(vals["process"], vals["unit_gpus"], vals["repair"], vals["replace_s"]),
+        "outage_s": outage,
+    }
 
 
 def load_study_run(run_dir) -> Dict[str, object]:
@@ -161,8 +185,9 @@ def collect_study(roots: Iterable) -> pd.DataFrame:
     `superseded_by` names it for the others)."""
     rows = [load_study_run(d) for d in find_run_dirs([Path(r) for r in roots])]
     if not rows:
-        empty = pd.DataFrame(columns=["run_dir", "status", *CONFIG_COLUMNS, *STUDY_KEY[len(DEDUP_KEY):], "mtime",
-                                      "superseded_by"])
+        empty = pd.DataFrame(
+            columns=["run_dir", "status", *CONFIG_COLUMNS, *STUDY_KEY[len(DEDUP_KEY) :], "mtime", "superseded_by"]
+        )
         return empty.assign(selected=pd.Series(dtype=bool))
     df = pd.DataFrame(rows)
     df["mtime"] = pd.to_numeric(df["mtime"])
@@ -188,8 +213,10 @@ def problems(runs: pd.DataFrame, drops: Optional[pd.DataFrame] = None) -> List[s
         lines.append(f"  {r['status']:10s} {_run_name(r)} -> {r['run_dir']}{err}")
     if drops is not None and not drops.empty:
         for _, r in drops[drops["thr_none"].isna()].iterrows():
-            lines.append(f"  no failure-free run to compare with: {r['model']} {r['method']} failure={r['failure']} "
-                         f"{r['reading']} ({reading_words(r['reading'])}) {_fmt_g(r['inter_node_GBps']) or '?'} GB/s")
+            lines.append(
+                f"  no failure-free run to compare with: {r['model']} {r['method']} failure={r['failure']} "
+                f"{r['reading']} ({reading_words(r['reading'])}) {_fmt_g(r['inter_node_GBps']) or '?'} GB/s"
+            )
     return lines
 
 
@@ -198,8 +225,9 @@ def describe(runs: pd.DataFrame, drops: Optional[pd.DataFrame] = None) -> str:
         return "no run folders found"
     kept = runs[runs["selected"]]
     counts = kept["status"].value_counts().to_dict()
-    head = (f"{len(runs)} run folders, {len(kept)} after de-duplication on {', '.join(STUDY_KEY)}: "
-            + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    head = f"{len(runs)} run folders, {len(kept)} after de-duplication on {', '.join(STUDY_KEY)}: " + ", ".join(
+        f"{n} {s}" for s, n in counts.items()
+    )
     return "\n".join([head, *problems(runs, drops)])
 
 
@@ -214,12 +242,14 @@ def drop_table(runs: pd.DataFrame) -> pd.DataFrame:
     failure-free throughput of the same setting, method and bandwidth, and drop = 1 - thr/thr_none."""
     means = seed_means(runs)
     base_keys = [*SETTING, "inter_node_GBps", "method"]
-    base = (means[means["failure"] == "none"][base_keys + ["throughput_tok_s"]]
-            .rename(columns={"throughput_tok_s": "thr_none"}))
+    base = means[means["failure"] == "none"][base_keys + ["throughput_tok_s"]].rename(
+        columns={"throughput_tok_s": "thr_none"}
+    )
     faulty = means[means["failure"] != "none"].rename(columns={"throughput_tok_s": "thr"})
     out = faulty.merge(base, on=base_keys, how="left")
-    out["drop"] = [1.0 - t / b if (b > 0 and math.isfinite(t)) else float("nan")
-                   for t, b in zip(out["thr"], out["thr_none"])]
+    out["drop"] = [
+        1.0 - t / b if (b > 0 and math.isfinite(t)) else float("nan") for t, b in zip(out["thr"], out["thr_none"])
+    ]
     return out
 
 
@@ -308,8 +338,9 @@ def table2_readings(drops: pd.DataFrame) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame(columns=[*keys, "reproduces"])
     t = pd.DataFrame(rows)
-    order = sorted(t.index, key=lambda i: (_model_rank(t.loc[i, "model"]), str(t.loc[i, "model"]),
-                                           _reading_rank(t.loc[i])))
+    order = sorted(
+        t.index, key=lambda i: (_model_rank(t.loc[i, "model"]), str(t.loc[i, "model"]), _reading_rank(t.loc[i]))
+    )
     return t.loc[order].reset_index(drop=True)
 
 
@@ -318,8 +349,11 @@ def which_reading(readings: pd.DataFrame) -> Tuple[pd.DataFrame, pd.DataFrame, L
     """(matrix reading x model of `reproduces` with an `all_models` column, per-model counts,
     the readings that reproduce the paper for every model run)."""
     if readings.empty:
-        return (pd.DataFrame(columns=["reading", "all_models"]),
-                pd.DataFrame(columns=["model", "readings", "reproduce", "reproducing"]), [])
+        return (
+            pd.DataFrame(columns=["reading", "all_models"]),
+            pd.DataFrame(columns=["model", "readings", "reproduce", "reproducing"]),
+            [],
+        )
     models = sorted(readings["model"].unique(), key=lambda m: (_model_rank(m), str(m)))
     order = list(dict.fromkeys(readings["reading"]))  # readings() is sorted already
     matrix = readings.pivot_table(index="reading", columns="model", values="reproduces", aggfunc="first")
@@ -328,9 +362,17 @@ def which_reading(readings: pd.DataFrame) -> Tuple[pd.DataFrame, pd.DataFrame, L
     matrix["all_models"] = [_all_of([as_flag.get(v) for v in matrix.loc[r, models]]) for r in matrix.index]
     matrix = matrix.reset_index()
     matrix.columns.name = None
-    counts = pd.DataFrame([{"model": m, "readings": int((matrix[m] != "n/a").sum()),
-                            "reproduce": int((matrix[m] == "yes").sum()),
-                            "reproducing": ", ".join(matrix.loc[matrix[m] == "yes", "reading"])} for m in models])
+    counts = pd.DataFrame(
+        [
+            {
+                "model": m,
+                "readings": int((matrix[m] != "n/a").sum()),
+                "reproduce": int((matrix[m] == "yes").sum()),
+                "reproducing": ", ".join(matrix.loc[matrix[m] == "yes", "reading"]),
+            }
+            for m in models
+        ]
+    )
     winners = list(matrix.loc[matrix["all_models"] == "yes", "reading"])
     return matrix, counts, winners
 
@@ -344,19 +386,26 @@ def _per_model_source(runs: pd.DataFrame, needed: str) -> pd.DataFrame:
     if ok.empty or needed not in ok:
         return ok.iloc[0:0]
     ok = ok[ok[needed].notna()]
-    rank = pd.DataFrame({"me": ok["method"] != "mecefo", "f": ok["failure"] != "none",
-                         "bw": ~ok["inter_node_GBps"].map(_is_paper_bandwidth).astype(bool),
-                         "m": ok["model"].map(_model_rank)}, index=ok.index)
+    rank = pd.DataFrame(
+        {
+            "me": ok["method"] != "mecefo",
+            "f": ok["failure"] != "none",
+            "bw": ~ok["inter_node_GBps"].map(_is_paper_bandwidth).astype(bool),
+            "m": ok["model"].map(_model_rank),
+        },
+        index=ok.index,
+    )
     ok = ok.loc[rank.sort_values(["m", "me", "f", "bw"], kind="stable").index]
     return ok.drop_duplicates(subset=list(SETTING), keep="first").reset_index(drop=True)
 
 
 #: what the paper says about memory, as far as our sources record it (docs/METHODS.md, "Other experiments")
 MEMORY_NOTE = (
-    "Paper (docs/METHODS.md, \"Other experiments\"): in the ablation of the three techniques, \"without them the "
-    "neighbor runs out of memory\", i.e. naive neighbour-do-both should not fit. docs/METHODS.md and analysis/paper.py "
+    'Paper (docs/METHODS.md, "Other experiments"): in the ablation of the three techniques, "without them the '
+    'neighbor runs out of memory", i.e. naive neighbour-do-both should not fit. docs/METHODS.md and analysis/paper.py '
     "record no memory figure (no GB and no percentage saving), so none is compared here; `neighbour / naive` "
-    "is our own number.")
+    "is our own number."
+)
 
 
 def memory_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -374,8 +423,9 @@ def memory_table(runs: pd.DataFrame) -> pd.DataFrame:
         row["neighbour_over_naive"] = row["peak_neighbour_GB"] / row["peak_naive_GB"]
         row["neighbour_over_normal"] = row["peak_neighbour_GB"] / row["peak_normal_GB"]
         row["paper_naive_fits"] = _yes_no(paper.ABLATION_MEMORY["naive_fits"])
-        row["agrees_with_paper"] = ("n/a" if row["fits_naive"] == "n/a"
-                                    else _yes_no(row["fits_naive"] == row["paper_naive_fits"]))
+        row["agrees_with_paper"] = (
+            "n/a" if row["fits_naive"] == "n/a" else _yes_no(row["fits_naive"] == row["paper_naive_fits"])
+        )
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -387,10 +437,19 @@ def clock_table(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, r in src.iterrows():
         row = {c: r[c] for c in SETTING}
-        row.update({"source_method": r["method"], "source_failure": r["failure"],
-                    "inter_node_GBps": r["inter_node_GBps"]})
-        for c in ("timed_model", "compute", "efficiency", "efficiency_source", "implied_mfu", "failure_free_step_s",
-                  "flop_ratio_neighbour_normal", "n_params_timed"):
+        row.update(
+            {"source_method": r["method"], "source_failure": r["failure"], "inter_node_GBps": r["inter_node_GBps"]}
+        )
+        for c in (
+            "timed_model",
+            "compute",
+            "efficiency",
+            "efficiency_source",
+            "implied_mfu",
+            "failure_free_step_s",
+            "flop_ratio_neighbour_normal",
+            "n_params_timed",
+        ):
             row[c] = r.get(f"clock_{c}")
         row["thr_none"] = r["throughput_tok_s"] if r["failure"] == "none" else float("nan")
         ref = paper.throughput(r["model"], "mecefo")["none"] if r["method"] == "mecefo" else None
@@ -418,13 +477,20 @@ def readings_markdown(t: pd.DataFrame) -> str:
     cols.update({"reading": ("reading", None), "workers_down_expected": ("workers down (expected)", fmt_num(2))})
     for m in PAPER_METHODS:
         name = m.capitalize() if m != "mecefo" else "MeCeFO"
-        cols.update({f"drop_{m}": (f"{name} drop", fmt_pct), f"paper_drop_{m}": (f"{name} paper", fmt_pct),
-                     f"match_{m}": (f"{name} ok", None)})
+        cols.update(
+            {
+                f"drop_{m}": (f"{name} drop", fmt_pct),
+                f"paper_drop_{m}": (f"{name} paper", fmt_pct),
+                f"match_{m}": (f"{name} ok", None),
+            }
+        )
     cols["reproduces"] = ("reproduces", None)
-    note = (f"\n\nDrop at failure=high = 1 - thr(high)/thr(none), against the failure-free run of the same model, "
-            f"method and bandwidth ({PAPER_GBPS:g} GB/s here). ok = within {TOL_ABS * 100:g} percentage point or "
-            f"{TOL_REL * 100:g}% (relative) of the paper's drop (MeCeFO paper Table 2); reproduces = yes when all three "
-            f"are. Reading = failure.process / failure.unit_gpus / failure.repair (replace: after replace_s).")
+    note = (
+        f"\n\nDrop at failure=high = 1 - thr(high)/thr(none), against the failure-free run of the same model, "
+        f"method and bandwidth ({PAPER_GBPS:g} GB/s here). ok = within {TOL_ABS * 100:g} percentage point or "
+        f"{TOL_REL * 100:g}% (relative) of the paper's drop (MeCeFO paper Table 2); reproduces = yes when all three "
+        f"are. Reading = failure.process / failure.unit_gpus / failure.repair (replace: after replace_s)."
+    )
     return to_markdown(t, cols, drop_empty=False) + note  # a method without runs shows as blank, not missing
 
 
@@ -434,18 +500,36 @@ def which_markdown(matrix: pd.DataFrame, counts: pd.DataFrame, winners: List[str
     models = [c for c in matrix.columns if c not in ("reading", "all_models")]
     missing = [m for m in PAPER_MODEL_ORDER if m not in models]
     scope = ", ".join(models) + (f"; not run: {', '.join(missing)}" if missing else "")
-    lines = [f"Readings that reproduce the paper's drops at high for every model run ({scope}): "
-             + (", ".join(f"`{w}` ({reading_words(w)})" for w in winners) if winners else "**none**"), ""]
-    lines.append(to_markdown(counts, {"model": ("model", None), "readings": ("readings run", None),
-                                      "reproduce": ("reproduce", None), "reproducing": ("which", None)},
-                             drop_empty=False))
+    lines = [
+        f"Readings that reproduce the paper's drops at high for every model run ({scope}): "
+        + (", ".join(f"`{w}` ({reading_words(w)})" for w in winners) if winners else "**none**"),
+        "",
+    ]
+    lines.append(
+        to_markdown(
+            counts,
+            {
+                "model": ("model", None),
+                "readings": ("readings run", None),
+                "reproduce": ("reproduce", None),
+                "reproducing": ("which", None),
+            },
+            drop_empty=False,
+        )
+    )
     lines.append("")
     matrix = matrix.assign(words=[reading_words(r) for r in matrix["reading"]])
-    cols = {"reading": ("reading", None), "words": ("what it means", None), **{m: (m, None) for m in models},
-            "all_models": ("all models", None)}
+    cols = {
+        "reading": ("reading", None),
+        "words": ("what it means", None),
+        **{m: (m, None) for m in models},
+        "all_models": ("all models", None),
+    }
     lines.append(to_markdown(matrix, cols, drop_empty=False))
-    lines.append(f"\nyes = Bamboo's, Oobleck's and MeCeFO's drops are all within {TOL_ABS * 100:g} percentage "
-                 f"point or {TOL_REL * 100:g}% of the paper's (table2_readings.md); n/a = a run is missing.")
+    lines.append(
+        f"\nyes = Bamboo's, Oobleck's and MeCeFO's drops are all within {TOL_ABS * 100:g} percentage "
+        f"point or {TOL_REL * 100:g}% of the paper's (table2_readings.md); n/a = a run is missing."
+    )
     return "\n".join(lines)
 
 
@@ -454,17 +538,29 @@ def memory_markdown(t: pd.DataFrame) -> str:
         return "_no finished run reports memory_\n\n" + MEMORY_NOTE
     gb = fmt_num(1)
     cols = setting_columns(t)
-    cols.update({"shard": ("shard", None), "capacity_GB": ("capacity GB", gb), "static_GB": ("static GB", gb),
-                 "peak_normal_GB": ("normal GB", gb), "fits_normal": ("fits", None),
-                 "peak_neighbour_GB": ("neighbour GB", gb), "fits_neighbour": ("fits", None),
-                 "peak_naive_GB": ("naive GB", gb), "fits_naive": ("fits", None),
-                 "neighbour_over_normal": ("neighbour / normal", fmt_ratio),
-                 "neighbour_over_naive": ("neighbour / naive", fmt_ratio),
-                 "paper_naive_fits": ("paper: naive fits", None), "agrees_with_paper": ("agrees", None)})
-    note = ("\n\nPeak memory per worker (summary.json `memory`): static state (weights, fp32 master, Adam, "
-            "gradients; sharded as `shard` says) plus the activations of one kernel: normal = one micro-batch; "
-            "neighbour = MeCeFO's two micro-batches with its approximations; naive = neighbour-do-both without them "
-            "(two normal micro-batches). Not modelled: fragmentation, temporary buffers. " + MEMORY_NOTE)
+    cols.update(
+        {
+            "shard": ("shard", None),
+            "capacity_GB": ("capacity GB", gb),
+            "static_GB": ("static GB", gb),
+            "peak_normal_GB": ("normal GB", gb),
+            "fits_normal": ("fits", None),
+            "peak_neighbour_GB": ("neighbour GB", gb),
+            "fits_neighbour": ("fits", None),
+            "peak_naive_GB": ("naive GB", gb),
+            "fits_naive": ("fits", None),
+            "neighbour_over_normal": ("neighbour / normal", fmt_ratio),
+            "neighbour_over_naive": ("neighbour / naive", fmt_ratio),
+            "paper_naive_fits": ("paper: naive fits", None),
+            "agrees_with_paper": ("agrees", None),
+        }
+    )
+    note = (
+        "\n\nPeak memory per worker (summary.json `memory`): static state (weights, fp32 master, Adam, "
+        "gradients; sharded as `shard` says) plus the activations of one kernel: normal = one micro-batch; "
+        "neighbour = MeCeFO's two micro-batches with its approximations; naive = neighbour-do-both without them "
+        "(two normal micro-batches). Not modelled: fragmentation, temporary buffers. " + MEMORY_NOTE
+    )
     return to_markdown(t, cols) + note
 
 
@@ -472,14 +568,23 @@ def clock_markdown(t: pd.DataFrame) -> str:
     if t.empty:
         return "_no finished run reports its clock_"
     cols = setting_columns(t)
-    cols.update({"timed_model": ("timed", None), "efficiency": ("efficiency", fmt_num(3)),
-                 "implied_mfu": ("implied MFU", fmt_pct), "failure_free_step_s": ("failure-free step s", fmt_num(3)),
-                 "flop_ratio_neighbour_normal": ("neighbour / normal FLOPs", fmt_ratio),
-                 "thr_none": ("MeCeFO tok/s none", fmt_tok), "paper_thr_none": ("paper tok/s none", fmt_tok),
-                 "efficiency_source": ("efficiency from", None)})
-    note = (f"\n\nFrom MeCeFO's failure-free run at {PAPER_GBPS:g} GB/s (summary.json `clock`). efficiency: the "
-            f"fraction of peak FLOP/s the compute runs at, calibrated so that failure-free MeCeFO (plain DP) matches "
-            f"the paper's Table 2 tokens/s; implied MFU = FLOPs per worker step / (failure-free step s x peak).")
+    cols.update(
+        {
+            "timed_model": ("timed", None),
+            "efficiency": ("efficiency", fmt_num(3)),
+            "implied_mfu": ("implied MFU", fmt_pct),
+            "failure_free_step_s": ("failure-free step s", fmt_num(3)),
+            "flop_ratio_neighbour_normal": ("neighbour / normal FLOPs", fmt_ratio),
+            "thr_none": ("MeCeFO tok/s none", fmt_tok),
+            "paper_thr_none": ("paper tok/s none", fmt_tok),
+            "efficiency_source": ("efficiency from", None),
+        }
+    )
+    note = (
+        f"\n\nFrom MeCeFO's failure-free run at {PAPER_GBPS:g} GB/s (summary.json `clock`). efficiency: the "
+        f"fraction of peak FLOP/s the compute runs at, calibrated so that failure-free MeCeFO (plain DP) matches "
+        f"the paper's Table 2 tokens/s; implied MFU = FLOPs per worker step / (failure-free step s x peak)."
+    )
     return to_markdown(t, cols) + note
 
 
@@ -488,11 +593,19 @@ def runs_markdown(runs: pd.DataFrame) -> str:
         return "_no run folders found_"
     kept = runs[runs["selected"]]
     kept = kept.assign(words=[reading_words(r) for r in kept["reading"]])
-    cols = {"status": ("status", None), "model": ("model", None), "method": ("method", None),
-            "failure": ("failure", None), "reading": ("reading", None), "words": ("what it means", None),
-            "inter_node_GBps": ("GB/s", _fmt_g),
-            "seed": ("seed", None), "throughput_tok_s": ("tok/s", fmt_tok), "error": ("error", None),
-            "run_dir": ("run folder", None)}
+    cols = {
+        "status": ("status", None),
+        "model": ("model", None),
+        "method": ("method", None),
+        "failure": ("failure", None),
+        "reading": ("reading", None),
+        "words": ("what it means", None),
+        "inter_node_GBps": ("GB/s", _fmt_g),
+        "seed": ("seed", None),
+        "throughput_tok_s": ("tok/s", fmt_tok),
+        "error": ("error", None),
+        "run_dir": ("run folder", None),
+    }
     superseded = int((~runs["selected"]).sum())
     note = f"\n\n{superseded} superseded run(s) not shown (see runs_all.csv)." if superseded else ""
     return to_markdown(kept, cols) + note
@@ -512,21 +625,34 @@ def _plt():
 def _tok_formatter():
     import matplotlib.ticker
 
-
     return matplotlib.ticker.FuncFormatter(thousands)
 
 
 def _na(ax, what: str = "n/a") -> None:
-    ax.text(0.5, 0.6, what, transform=ax.transAxes, ha="center", va="center", color="0.4", fontsize=12,
-            bbox={"facecolor": "white", "edgecolor": "0.7"})
+    ax.text(
+        0.5,
+        0.6,
+        what,
+        transform=ax.transAxes,
+        ha="center",
+        va="center",
+        color="0.4",
+        fontsize=12,
+        bbox={"facecolor": "white", "edgecolor": "0.7"},
+    )
     ax.set_xticks([])
 
 
 def _paper_line(ax, model: str, method: str = "mecefo") -> None:
     ref = paper.throughput(model, method)["drop_high"]
     if ref is not None:
-        ax.axhline(ref * 100, color="black", linestyle="--", linewidth=1,
-                   label=f"paper Table 2 ({paper.ref_label(model)}): {ref * 100:.2f}%")
+        ax.axhline(
+            ref * 100,
+            color="black",
+            linestyle="--",
+            linewidth=1,
+            label=f"paper Table 2 ({paper.ref_label(model)}): {ref * 100:.2f}%",
+        )
 
 
 def _duration(s: float) -> str:
@@ -540,15 +666,22 @@ def _not_shown(runs: pd.DataFrame, model: str) -> str:
         return ""
     return "not shown, did not finish: " + "; ".join(
         f"{r['failure']} {r['reading']} {_fmt_g(r['inter_node_GBps']) or '?'} GB/s ({r['status']})"
-        for _, r in bad.iterrows())
+        for _, r in bad.iterrows()
+    )
 
 
 def outage_figure(drops: pd.DataFrame, runs: pd.DataFrame, model: str):
     """MeCeFO's drop at high against how long a failed unit stays down (repair=replace after
     replace_s; fixed = the preset's recover_h), a line per process/unit combination."""
     plt = _plt()
-    d = _at_paper_bandwidth(drops[(drops["model"] == model) & (drops["method"] == "mecefo")
-                                  & (drops["failure"] == "high") & drops["repair"].isin(["replace", "fixed"])])
+    d = _at_paper_bandwidth(
+        drops[
+            (drops["model"] == model)
+            & (drops["method"] == "mecefo")
+            & (drops["failure"] == "high")
+            & drops["repair"].isin(["replace", "fixed"])
+        ]
+    )
     d = d[d["outage_s"].notna() & d["drop"].notna()]
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     combos = d[["process", "unit_gpus"]].drop_duplicates()
@@ -556,8 +689,13 @@ def outage_figure(drops: pd.DataFrame, runs: pd.DataFrame, model: str):
     for i, (_, c) in enumerate(combos.sort_values(["_p", "unit_gpus"]).iterrows()):
         line = d[(d["process"] == c["process"]) & (d["unit_gpus"] == c["unit_gpus"])].sort_values("outage_s")
         color = f"C{i}"
-        ax.plot(line["outage_s"], line["drop"] * 100, color=color, linewidth=1.2,
-                label=f"{c['process']}, {int(c['unit_gpus'])} GPU{'s' if c['unit_gpus'] > 1 else ''}")
+        ax.plot(
+            line["outage_s"],
+            line["drop"] * 100,
+            color=color,
+            linewidth=1.2,
+            label=f"{c['process']}, {int(c['unit_gpus'])} GPU{'s' if c['unit_gpus'] > 1 else ''}",
+        )
         for repair, marker in (("replace", "o"), ("fixed", "s")):
             pts = line[line["repair"] == repair]
             ax.scatter(pts["outage_s"], pts["drop"] * 100, color=color, marker=marker, s=28, zorder=3)
@@ -566,8 +704,12 @@ def outage_figure(drops: pd.DataFrame, runs: pd.DataFrame, model: str):
     else:
         ax.set_xscale("log")
         ticks = sorted(d["outage_s"].unique())
-        ax.set_xticks(ticks, [_duration(t) + (" (fixed)" if any(d.loc[d["outage_s"] == t, "repair"] == "fixed")
-                                              else "") for t in ticks], rotation=30, fontsize=8)
+        ax.set_xticks(
+            ticks,
+            [_duration(t) + (" (fixed)" if any(d.loc[d["outage_s"] == t, "repair"] == "fixed") else "") for t in ticks],
+            rotation=30,
+            fontsize=8,
+        )
         ax.minorticks_off()
     _paper_line(ax, model)
     ax.set_xlabel("outage per failure (replace after s; fixed = recover_h)")
@@ -591,10 +733,19 @@ def bandwidth_figure(drops: pd.DataFrame, means: pd.DataFrame, runs: pd.DataFram
     """Left: MeCeFO's drop at high (default reading) against the inter-node bandwidth. Right: its
     failure-free tokens/s, since the calibration holds only at the paper's 25 GB/s."""
     plt = _plt()
-    d = drops[(drops["model"] == model) & (drops["method"] == "mecefo") & (drops["failure"] == "high")
-              & (drops["reading"] == DEFAULT_READING) & drops["drop"].notna()].sort_values("inter_node_GBps")
-    n = means[(means["model"] == model) & (means["method"] == "mecefo") & (means["failure"] == "none")
-              & means["inter_node_GBps"].notna()].sort_values("inter_node_GBps")
+    d = drops[
+        (drops["model"] == model)
+        & (drops["method"] == "mecefo")
+        & (drops["failure"] == "high")
+        & (drops["reading"] == DEFAULT_READING)
+        & drops["drop"].notna()
+    ].sort_values("inter_node_GBps")
+    n = means[
+        (means["model"] == model)
+        & (means["method"] == "mecefo")
+        & (means["failure"] == "none")
+        & means["inter_node_GBps"].notna()
+    ].sort_values("inter_node_GBps")
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     if d.empty:
         _na(ax)
@@ -651,8 +802,14 @@ def make_tables(runs: pd.DataFrame, drops: Optional[pd.DataFrame] = None) -> Dic
     drops = drop_table(runs) if drops is None else drops
     readings = table2_readings(drops)
     matrix, counts, _ = which_reading(readings)
-    return {"table2_default": table2_default(runs), "table2_readings": readings, "which_reading": matrix,
-            "which_reading_counts": counts, "memory": memory_table(runs), "clock": clock_table(runs)}
+    return {
+        "table2_default": table2_default(runs),
+        "table2_readings": readings,
+        "which_reading": matrix,
+        "which_reading_counts": counts,
+        "memory": memory_table(runs),
+        "clock": clock_table(runs),
+    }
 
 
 def write_tables(runs: pd.DataFrame, out, drops: Optional[pd.DataFrame] = None) -> List[Path]:
@@ -666,13 +823,20 @@ def write_tables(runs: pd.DataFrame, out, drops: Optional[pd.DataFrame] = None) 
         table.to_csv(paths[-1], index=False)
     _, _, winners = which_reading(tables["table2_readings"])
     markdown = {
-        "table2_default": (f"Throughput per method and failure level, reading {DEFAULT_READING}, {PAPER_GBPS:g} GB/s "
-                           f"(paper Table 2)", throughput_markdown(tables["table2_default"])
-                           if not tables["table2_default"].empty else "_no finished runs_"),
-        "table2_readings": ("Drops at failure=high under each failure reading (paper Table 2)",
-                            readings_markdown(tables["table2_readings"])),
-        "which_reading": ("Which failure reading reproduces the paper's Table 2",
-                          which_markdown(tables["which_reading"], tables["which_reading_counts"], winners)),
+        "table2_default": (
+            f"Throughput per method and failure level, reading {DEFAULT_READING}, {PAPER_GBPS:g} GB/s (paper Table 2)",
+            throughput_markdown(tables["table2_default"])
+            if not tables["table2_default"].empty
+            else "_no finished runs_",
+        ),
+        "table2_readings": (
+            "Drops at failure=high under each failure reading (paper Table 2)",
+            readings_markdown(tables["table2_readings"]),
+        ),
+        "which_reading": (
+            "Which failure reading reproduces the paper's Table 2",
+            which_markdown(tables["which_reading"], tables["which_reading_counts"], winners),
+        ),
         "memory": ("Peak memory per worker", memory_markdown(tables["memory"])),
         "clock": ("The calibrated clock per model", clock_markdown(tables["clock"])),
         "runs": ("Runs", runs_markdown(runs)),
@@ -696,11 +860,19 @@ def analyze(sweep_dirs: Iterable, out, figures: bool = True, verbose: bool = Tru
         for line in problems(*data):
             log.warning("paper_scale: %s", line.strip())
 
-    return run_study(out, collect_with_drops,
-                     lambda data, folder: {"table": write_table(data[0], folder).values(),
-                                           "tables": write_tables(data[0], folder, data[1])},
-                     lambda data, folder: make_figures(data[0], data[1], folder),
-                     lambda data: describe(*data), draw=figures, verbose=verbose, quiet_describe=warn_problems)
+    return run_study(
+        out,
+        collect_with_drops,
+        lambda data, folder: {
+            "table": write_table(data[0], folder).values(),
+            "tables": write_tables(data[0], folder, data[1]),
+        },
+        lambda data, folder: make_figures(data[0], data[1], folder),
+        lambda data: describe(*data),
+        draw=figures,
+        verbose=verbose,
+        quiet_describe=warn_problems,
+    )
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

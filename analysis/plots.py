@@ -28,27 +28,44 @@ import matplotlib
 
 if "ipykernel" not in sys.modules:  # a notebook keeps its inline backend; everywhere else: no display needed
     matplotlib.use("Agg")
-import matplotlib.ticker  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import matplotlib.ticker
+import numpy as np
+import pandas as pd
 
-from . import paper  # noqa: E402
-from .formats import thousands  # noqa: E402
-from .collect import load_eval, load_grad_error, ok_runs, workers_down  # noqa: E402
-from .methods import METHOD_COLORS, METHOD_LABELS, METHOD_MARKERS  # noqa: E402
-from .tables import (CONFIDENCE, GROUPING, SETTING, failure_levels, methods_present, throughput_table,  # noqa: E402
-                     with_grouping)
+from . import paper
+from .collect import load_eval, load_grad_error, ok_runs, workers_down
+from .formats import thousands
+from .methods import METHOD_COLORS, METHOD_LABELS, METHOD_MARKERS
+from .tables import (
+    CONFIDENCE,
+    GROUPING,
+    failure_levels,
+    methods_present,
+    throughput_table,
+    with_grouping,
+)
 
 log = logging.getLogger(__name__)
 
 EXTRA_COLORS = ["tab:brown", "tab:pink", "tab:olive", "tab:cyan", "black"]
 FAILURE_COLORS = {"none": "#8c8c8c", "low": "#f4c542", "medium": "#ef8a2c", "high": "#c0392b"}
-CATEGORY_COLORS = {"compute": "#4c72b0", "comm": "#8fb3de", "ft_overhead": "#55a868", "lost_work": "#c44e52",
-                   "stall": "#8172b2", "degraded_extra": "#dd8452"}
-CATEGORY_LABELS = {"compute": "compute", "comm": "all-reduce", "ft_overhead": "fault-tolerance overhead",
-                   "lost_work": "lost / redone work", "stall": "stall (detect, restart, reconfigure)",
-                   "degraded_extra": "degraded-mode slowdown"}
+CATEGORY_COLORS = {
+    "compute": "#4c72b0",
+    "comm": "#8fb3de",
+    "ft_overhead": "#55a868",
+    "lost_work": "#c44e52",
+    "stall": "#8172b2",
+    "degraded_extra": "#dd8452",
+}
+CATEGORY_LABELS = {
+    "compute": "compute",
+    "comm": "all-reduce",
+    "ft_overhead": "fault-tolerance overhead",
+    "lost_work": "lost / redone work",
+    "stall": "stall (detect, restart, reconfigure)",
+    "degraded_extra": "degraded-mode slowdown",
+}
 
 
 def method_marker(method: str) -> str:
@@ -77,8 +94,6 @@ def tick_label(method: str, width: int = 11) -> str:
     return "\n".join(textwrap.wrap(method_label(method), width, break_long_words=False)) or method_label(method)
 
 
-
-
 # ------------------------------------------------------------------------ settings
 def settings(runs: pd.DataFrame) -> List[tuple]:
     """(tag, runs of that setting) for every setting among the finished runs."""
@@ -93,8 +108,10 @@ def settings(runs: pd.DataFrame) -> List[tuple]:
         model = str(vals["model"])
         tag = model
         if models.count(vals["model"]) > 1:
-            tag = (f"{model}_w{_int(vals['n_workers'])}_s{_int(vals['max_steps'])}"
-                   f"_b{_int(vals['micro_batch'])}_l{_int(vals['seq_len'])}")
+            tag = (
+                f"{model}_w{_int(vals['n_workers'])}_s{_int(vals['max_steps'])}"
+                f"_b{_int(vals['micro_batch'])}_l{_int(vals['seq_len'])}"
+            )
             extra = "|".join(str(vals[c]) for c in ("label", "variant", "failure_variant") if vals[c])
             if extra:  # a short stable name for what else the sweep varied (the title spells it out)
                 tag += "_" + (vals["label"] or "v") + "_" + hashlib.sha1(extra.encode()).hexdigest()[:6]
@@ -129,8 +146,10 @@ def _int(v) -> str:
 def setting_title(tag: str, group: pd.DataFrame) -> str:
     r = group.iloc[0]
     extra = ", ".join(str(r.get(c)) for c in ("label", "variant", "failure_variant") if r.get(c))
-    return (f"{r['model']}, {_int(r['n_workers'])} workers, {_int(r['max_steps'])} steps, "
-            f"micro-batch {_int(r['micro_batch'])} x {_int(r['seq_len'])} tokens" + (f"\n{extra}" if extra else ""))
+    return (
+        f"{r['model']}, {_int(r['n_workers'])} workers, {_int(r['max_steps'])} steps, "
+        f"micro-batch {_int(r['micro_batch'])} x {_int(r['seq_len'])} tokens" + (f"\n{extra}" if extra else "")
+    )
 
 
 def save(fig, out, name: str) -> List[Path]:
@@ -148,13 +167,24 @@ def _legend_below(fig, handles, labels, ncol: Optional[int] = None) -> None:
     uniq = dict(zip(labels, handles))
     if not uniq:
         return
-    fig.legend(list(uniq.values()), list(uniq.keys()), loc="lower center", ncol=ncol or min(6, len(uniq)),
-               frameon=False, bbox_to_anchor=(0.5, -0.01))
+    fig.legend(
+        list(uniq.values()),
+        list(uniq.keys()),
+        loc="lower center",
+        ncol=ncol or min(6, len(uniq)),
+        frameon=False,
+        bbox_to_anchor=(0.5, -0.01),
+    )
 
 
 # ------------------------------------------------------------------------ curves
-def ppl_curves(group: pd.DataFrame, x: str = "step", timeline: Optional[bool] = None, title: str = "",
-               relative: Optional[bool] = None):
+def ppl_curves(
+    group: pd.DataFrame,
+    x: str = "step",
+    timeline: Optional[bool] = None,
+    title: str = "",
+    relative: Optional[bool] = None,
+):
     """Validation perplexity vs `x` ("step" or "sim_time_s"), a panel per failure level and a
     line per method (one per seed). With timeline (default for sim_time_s): the number of
     workers down over simulated time under each panel, a line per method. With relative
@@ -166,9 +196,15 @@ def ppl_curves(group: pd.DataFrame, x: str = "step", timeline: Optional[bool] = 
     timeline = (x == "sim_time_s") if timeline is None else timeline
     relative = (x == "step" and not timeline) if relative is None else (relative and not timeline)
     rows = 2 if (timeline or relative) else 1
-    fig, axes = plt.subplots(rows, len(levels), figsize=(3.6 * len(levels) + 0.6, 4.6 if rows == 2 else 3.6),
-                             squeeze=False, sharey="row", sharex="col",
-                             gridspec_kw={"height_ratios": [3, 1.3]} if rows == 2 else None)
+    fig, axes = plt.subplots(
+        rows,
+        len(levels),
+        figsize=(3.6 * len(levels) + 0.6, 4.6 if rows == 2 else 3.6),
+        squeeze=False,
+        sharey="row",
+        sharex="col",
+        gridspec_kw={"height_ratios": [3, 1.3]} if rows == 2 else None,
+    )
     baseline = {}
     if relative:
         for _, run in group[group["failure"] == "none"].iterrows():
@@ -199,27 +235,48 @@ def ppl_curves(group: pd.DataFrame, x: str = "step", timeline: Optional[bool] = 
                 base = baseline.get((method, run["seed"]))
                 if relative and base is not None:
                     common = ev[ev["step"].isin(base.index)]
-                    changes.append(pd.Series(
-                        (common["val_ppl"].to_numpy() / base.loc[common["step"]].to_numpy() - 1) * 100,
-                        index=common["step"].to_numpy()))
+                    changes.append(
+                        pd.Series(
+                            (common["val_ppl"].to_numpy() / base.loc[common["step"]].to_numpy() - 1) * 100,
+                            index=common["step"].to_numpy(),
+                        )
+                    )
                 if timeline:
                     end = run.get("sim_time_s")
                     end = float(ev[x].iloc[-1]) if end is None or not math.isfinite(float(end)) else float(end)
                     down = workers_down(run["run_dir"], until=end)
-                    axes[1, j].step(down["time_s"], down["down"], where="post", color=method_color(method),
-                                    linewidth=0.4 + 0.6 * widths[method], alpha=0.85)
+                    axes[1, j].step(
+                        down["time_s"],
+                        down["down"],
+                        where="post",
+                        color=method_color(method),
+                        linewidth=0.4 + 0.6 * widths[method],
+                        alpha=0.85,
+                    )
                     max_down = max(max_down, int(down["down"].max()))
             if not curves:
                 continue
             # by step, seeds share their x values: the mean with its 95% band; by simulated
             # time they do not (each seed has its own failures), so each seed is a line
-            h = draw_seeds(ax, curves, average=(x == "step"), linewidth=widths[method],
-                           markersize=2.5 + 1.3 * widths[method], **style)
+            h = draw_seeds(
+                ax,
+                curves,
+                average=(x == "step"),
+                linewidth=widths[method],
+                markersize=2.5 + 1.3 * widths[method],
+                **style,
+            )
             handles.append(h)
             labels.append(method_label(method))
             if changes:
-                draw_seeds(axes[1, j], changes, average=True, linewidth=0.6 * widths[method] + 0.4,
-                           markersize=1.5 + widths[method], **style)
+                draw_seeds(
+                    axes[1, j],
+                    changes,
+                    average=True,
+                    linewidth=0.6 * widths[method] + 0.4,
+                    markersize=1.5 + widths[method],
+                    **style,
+                )
                 rel_seen = True
         ax.set_title(f"failure = {level}")
         ax.grid(True, alpha=0.3)
@@ -243,8 +300,15 @@ def ppl_curves(group: pd.DataFrame, x: str = "step", timeline: Optional[bool] = 
     if all_ppl and max(all_ppl) / max(min(all_ppl), 1e-9) > 3:
         axes[0, 0].set_yscale("log")
     if relative and not rel_seen:
-        axes[1, 0].text(0.02, 0.5, "no failure-free run to compare with", transform=axes[1, 0].transAxes,
-                        fontsize=8, color="0.4", va="center")
+        axes[1, 0].text(
+            0.02,
+            0.5,
+            "no failure-free run to compare with",
+            transform=axes[1, 0].transAxes,
+            fontsize=8,
+            color="0.4",
+            va="center",
+        )
     if timeline:
         axes[1, 0].set_ylim(-0.2, max_down + 0.5)
         axes[1, 0].yaxis.get_major_locator().set_params(integer=True)
@@ -283,13 +347,14 @@ def draw_seeds(ax, curves: List[pd.Series], average: bool, linewidth: float, mar
     or one line per seed, the first strong and the others faint. Returns the legend handle."""
     if average and len(curves) > 1:
         band = seed_band(curves)
-        h, = ax.plot(band.index, band["mean"], linewidth=linewidth, markersize=markersize, **style)
+        (h,) = ax.plot(band.index, band["mean"], linewidth=linewidth, markersize=markersize, **style)
         ax.fill_between(band.index, band["lo"], band["hi"], color=style.get("color"), alpha=0.2, linewidth=0)
         return h
     handle = None
     for k, c in enumerate(curves):
-        h, = ax.plot(c.index, c.to_numpy(), linewidth=linewidth, markersize=markersize,
-                     alpha=0.9 if k == 0 else 0.5, **style)
+        (h,) = ax.plot(
+            c.index, c.to_numpy(), linewidth=linewidth, markersize=markersize, alpha=0.9 if k == 0 else 0.5, **style
+        )
         handle = handle or h
     return handle
 
@@ -310,22 +375,41 @@ def throughput_bars(group: pd.DataFrame, title: str = ""):
     if table.empty:
         plt.close(fig)
         return None
-    levels = [c[len("thr_"):] for c in table.columns if c.startswith("thr_") and not c.endswith("_ci95")]
+    levels = [c[len("thr_") :] for c in table.columns if c.startswith("thr_") and not c.endswith("_ci95")]
     faulty = [f for f in levels if f != "none"]
     methods = list(table["method"])
-    err = {c: table[f"{c}_ci95"].to_numpy(dtype=float) if f"{c}_ci95" in table else None
-           for c in [f"thr_{lv}" for lv in levels] + [f"drop_{lv}" for lv in faulty]}
+    err = {
+        c: table[f"{c}_ci95"].to_numpy(dtype=float) if f"{c}_ci95" in table else None
+        for c in [f"thr_{lv}" for lv in levels] + [f"drop_{lv}" for lv in faulty]
+    }
     xs = np.arange(len(methods))
     width = 0.8 / max(1, len(levels))
     for i, level in enumerate(levels):
         vals = table[f"thr_{level}"].to_numpy(dtype=float)
-        ax.bar(xs + (i - (len(levels) - 1) / 2) * width, vals, width, color=failure_color(level),
-               edgecolor="black", linewidth=0.4, label=f"failure = {level}", yerr=_yerr(err[f"thr_{level}"]),
-               error_kw={"elinewidth": 0.8, "capsize": 2})
+        ax.bar(
+            xs + (i - (len(levels) - 1) / 2) * width,
+            vals,
+            width,
+            color=failure_color(level),
+            edgecolor="black",
+            linewidth=0.4,
+            label=f"failure = {level}",
+            yerr=_yerr(err[f"thr_{level}"]),
+            error_kw={"elinewidth": 0.8, "capsize": 2},
+        )
         for x0, v in zip(xs + (i - (len(levels) - 1) / 2) * width, vals):
             if not math.isfinite(v):
-                ax.annotate("no run", (x0, 0), ha="center", va="bottom", fontsize=7, color="0.4", rotation=90,
-                            xytext=(0, 3), textcoords="offset points")
+                ax.annotate(
+                    "no run",
+                    (x0, 0),
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                    color="0.4",
+                    rotation=90,
+                    xytext=(0, 3),
+                    textcoords="offset points",
+                )
     ax.set_xticks(xs, [tick_label(m) for m in methods], fontsize=9)
     if np.nanmax(np.append(table[[f"thr_{lv}" for lv in levels]].to_numpy(dtype=float), 0)) >= 1e4:
         ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(thousands))
@@ -340,26 +424,44 @@ def throughput_bars(group: pd.DataFrame, title: str = ""):
         vals = table[f"drop_{level}"].to_numpy(dtype=float) * 100
         drops_all.extend(v for v in vals if math.isfinite(v))
         pos = xs + (i - (len(faulty) - 1) / 2) * width2
-        bars = ax2.bar(pos, vals, width2, color=failure_color(level), edgecolor="black", linewidth=0.4,
-                       label=f"failure = {level}", yerr=_yerr(err[f"drop_{level}"], 100),
-                       error_kw={"elinewidth": 0.8, "capsize": 2})
+        bars = ax2.bar(
+            pos,
+            vals,
+            width2,
+            color=failure_color(level),
+            edgecolor="black",
+            linewidth=0.4,
+            label=f"failure = {level}",
+            yerr=_yerr(err[f"drop_{level}"], 100),
+            error_kw={"elinewidth": 0.8, "capsize": 2},
+        )
         for b, v in zip(bars, vals):
             if math.isfinite(v):
-                ax2.annotate(f"{v:.1f}", (b.get_x() + b.get_width() / 2, max(v, 0)), ha="center", va="bottom",
-                             fontsize=7, xytext=(0, 1), textcoords="offset points")
+                ax2.annotate(
+                    f"{v:.1f}",
+                    (b.get_x() + b.get_width() / 2, max(v, 0)),
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                    xytext=(0, 1),
+                    textcoords="offset points",
+                )
     paper_vals = table["paper_drop_high"].to_numpy(dtype=float) * 100
     if np.isfinite(paper_vals).any():
         ref = str(table["paper_ref"].iloc[0]).replace(" (", ", ").rstrip(")")
         at = xs + ((faulty.index("high") - (len(faulty) - 1) / 2) * width2 if "high" in faulty else 0)
-        ax2.scatter(at, paper_vals, marker="D", s=36, color="black", zorder=5,
-                    label=f"paper Table 2 at high: LLaMA-{ref}")
+        ax2.scatter(
+            at, paper_vals, marker="D", s=36, color="black", zorder=5, label=f"paper Table 2 at high: LLaMA-{ref}"
+        )
         drops_all.extend(v for v in paper_vals if math.isfinite(v))
     ax2.axhline(0, color="black", linewidth=0.6)
     ax2.set_xticks(xs, [tick_label(m) for m in methods], fontsize=9)
     ax2.set_ylabel("throughput drop vs failure-free (%)")
     # an interval needs two seeds: with one, no bar has one and the title claims none
-    ax2.set_title("drop = 1 - thr(level) / thr(none)" + (f", {CONFIDENCE:.0%} CI over seeds"
-                                                          if any(_yerr(v) is not None for v in err.values()) else ""))
+    ax2.set_title(
+        "drop = 1 - thr(level) / thr(none)"
+        + (f", {CONFIDENCE:.0%} CI over seeds" if any(_yerr(v) is not None for v in err.values()) else "")
+    )
     ax2.grid(True, axis="y", alpha=0.3)
     if drops_all:
         top = max(drops_all)
@@ -367,8 +469,15 @@ def throughput_bars(group: pd.DataFrame, title: str = ""):
     if faulty or np.isfinite(paper_vals).any():
         hs, ls = ax2.get_legend_handles_labels()
         order = sorted(range(len(ls)), key=lambda i: ls[i].startswith("paper"))  # the paper's marker last
-        ax2.legend([hs[i] for i in order], [ls[i] for i in order], fontsize=8, frameon=False, loc="upper center",
-                   bbox_to_anchor=(0.5, -0.13), ncol=max(1, min(3, len(faulty))))
+        ax2.legend(
+            [hs[i] for i in order],
+            [ls[i] for i in order],
+            fontsize=8,
+            frameon=False,
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.13),
+            ncol=max(1, min(3, len(faulty))),
+        )
     if not faulty:
         ax2.text(0.5, 0.5, "no runs under failures", transform=ax2.transAxes, ha="center", color="0.4")
     if title:
@@ -385,11 +494,12 @@ def time_breakdown_bars(group: pd.DataFrame, title: str = ""):
     table = time_breakdown_table(group)
     if table.empty:
         return None
-    cats = [c[len("share_"):] for c in table.columns if c.startswith("share_")]
+    cats = [c[len("share_") :] for c in table.columns if c.startswith("share_")]
     levels = failure_levels(table["failure"])
     methods = methods_present(table["method"])
-    fig, axes = plt.subplots(1, len(levels), figsize=(max(3.2, 0.55 * len(methods) + 1.6) * len(levels), 4.2),
-                             squeeze=False, sharey=True)
+    fig, axes = plt.subplots(
+        1, len(levels), figsize=(max(3.2, 0.55 * len(methods) + 1.6) * len(levels), 4.2), squeeze=False, sharey=True
+    )
     xs = np.arange(len(methods))
     for j, level in enumerate(levels):
         ax = axes[0, j]
@@ -397,8 +507,16 @@ def time_breakdown_bars(group: pd.DataFrame, title: str = ""):
         bottom = np.zeros(len(methods))
         for c in cats:
             vals = np.nan_to_num(sub[f"time_{c}"].to_numpy(dtype=float))
-            ax.bar(xs, vals, 0.7, bottom=bottom, color=CATEGORY_COLORS.get(c, "tab:cyan"), edgecolor="white",
-                   linewidth=0.4, label=CATEGORY_LABELS.get(c, c))
+            ax.bar(
+                xs,
+                vals,
+                0.7,
+                bottom=bottom,
+                color=CATEGORY_COLORS.get(c, "tab:cyan"),
+                edgecolor="white",
+                linewidth=0.4,
+                label=CATEGORY_LABELS.get(c, c),
+            )
             bottom += vals
         ax.set_xticks(xs, [method_label(m) for m in methods], rotation=30, ha="right")
         ax.set_title(f"failure = {level}")
@@ -428,8 +546,11 @@ def grad_error_curves(group: pd.DataFrame, title: str = ""):
             data.append((run["failure"], run["seed"], ge.set_index("step")))
     if not data:
         return None
-    parts = [c for c in ("rel_error_attention", "rel_error_ffn", "rel_error_other")
-             if any(c in ge and ge[c].notna().any() for _, _, ge in data)]
+    parts = [
+        c
+        for c in ("rel_error_attention", "rel_error_ffn", "rel_error_other")
+        if any(c in ge and ge[c].notna().any() for _, _, ge in data)
+    ]
     ncols = 2 if parts else 1
     fig, axes = plt.subplots(1, ncols, figsize=(5.6 * ncols, 3.9), squeeze=False, sharey=False)
     ax = axes[0, 0]
@@ -439,8 +560,15 @@ def grad_error_curves(group: pd.DataFrame, title: str = ""):
     for level in levels:
         mine = [(seed, ge) for lv, seed, ge in data if lv == level]
         for seed, ge in mine:
-            ax.plot(ge.index, ge["rel_error"], marker=seed_markers.get(seed, "o"), markersize=3, linewidth=0.7,
-                    alpha=0.55, color=failure_color(level))
+            ax.plot(
+                ge.index,
+                ge["rel_error"],
+                marker=seed_markers.get(seed, "o"),
+                markersize=3,
+                linewidth=0.7,
+                alpha=0.55,
+                color=failure_color(level),
+            )
         if len(mine) > 1:
             band = seed_band([ge["rel_error"] for _, ge in mine])
             ax.plot(band.index, band["mean"], linewidth=2.2, color=failure_color(level))
@@ -449,8 +577,10 @@ def grad_error_curves(group: pd.DataFrame, title: str = ""):
 
     handles = [Line2D([], [], color=failure_color(lv), linewidth=2, label=f"failure = {lv}") for lv in levels]
     if len(seeds) > 1:
-        handles += [Line2D([], [], color="0.4", marker=seed_markers.get(sd, "o"), linewidth=0.7, alpha=0.7,
-                           label=f"seed {sd}") for sd in seeds]
+        handles += [
+            Line2D([], [], color="0.4", marker=seed_markers.get(sd, "o"), linewidth=0.7, alpha=0.7, label=f"seed {sd}")
+            for sd in seeds
+        ]
         handles.append(Line2D([], [], color="0.4", linewidth=2.2, label="mean over seeds"))
     handles.append(Line2D([], [], color="black", linestyle="--", label=f"paper: < {paper.GRAD_ERROR_BOUND} (LLaMA-1B)"))
     ax.legend(handles=handles, fontsize=7, frameon=False)
@@ -466,10 +596,17 @@ def grad_error_curves(group: pd.DataFrame, title: str = ""):
             for c in parts:
                 curves = [ge[c].dropna() for lv, _, ge in data if lv == level and c in ge and ge[c].notna().any()]
                 if curves:
-                    draw_seeds(ax2, curves, average=True, linewidth=1.3, markersize=3, linestyle=styles[c],
-                               marker=".", color=failure_color(level))
-        handles = [Line2D([], [], color="black", linestyle=styles[c], label=c.replace("rel_error_", ""))
-                   for c in parts]
+                    draw_seeds(
+                        ax2,
+                        curves,
+                        average=True,
+                        linewidth=1.3,
+                        markersize=3,
+                        linestyle=styles[c],
+                        marker=".",
+                        color=failure_color(level),
+                    )
+        handles = [Line2D([], [], color="black", linestyle=styles[c], label=c.replace("rel_error_", "")) for c in parts]
         handles += [Line2D([], [], color=failure_color(lv), label=f"failure = {lv}") for lv in levels]
         ax2.axhline(paper.GRAD_ERROR_BOUND, color="black", linestyle="--", linewidth=1)
         ax2.legend(handles=handles, fontsize=7, frameon=False)

@@ -54,17 +54,25 @@ METHODS = METHOD_ORDER
 TABLE_MARKER = re.compile(r"^<!-- table (?P<study>\w+) (?P<file>[\w.]+)(?: rows=(?P<rows>.+?))? -->$")
 FINGERPRINT_LINE = re.compile(
     r"\*\*Fingerprints\*\* \(`(?P<study>\w+)`\): data `(?P<data>\w+)`, clock `(?P<clock>\w+)`; "
-    r"Python (?P<python>[\w.+]+), torch (?P<torch>[\w.+]+)\.")
+    r"Python (?P<python>[\w.+]+), torch (?P<torch>[\w.+]+)\."
+)
 
 # one step, no evaluation, numerics off, no failures: what a configuration's clock and corpus are
-PROBE = ["trainer.numerics=false", "trainer.max_steps=1", "trainer.eval_every=0", "failure=none",
-         "trainer.progress=none", "logger=none"]
+PROBE = [
+    "trainer.numerics=false",
+    "trainer.max_steps=1",
+    "trainer.eval_every=0",
+    "failure=none",
+    "trainer.progress=none",
+    "logger=none",
+]
 
 
 @dataclass
 class Study:
     """A published study: how its sweep is run, which configurations its clock fingerprint
     covers, and (for tables that are not a sweep's analysis) how its tables are made."""
+
     name: str
     command: List[str]  # run.py arguments of the sweep (without hydra.sweep.dir)
     configs: Callable[[], Dict[str, List[str]]]  # label -> run.py overrides, one per distinct clock
@@ -100,14 +108,25 @@ def _paper_table2_configs() -> Dict[str, List[str]]:
 
 # The ablation's memory and FLOP side: (model, micro-batch) x which techniques are switched off
 ABLATION_SHAPES = [("llama_1b", 32, "all"), ("llama_7b", 16, "all"), ("llama_7b", 32, "ends")]
-ABLATION_SWITCHES = [("all three", []), ("no skip-attention", ["method.skip_attention=false"]),
-                     ("no FFN recompute", ["method.recompute_ffn=false"]),
-                     ("no low-rank FFN grads", ["method.lowrank_ffn=false"]),
-                     ("none (naive)", ["method.skip_attention=false", "method.recompute_ffn=false",
-                                       "method.lowrank_ffn=false"])]
-ABLATION_BASE = ["hardware=a100_32", "trainer.numerics=false", "cluster.n_workers=32", "data.seq_len=256",
-                 "trainer.max_steps=50", "trainer.eval_every=0", "failure=none", "method=mecefo",
-                 "hardware.shard=optimizer", "trainer.progress=none"]
+ABLATION_SWITCHES = [
+    ("all three", []),
+    ("no skip-attention", ["method.skip_attention=false"]),
+    ("no FFN recompute", ["method.recompute_ffn=false"]),
+    ("no low-rank FFN grads", ["method.lowrank_ffn=false"]),
+    ("none (naive)", ["method.skip_attention=false", "method.recompute_ffn=false", "method.lowrank_ffn=false"]),
+]
+ABLATION_BASE = [
+    "hardware=a100_32",
+    "trainer.numerics=false",
+    "cluster.n_workers=32",
+    "data.seq_len=256",
+    "trainer.max_steps=50",
+    "trainer.eval_every=0",
+    "failure=none",
+    "method=mecefo",
+    "hardware.shard=optimizer",
+    "trainer.progress=none",
+]
 
 
 def _ablation_configs() -> Dict[str, List[str]]:
@@ -115,14 +134,22 @@ def _ablation_configs() -> Dict[str, List[str]]:
     for model, micro, which in ABLATION_SHAPES:
         switches = ABLATION_SWITCHES if which == "all" else [ABLATION_SWITCHES[0], ABLATION_SWITCHES[-1]]
         for label, extra in switches:
-            configs[f"{model}/{micro}/{label}"] = [*ABLATION_BASE, f"model={model}", f"data.micro_batch={micro}", *extra]
+            configs[f"{model}/{micro}/{label}"] = [
+                *ABLATION_BASE,
+                f"model={model}",
+                f"data.micro_batch={micro}",
+                *extra,
+            ]
     return configs
 
 
 def _ablation_tables(runs: Path) -> Dict[str, str]:
     """The memory and FLOP table of the ablation from its run folders (one per configuration)."""
-    rows = ["| model, micro-batch per GPU | techniques on | neighbour peak GB | fits 80 GB | normal worker peak GB "
-            "| neighbour / normal FLOPs |", "|---|---|---:|---|---:|---:|"]
+    rows = [
+        "| model, micro-batch per GPU | techniques on | neighbour peak GB | fits 80 GB | normal worker peak GB "
+        "| neighbour / normal FLOPs |",
+        "|---|---|---:|---|---:|---:|",
+    ]
     for label in _ablation_configs():
         model, micro, switches = label.split("/", 2)
         summary = json.loads((runs / _folder_name(label) / "summary.json").read_text())
@@ -130,8 +157,10 @@ def _ablation_tables(runs: Path) -> Dict[str, str]:
         peak, fits = mem["peak_GB"], mem["fits"]
         normal = f"{peak['normal']:.1f}" + ("" if fits["normal"] else " (no)")
         size = model.replace("llama_", "").upper()
-        rows.append(f"| {size}, {micro} | {switches} | {peak['neighbour']:.1f} | {'yes' if fits['neighbour'] else 'no'} "
-                    f"| {normal} | {clock['flop_ratio_neighbour_normal']:.3f} |")
+        rows.append(
+            f"| {size}, {micro} | {switches} | {peak['neighbour']:.1f} | {'yes' if fits['neighbour'] else 'no'} "
+            f"| {normal} | {clock['flop_ratio_neighbour_normal']:.3f} |"
+        )
     return {"ablation_memory.md": "\n".join(rows)}
 
 
@@ -143,8 +172,11 @@ def _decision_map_configs() -> Dict[str, List[str]]:
     from .decision_map import MODELS
     from .simulate import METHODS as MAPPED  # the methods the published map was swept with
 
-    return {f"{model}/{m}": ["experiment=decision_map", *spec["overrides"], "cluster.n_workers=4096", f"method={m}"]
-            for model, spec in MODELS.items() for m in MAPPED}
+    return {
+        f"{model}/{m}": ["experiment=decision_map", *spec["overrides"], "cluster.n_workers=4096", f"method={m}"]
+        for model, spec in MODELS.items()
+        for m in MAPPED
+    }
 
 
 def _decision_map_tables(folder: Path) -> Dict[str, str]:
@@ -158,8 +190,7 @@ def _decision_map_tables(folder: Path) -> Dict[str, str]:
 STUDIES: Dict[str, Study] = {
     "paper_mini": Study("paper_mini", ["experiment=paper_mini"], _paper_mini_configs),
     "paper_table2": Study("paper_table2", ["experiment=paper_table2"], _paper_table2_configs, trains=False),
-    "ablation_memory": Study("ablation_memory", [], _ablation_configs, tables_from_runs=_ablation_tables,
-                             trains=False),
+    "ablation_memory": Study("ablation_memory", [], _ablation_configs, tables_from_runs=_ablation_tables, trains=False),
     "llama3_405b": Study("llama3_405b", ["experiment=llama3_405b"], _frontier_configs, trains=False),
     "decision_map": Study("decision_map", [], _decision_map_configs, trains=False, own_tables=_decision_map_tables),
 }
@@ -189,7 +220,9 @@ def run_configs(configs: Dict[str, List[str]], out: Path, extra: Sequence[str] =
         validate(cfg)
         summaries[label] = Experiment(cfg, out / _folder_name(label)).run()
         if summaries[label].get("status") != "ok":
-            raise RuntimeError(f"{label}: the run ended {summaries[label].get('status')}: {summaries[label].get('error')}")
+            raise RuntimeError(
+                f"{label}: the run ended {summaries[label].get('status')}: {summaries[label].get('error')}"
+            )
     return summaries
 
 
@@ -206,8 +239,11 @@ class Fingerprints:
 
     def line(self, study: str) -> str:
         import torch
-        return (f"**Fingerprints** (`{study}`): data `{self.data}`, clock `{self.clock}`; "
-                f"Python {platform.python_version()}, torch {torch.__version__}.")
+
+        return (
+            f"**Fingerprints** (`{study}`): data `{self.data}`, clock `{self.clock}`; "
+            f"Python {platform.python_version()}, torch {torch.__version__}."
+        )
 
 
 def fingerprints(study: Study) -> Fingerprints:
@@ -254,7 +290,7 @@ def table_blocks(text: str) -> List[Block]:
         end = i + 1
         while end < len(lines) and lines[end].startswith("|"):
             end += 1
-        blocks.append(Block(m["study"], m["file"], m["rows"], i + 1, end, "\n".join(lines[i + 1:end])))
+        blocks.append(Block(m["study"], m["file"], m["rows"], i + 1, end, "\n".join(lines[i + 1 : end])))
     return blocks
 
 
@@ -270,11 +306,13 @@ def marker_problems(text: str, studies: Sequence[str]) -> List[str]:
             continue  # not a comment, or one that does not look like a marker
         m = TABLE_MARKER.match(stripped)
         if not m:
-            problems.append(f"RESULTS.md line {n}: {stripped!r} is not a table marker "
-                            "(<!-- table STUDY FILE [rows=REGEX] -->)")
+            problems.append(
+                f"RESULTS.md line {n}: {stripped!r} is not a table marker (<!-- table STUDY FILE [rows=REGEX] -->)"
+            )
         elif m["study"] not in STUDIES:
-            problems.append(f"RESULTS.md line {n}: unknown study {m['study']!r} in a table marker; allowed: "
-                            f"{', '.join(STUDIES)}")
+            problems.append(
+                f"RESULTS.md line {n}: unknown study {m['study']!r} in a table marker; allowed: {', '.join(STUDIES)}"
+            )
         else:
             marked.add(m["study"])
             if m["rows"] is not None:
@@ -285,8 +323,11 @@ def marker_problems(text: str, studies: Sequence[str]) -> List[str]:
     for block in table_blocks(text):
         if block.study in STUDIES and not block.text:
             problems.append(f"RESULTS.md line {block.start}: no table under the marker {block.study} {block.file}")
-    problems += [f"RESULTS.md: no table of study {name} is marked (<!-- table {name} FILE -->): nothing of it "
-                 "would be checked" for name in studies if name not in marked]
+    problems += [
+        f"RESULTS.md: no table of study {name} is marked (<!-- table {name} FILE -->): nothing of it would be checked"
+        for name in studies
+        if name not in marked
+    ]
     return problems
 
 
@@ -303,8 +344,10 @@ def render(block: Block, tables: Dict[str, Dict[str, str]]) -> str:
     try:
         return select_rows(tables[block.study][block.file], block.rows)
     except KeyError:
-        raise SystemExit(f"RESULTS.md marks a table {block.study} {block.file}: the regenerated {block.study} "
-                         f"has {', '.join(sorted(tables.get(block.study, {}))) or 'no tables'}") from None
+        raise SystemExit(
+            f"RESULTS.md marks a table {block.study} {block.file}: the regenerated {block.study} "
+            f"has {', '.join(sorted(tables.get(block.study, {}))) or 'no tables'}"
+        ) from None
 
 
 def rewrite(text: str, tables: Dict[str, Dict[str, str]], prints: Dict[str, Fingerprints]) -> str:
@@ -312,7 +355,7 @@ def rewrite(text: str, tables: Dict[str, Dict[str, str]], prints: Dict[str, Fing
     lines = text.split("\n")
     for block in reversed(table_blocks(text)):
         if block.study in tables:
-            lines[block.start:block.end] = render(block, tables).split("\n")
+            lines[block.start : block.end] = render(block, tables).split("\n")
     out = "\n".join(lines)
     for name, fp in prints.items():
         out = re.sub(FINGERPRINT_LINE.pattern.replace(r"(?P<study>\w+)", re.escape(name)), fp.line(name), out)
@@ -364,8 +407,10 @@ def fingerprints_of_sweep(study: Study, folder: Path) -> Fingerprints:
         seen.setdefault("clock", set()).add(s["clock"]["fingerprint"])
     missing = sorted(set(current.clocks.values()) - seen.get("clock", set()))
     if missing:
-        raise SystemExit(f"{study.name}: the sweep's runs carry no clock {', '.join(missing)} that the current "
-                         f"code gives for its configurations")
+        raise SystemExit(
+            f"{study.name}: the sweep's runs carry no clock {', '.join(missing)} that the current "
+            f"code gives for its configurations"
+        )
     data = seen.get("data", {None}) if study.trains else {None}
     return Fingerprints(",".join(sorted(map(str, data))) if data != {None} else "none", current.clock, current.clocks)
 
@@ -402,16 +447,21 @@ def check(text: str, tables: Dict[str, Dict[str, str]], prints: Dict[str, Finger
         else:
             same = False
             print(f"DIFFERENT: {label}")
-            sys.stdout.writelines(difflib.unified_diff(block.text.splitlines(True), fresh.splitlines(True),
-                                                       "RESULTS.md", "regenerated", n=0))
+            sys.stdout.writelines(
+                difflib.unified_diff(
+                    block.text.splitlines(True), fresh.splitlines(True), "RESULTS.md", "regenerated", n=0
+                )
+            )
             print()
     stated = published_fingerprints(text)
     for name, fp in prints.items():
         old = stated.get(name)
         if old is None or (old["data"], old["clock"]) != (fp.data, fp.clock):
             same = False
-            print(f"DIFFERENT: {name} fingerprints: RESULTS.md "
-                  f"{(old['data'], old['clock']) if old else 'states none'}, regenerated {(fp.data, fp.clock)}")
+            print(
+                f"DIFFERENT: {name} fingerprints: RESULTS.md "
+                f"{(old['data'], old['clock']) if old else 'states none'}, regenerated {(fp.data, fp.clock)}"
+            )
         else:
             print(f"identical: {name} fingerprints (data {fp.data}, clock {fp.clock})")
     return same
@@ -427,8 +477,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     r.add_argument("--out", required=True, help="scratch folder for the regenerated runs")
     r.add_argument("--results", default=str(RESULTS), help="the file to check (default: RESULTS.md)")
     r.add_argument("--write", action="store_true", help="replace RESULTS.md's tables and fingerprint lines")
-    r.add_argument("--sweep", action="append", default=[], metavar="STUDY=DIR",
-                   help="read a finished sweep of STUDY instead of running it again")
+    r.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="STUDY=DIR",
+        help="read a finished sweep of STUDY instead of running it again",
+    )
     args = p.parse_args(argv)
     names = list(args.studies) or list(STUDIES)
     unknown = [n for n in names if n not in STUDIES]
@@ -439,19 +494,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for name in names:
             fp = fingerprints(STUDIES[name])
             old = stated.get(name)
-            verdict = ("matches RESULTS.md" if old and (old["data"], old["clock"]) == (fp.data, fp.clock)
-                       else f"RESULTS.md states {(old['data'], old['clock']) if old else 'none'}")
+            verdict = (
+                "matches RESULTS.md"
+                if old and (old["data"], old["clock"]) == (fp.data, fp.clock)
+                else f"RESULTS.md states {(old['data'], old['clock']) if old else 'none'}"
+            )
             print(f"{fp.line(name)}  ({verdict})")
         return 0
     results = Path(args.results)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     sweeps = dict(item.split("=", 1) for item in args.sweep if "=" in item)
-    bad = [item for item in args.sweep if "=" not in item or item.split("=", 1)[0] not in STUDIES
-           or STUDIES[item.split("=", 1)[0]].tables_from_runs is not None]
+    bad = [
+        item
+        for item in args.sweep
+        if "=" not in item
+        or item.split("=", 1)[0] not in STUDIES
+        or STUDIES[item.split("=", 1)[0]].tables_from_runs is not None
+    ]
     if bad:
-        p.error(f"--sweep {bad[0]}: allowed: STUDY=DIR for a sweep study "
-                f"({', '.join(n for n, s in STUDIES.items() if s.tables_from_runs is None)})")
+        p.error(
+            f"--sweep {bad[0]}: allowed: STUDY=DIR for a sweep study "
+            f"({', '.join(n for n, s in STUDIES.items() if s.tables_from_runs is None)})"
+        )
     problems = marker_problems(results.read_text(), names)  # before any run: a bad marker hides a table
     if problems:
         print("\n".join(problems), file=sys.stderr)
@@ -469,8 +534,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(not_regenerated_note(names))
         return 0
     same = check(text, tables, prints)
-    print("every regenerated table is identical to RESULTS.md" if same else
-          f"RESULTS.md differs from the regenerated tables (fresh tables under {out})")
+    print(
+        "every regenerated table is identical to RESULTS.md"
+        if same
+        else f"RESULTS.md differs from the regenerated tables (fresh tables under {out})"
+    )
     print(not_regenerated_note(names))
     return 0 if same else 1
 

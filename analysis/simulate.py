@@ -95,6 +95,7 @@ def run_all(jobs: List[List[str]], processes: int = 2, each=None, chunksize: int
     """Every job's summary, in order; `processes` worker processes (1: in this process). `each(i,
     summary)` is called as each job ends (in order), e.g. to keep a record that survives a stop.
     `chunksize` consecutive jobs go to one process (the seeds of one config: composed once)."""
+
     def results():
         if processes <= 1 or len(jobs) <= 1:
             yield from map(_job, jobs)
@@ -135,5 +136,7 @@ def fallback_overrides(write_s: float, job_mtbf_s: float, step_s: float, steps: 
     from mecefo_exp.methods.intervals import daly_interval
 
     every = max(1, min(steps, round(daly_interval(write_s, job_mtbf_s) / step_s)))
-    return {**{m: [f"method.checkpoint_interval={every}"] for m in ("reft", "bamboo", "oobleck", "mecefo")},
-            "jit": [f"method.fallback_every={every}"]}
+    return {
+        **{m: [f"method.checkpoint_interval={every}"] for m in ("reft", "bamboo", "oobleck", "mecefo")},
+        "jit": [f"method.fallback_every={every}"],
+    }

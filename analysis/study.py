@@ -11,10 +11,16 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 
-def run_study(out, collect: Callable[[], Any], tables: Callable[[Any, Path], Dict[str, List[Path]]],
-              figures: Optional[Callable[[Any, Path], List[Path]]] = None,
-              describe: Optional[Callable[[Any], str]] = None, draw: bool = True, verbose: bool = True,
-              quiet_describe: Optional[Callable[[Any], None]] = None) -> Dict[str, List[Path]]:
+def run_study(
+    out,
+    collect: Callable[[], Any],
+    tables: Callable[[Any, Path], Dict[str, List[Path]]],
+    figures: Optional[Callable[[Any, Path], List[Path]]] = None,
+    describe: Optional[Callable[[Any], str]] = None,
+    draw: bool = True,
+    verbose: bool = True,
+    quiet_describe: Optional[Callable[[Any], None]] = None,
+) -> Dict[str, List[Path]]:
     """`tables(data, out)` returns {kind: files}; `figures(data, out)` the figure files;
     `describe(data)` what is printed with verbose; `quiet_describe(data)` what is logged without."""
     out = Path(out)
@@ -24,15 +30,17 @@ def run_study(out, collect: Callable[[], Any], tables: Callable[[Any, Path], Dic
     written["figures"] = list(figures(data, out)) if draw and figures is not None else []
     if verbose and describe is not None:
         print(describe(data))
-        print(f"wrote {sum(len(v) for v in written.values())} files under {out} "
-              f"({len(written['figures'])} figure files)")
+        print(
+            f"wrote {sum(len(v) for v in written.values())} files under {out} ({len(written['figures'])} figure files)"
+        )
     elif not verbose and quiet_describe is not None:
         quiet_describe(data)
     return written
 
 
-def study_main(analyze: Callable[..., Dict[str, List[Path]]], doc: str, prog: str,
-               argv: Optional[List[str]] = None) -> int:
+def study_main(
+    analyze: Callable[..., Dict[str, List[Path]]], doc: str, prog: str, argv: Optional[List[str]] = None
+) -> int:
     """The command line of a study module: sweep folders, --out (default <first>/analysis), --no-figures."""
     import argparse
 

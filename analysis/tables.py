@@ -37,8 +37,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 import pandas as pd
 
 from . import formats, paper
-from .formats import ci_text, fmt_g3, fmt_int, fmt_num, fmt_pct, fmt_ratio, fmt_tok
 from .collect import FAILURE_ORDER, TIME_CATEGORIES, ok_runs
+from .formats import ci_text, fmt_g3, fmt_int, fmt_num, fmt_pct, fmt_ratio, fmt_tok
 from .methods import METHOD_ORDER
 
 SETTING = ("model", "n_workers", "max_steps", "micro_batch", "seq_len")
@@ -114,8 +114,9 @@ def seed_means(runs: pd.DataFrame, columns: Sequence[str], keys: Optional[Sequen
     return pd.DataFrame(rows)
 
 
-def paired_changes(runs: pd.DataFrame, value: str, keys: Sequence[str],
-                   change: Callable[[float, float], float]) -> Dict[tuple, Dict[str, tuple]]:
+def paired_changes(
+    runs: pd.DataFrame, value: str, keys: Sequence[str], change: Callable[[float, float], float]
+) -> Dict[tuple, Dict[str, tuple]]:
     """{key: {level: (mean, ci95 half-width, n pairs)}} of change(value at level, value
     failure-free) per seed: each run is compared with the failure-free run of its own seed
     (same keys), then the per-seed changes are averaged."""
@@ -154,12 +155,18 @@ def _order_rows(df: pd.DataFrame) -> pd.DataFrame:
         return df
     rank = {m: i for i, m in enumerate(METHOD_ORDER)}
     key = df["method"].map(lambda m: rank.get(m, len(rank)))
-    return df.assign(_k=key).sort_values(["model", "_k", "method"], kind="stable").drop(columns="_k").reset_index(drop=True)
+    return (
+        df.assign(_k=key)
+        .sort_values(["model", "_k", "method"], kind="stable")
+        .drop(columns="_k")
+        .reset_index(drop=True)
+    )
 
 
 # ------------------------------------------------------------------------ (a) Table 2
-def _level_rows(runs: pd.DataFrame, value: str, prefix: str, change_prefix: str,
-                change: Callable[[float, float], float]) -> List[dict]:
+def _level_rows(
+    runs: pd.DataFrame, value: str, prefix: str, change_prefix: str, change: Callable[[float, float], float]
+) -> List[dict]:
     """One row per (setting, method): `<prefix><level>` mean and ci95 over seeds, and the
     paired `<change_prefix><level>` against failure-free with its ci95 and pair count."""
     runs = with_grouping(runs)
@@ -221,8 +228,11 @@ def perplexity_table(runs: pd.DataFrame) -> pd.DataFrame:
 # ------------------------------------------------------------------------ (c) time
 def time_breakdown_table(runs: pd.DataFrame) -> pd.DataFrame:
     cats = [c for c in TIME_CATEGORIES]
-    extra = sorted(c[len("time_"):] for c in runs.columns
-                   if c.startswith("time_") and c[len("time_"):] not in cats) if not runs.empty else []
+    extra = (
+        sorted(c[len("time_") :] for c in runs.columns if c.startswith("time_") and c[len("time_") :] not in cats)
+        if not runs.empty
+        else []
+    )
     cats += extra
     means = seed_means(runs, [f"time_{c}" for c in cats] + ["sim_time_s"])
     if means.empty:
@@ -233,21 +243,15 @@ def time_breakdown_table(runs: pd.DataFrame) -> pd.DataFrame:
         means[f"share_{c}"] = means[f"time_{c}"] / means["time_total"]
     rank_f = {f: i for i, f in enumerate(failure_levels(means["failure"]))}
     rank_m = {m: i for i, m in enumerate(METHOD_ORDER)}
-    means = means.assign(_m=means["method"].map(lambda m: rank_m.get(m, len(rank_m))),
-                         _f=means["failure"].map(lambda f: rank_f.get(f, len(rank_f))))
+    means = means.assign(
+        _m=means["method"].map(lambda m: rank_m.get(m, len(rank_m))),
+        _f=means["failure"].map(lambda f: rank_f.get(f, len(rank_f))),
+    )
     means = means.sort_values(["model", "_m", "method", "_f"], kind="stable").drop(columns=["_m", "_f"])
     return means.reset_index(drop=True)
 
 
 # ------------------------------------------------------------------------ markdown
-
-
-
-
-
-
-
-
 
 
 def _has_values(col: pd.Series) -> bool:
@@ -277,8 +281,10 @@ def shown(df: pd.DataFrame, columns: Dict[str, tuple], drop_empty: bool = True) 
 def to_markdown(df: pd.DataFrame, columns: Dict[str, tuple], drop_empty: bool = True) -> str:
     """A GitHub table of `shown(df, columns, drop_empty)`."""
     text = shown(df, columns, drop_empty)
-    lines = ["| " + " | ".join(text.columns) + " |",
-             "|" + "|".join("---:" if right else "---" for right in text.attrs["right"]) + "|"]
+    lines = [
+        "| " + " | ".join(text.columns) + " |",
+        "|" + "|".join("---:" if right else "---" for right in text.attrs["right"]) + "|",
+    ]
     lines += ["| " + " | ".join(row) + " |" for row in text.itertuples(index=False)]
     return "\n".join(lines)
 
@@ -307,12 +313,10 @@ def with_ci_cells(t: pd.DataFrame, columns: Sequence[str], fmt: Callable) -> pd.
     return t
 
 
-
-
 def _per_level_columns(t: pd.DataFrame, prefix: str):
     """The failure levels present (columns `<prefix><level>`), those with failures, and the
     leading setting/method/seeds columns every per-level table starts with."""
-    levels = [c[len(prefix):] for c in t.columns if c.startswith(prefix) and not c.endswith("_ci95")]
+    levels = [c[len(prefix) :] for c in t.columns if c.startswith(prefix) and not c.endswith("_ci95")]
     faulty = [f for f in levels if f != "none"]
     cols = setting_columns(t)
     cols.update({"method": ("method", None), "n_seeds": ("seeds", None)})
@@ -334,15 +338,22 @@ def throughput_view(t: pd.DataFrame):
     cols.update({f"cell_thr_{f}": (f"tok/s {f}", None) for f in levels})
     cols.update({f"cell_drop_{f}": (f"drop {f}", None) for f in faulty})
     cols.update({f"resilience_{f}": (f"drop/MeCeFO {f}", fmt_ratio) for f in faulty})
-    cols.update({"paper_thr_none": ("paper tok/s none", fmt_tok), "paper_thr_high": ("paper tok/s high", fmt_tok),
-                 "paper_drop_high": ("paper drop high", fmt_pct),
-                 "paper_resilience_high": ("paper drop/MeCeFO high", fmt_ratio)})
+    cols.update(
+        {
+            "paper_thr_none": ("paper tok/s none", fmt_tok),
+            "paper_thr_high": ("paper tok/s high", fmt_tok),
+            "paper_drop_high": ("paper drop high", fmt_pct),
+            "paper_resilience_high": ("paper drop/MeCeFO high", fmt_ratio),
+        }
+    )
     refs = ", ".join(sorted(set(t["paper_ref"].astype(str))))
-    note = (f"\n\nThroughput = committed tokens per simulated second, mean ± 95% CI half-width over seeds "
-            f"(Student t; no ± for one seed); drop paired per seed with the failure-free run. "
-            f"drop = 1 - thr(level)/thr(none); drop/MeCeFO = the method's drop over MeCeFO's at the same level "
-            f"(the paper's 'resilience'). paper columns: MeCeFO paper Table 2, row {refs}; absolute tokens/s only "
-            f"where the model is the paper's.")
+    note = (
+        f"\n\nThroughput = committed tokens per simulated second, mean ± 95% CI half-width over seeds "
+        f"(Student t; no ± for one seed); drop paired per seed with the failure-free run. "
+        f"drop = 1 - thr(level)/thr(none); drop/MeCeFO = the method's drop over MeCeFO's at the same level "
+        f"(the paper's 'resilience'). paper columns: MeCeFO paper Table 2, row {refs}; absolute tokens/s only "
+        f"where the model is the paper's."
+    )
     return t, cols, note
 
 
@@ -361,14 +372,21 @@ def perplexity_view(t: pd.DataFrame):
     cols.update({f"cell_ppl_{f}": (f"ppl {f}", None) for f in levels})
     cols.update({f"cell_change_{f}": (f"change {f}", None) for f in faulty})
     cols.update({f"paper_ppl_{f}": (f"paper ppl {f}", fmt_num(2)) for f in FAILURE_ORDER})
-    cols.update({f"paper_change_{f}": (f"paper change {f}", lambda v: fmt_pct(v, signed=True))
-                 for f in FAILURE_ORDER if f != "none"})
+    cols.update(
+        {
+            f"paper_change_{f}": (f"paper change {f}", lambda v: fmt_pct(v, signed=True))
+            for f in FAILURE_ORDER
+            if f != "none"
+        }
+    )
     refs = ", ".join(sorted(set(t["paper_ref"].astype(str))))
-    note = (f"\n\nFinal validation perplexity, mean ± 95% CI half-width over seeds (Student t; no ± for one "
-            f"seed); change = ppl(level)/ppl(none) - 1 per seed against the failure-free run of the same seed, "
-            f"then averaged (paired). "
-            f"paper columns: MeCeFO paper Table 3 (MeCeFO only), row {refs}; the paper prints the change for high, "
-            f"the low/medium changes are derived from its perplexities.")
+    note = (
+        f"\n\nFinal validation perplexity, mean ± 95% CI half-width over seeds (Student t; no ± for one "
+        f"seed); change = ppl(level)/ppl(none) - 1 per seed against the failure-free run of the same seed, "
+        f"then averaged (paired). "
+        f"paper columns: MeCeFO paper Table 3 (MeCeFO only), row {refs}; the paper prints the change for high, "
+        f"the low/medium changes are derived from its perplexities."
+    )
     return t, cols, note
 
 
@@ -381,18 +399,22 @@ def time_markdown(t: pd.DataFrame) -> str:
 
 def time_view(t: pd.DataFrame):
     """(table with its display cells, columns to show, note under the table)"""
-    cats = [c[len("share_"):] for c in t.columns if c.startswith("share_")]
+    cats = [c[len("share_") :] for c in t.columns if c.startswith("share_")]
     t = t.copy()
     for c in cats:
         half = t[f"time_{c}_ci95"] if f"time_{c}_ci95" in t else [float("nan")] * len(t)
-        t[f"cell_{c}"] = [f"{ci_text(s, h, fmt_g3)} ({p * 100:.1f}%)" if math.isfinite(s) and math.isfinite(p) else ""
-                          for s, h, p in zip(t[f"time_{c}"], half, t[f"share_{c}"])]
+        t[f"cell_{c}"] = [
+            f"{ci_text(s, h, fmt_g3)} ({p * 100:.1f}%)" if math.isfinite(s) and math.isfinite(p) else ""
+            for s, h, p in zip(t[f"time_{c}"], half, t[f"share_{c}"])
+        ]
     cols = setting_columns(t)
     cols.update({"method": ("method", None), "failure": ("failure", None), "n_seeds": ("seeds", None)})
     cols.update({f"cell_{c}": (c, None) for c in cats})
     cols["time_total"] = ("total s", fmt_num(3))
-    note = ("\n\nSimulated seconds per category of summary.json's time_breakdown (share of the total), "
-            "mean ± 95% CI half-width over seeds.")
+    note = (
+        "\n\nSimulated seconds per category of summary.json's time_breakdown (share of the total), "
+        "mean ± 95% CI half-width over seeds."
+    )
     return t, cols, note
 
 
@@ -405,13 +427,25 @@ def runs_markdown(runs: pd.DataFrame) -> str:
         t["steps"] = None
     if "steps_logged" in t:
         t["steps"] = t["steps"].where(t["steps"].notna(), t["steps_logged"])
-    cols = {"status": ("status", None), "model": ("model", None), "method": ("method", None),
-            "failure": ("failure", None), "seed": ("seed", None), "steps": ("steps", fmt_int),
-            "max_steps": ("max_steps", fmt_int), "throughput_tok_s": ("tok/s", fmt_tok),
-            "final_val_ppl": ("val ppl", fmt_num(2)), "error": ("error", None), "run_dir": ("run folder", None)}
+    cols = {
+        "status": ("status", None),
+        "model": ("model", None),
+        "method": ("method", None),
+        "failure": ("failure", None),
+        "seed": ("seed", None),
+        "steps": ("steps", fmt_int),
+        "max_steps": ("max_steps", fmt_int),
+        "throughput_tok_s": ("tok/s", fmt_tok),
+        "final_val_ppl": ("val ppl", fmt_num(2)),
+        "error": ("error", None),
+        "run_dir": ("run folder", None),
+    }
     superseded = int((~runs["selected"]).sum()) if "selected" in runs else 0
-    note = (f"\n\n{superseded} superseded run(s) not shown: an ok run of the same key replaced them "
-            f"(see runs_all.csv)." if superseded else "")
+    note = (
+        f"\n\n{superseded} superseded run(s) not shown: an ok run of the same key replaced them (see runs_all.csv)."
+        if superseded
+        else ""
+    )
     if "run_dir" in t:
         t["run_dir"] = relative_folders(t["run_dir"])
         note += "\n\nRun folders are relative to the folder the runs were collected from."
@@ -431,12 +465,13 @@ def relative_folders(folders: pd.Series) -> pd.Series:
     return folders.map(lambda f: os.path.relpath(f, common) if isinstance(f, str) and f else f)
 
 
-
-
 # ------------------------------------------------------------------------ writing
 def make_tables(runs: pd.DataFrame) -> Dict[str, pd.DataFrame]:
-    return {"throughput": throughput_table(runs), "perplexity": perplexity_table(runs),
-            "time_breakdown": time_breakdown_table(runs)}
+    return {
+        "throughput": throughput_table(runs),
+        "perplexity": perplexity_table(runs),
+        "time_breakdown": time_breakdown_table(runs),
+    }
 
 
 def write_tables(runs: pd.DataFrame, out) -> Dict[str, Path]:
@@ -447,9 +482,11 @@ def write_tables(runs: pd.DataFrame, out) -> Dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     tables = make_tables(runs)
     views = {"throughput": throughput_view, "perplexity": perplexity_view, "time_breakdown": time_view}
-    titles = {"throughput": "Throughput per method and failure level (paper Table 2)",
-              "perplexity": "Final validation perplexity (paper Table 3)",
-              "time_breakdown": "Simulated time breakdown"}
+    titles = {
+        "throughput": "Throughput per method and failure level (paper Table 2)",
+        "perplexity": "Final validation perplexity (paper Table 3)",
+        "time_breakdown": "Simulated time breakdown",
+    }
     paths: Dict[str, Path] = {}
     for name, table in tables.items():
         if table.empty:
@@ -458,13 +495,19 @@ def write_tables(runs: pd.DataFrame, out) -> Dict[str, Path]:
             view, cols, note = views[name](table)
             text = shown(view, cols)
         markdown = note if text is None else to_markdown(view, cols) + note
-        paths.update(formats.write_formats(table, folder, name, titles[name], markdown=markdown,
-                                           formats=("csv", "md")))
+        paths.update(formats.write_formats(table, folder, name, titles[name], markdown=markdown, formats=("csv", "md")))
         paths[f"{name}.tex"] = folder / f"{name}.tex"
         paths[f"{name}.tex"].write_text(
-            "% no finished runs\n" if text is None else
-            formats.to_latex(text, caption=f"{titles[name]}. {note.strip()}", label=f"tab:{name}", escape_caption=True,
-                             column_format="".join("r" if right else "l" for right in text.attrs["right"])))
+            "% no finished runs\n"
+            if text is None
+            else formats.to_latex(
+                text,
+                caption=f"{titles[name]}. {note.strip()}",
+                label=f"tab:{name}",
+                escape_caption=True,
+                column_format="".join("r" if right else "l" for right in text.attrs["right"]),
+            )
+        )
     paths["runs.md"] = folder / "runs.md"
     paths["runs.md"].write_text(f"# Runs\n\n{runs_markdown(runs)}\n")
     return paths

@@ -57,11 +57,22 @@ DATA = []  # data overrides for every run of the script (--data-sources)
 
 
 def harness_overrides(model, micro_batch, seq_len, steps, precision, device, extra=(), n_workers=1):
-    return [f"model={model}", "method=checkpoint", "failure=none", f"cluster.n_workers={n_workers}",
-            f"cluster.device={device}",
-            f"data.micro_batch={micro_batch}", f"data.seq_len={seq_len}", f"trainer.precision={precision}",
-            f"trainer.max_steps={steps}", "trainer.eval_every=0", "trainer.progress=none", "data.eval_blocks=1",
-            *DATA, *extra]
+    return [
+        f"model={model}",
+        "method=checkpoint",
+        "failure=none",
+        f"cluster.n_workers={n_workers}",
+        f"cluster.device={device}",
+        f"data.micro_batch={micro_batch}",
+        f"data.seq_len={seq_len}",
+        f"trainer.precision={precision}",
+        f"trainer.max_steps={steps}",
+        "trainer.eval_every=0",
+        "trainer.progress=none",
+        "data.eval_blocks=1",
+        *DATA,
+        *extra,
+    ]
 
 
 def harness_vs_plain(cfg, device, warmup, repeats, run_root: Path):
@@ -155,7 +166,7 @@ def realistic(args, device, root: Path, peak) -> list:
         while mb >= 1:
             cfg = compose_cfg(harness_overrides(model, mb, args.seq_len, args.steps, args.precision, device.type))
             try:
-                plain = plain_step_times(cfg, args.steps, device)[args.warmup:]
+                plain = plain_step_times(cfg, args.steps, device)[args.warmup :]
                 break
             except torch.OutOfMemoryError:
                 print(f"{model}: micro-batch {mb} x {args.seq_len} does not fit; trying {mb // 2}")
@@ -164,29 +175,38 @@ def realistic(args, device, root: Path, peak) -> list:
         free(device)
         times = {"plain": statistics.median(plain)}
         h, flops = harness_run(cfg, root / f"{model}-harness")
-        times["harness"] = statistics.median(h[args.warmup:])
+        times["harness"] = statistics.median(h[args.warmup :])
         free(device)
         if not args.no_compile and (not args.compile_models or model in args.compile_models):
-            ccfg = compose_cfg(harness_overrides(model, mb, args.seq_len, args.steps, args.precision, device.type,
-                                                 extra=["trainer.compile=true"]))
+            ccfg = compose_cfg(
+                harness_overrides(
+                    model, mb, args.seq_len, args.steps, args.precision, device.type, extra=["trainer.compile=true"]
+                )
+            )
             hc, _ = harness_run(ccfg, root / f"{model}-harness-compiled")
-            times["harness compiled"] = statistics.median(hc[args.warmup:])
+            times["harness compiled"] = statistics.median(hc[args.warmup :])
             free(device)
-            times["compiled loop"] = statistics.median(compiled_loop_times(cfg, args.steps, device)[args.warmup:])
+            times["compiled loop"] = statistics.median(compiled_loop_times(cfg, args.steps, device)[args.warmup :])
             free(device)
         memory = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
         tokens = mb * args.seq_len
-        print(f"{model} at micro-batch {mb} x {args.seq_len} ({tokens} tokens, {flops / 1e12:.2f} TFLOP a step"
-              f"{f', peak memory {memory:.1f} GiB' if memory else ''}):")
+        print(
+            f"{model} at micro-batch {mb} x {args.seq_len} ({tokens} tokens, {flops / 1e12:.2f} TFLOP a step"
+            f"{f', peak memory {memory:.1f} GiB' if memory else ''}):"
+        )
         for name, t in times.items():
             mfu = flops / t / (peak * 1e12) if peak else None
-            print(f"  {name:<17} {t * 1e3:9.1f} ms/step  {tokens / t:12.0f} tokens/s  "
-                  f"MFU {'n/a (no known peak)' if mfu is None else f'{mfu:.1%}'}")
+            print(
+                f"  {name:<17} {t * 1e3:9.1f} ms/step  {tokens / t:12.0f} tokens/s  "
+                f"MFU {'n/a (no known peak)' if mfu is None else f'{mfu:.1%}'}"
+            )
         ratio = times["plain"] / times["harness"]
         print(f"  harness / plain tokens/s {ratio:.3f} (target >= 0.97: {'met' if ratio >= 0.97 else 'MISSED'})")
         if "compiled loop" in times:
-            print(f"  harness compiled / compiled loop tokens/s {times['compiled loop'] / times['harness compiled']:.3f}; "
-                  f"harness compiled / plain {times['plain'] / times['harness compiled']:.3f}")
+            print(
+                f"  harness compiled / compiled loop tokens/s {times['compiled loop'] / times['harness compiled']:.3f}; "
+                f"harness compiled / plain {times['plain'] / times['harness compiled']:.3f}"
+            )
         rows.append({"model": model, "micro_batch": mb, "flops_per_step": flops, "seconds": times})
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
@@ -201,14 +221,18 @@ def svd_timings(args, device, peak) -> list:
 
     shapes = {"tiny": (128, 64)} if args.smoke else SVD_SHAPES
     rows = []
-    print(f"MeCeFO's SVD refresh, one FFN weight (fp32), rank {args.svd_rank}, randomized: oversampling 8, "
-          f"2 power iterations; seconds median of {args.svd_repeats} after one warm-up")
+    print(
+        f"MeCeFO's SVD refresh, one FFN weight (fp32), rank {args.svd_rank}, randomized: oversampling 8, "
+        f"2 power iterations; seconds median of {args.svd_repeats} after one warm-up"
+    )
     for name, (m, n) in shapes.items():
         gen = torch.Generator(device=device).manual_seed(0)
-        w = torch.randn(m, n, generator=gen, device=device) / n ** 0.5
+        w = torch.randn(m, n, generator=gen, device=device) / n**0.5
         out = {}
-        for kind, flops in (("full", full_svd_flops(m, n)),
-                            ("randomized", randomized_svd_flops(m, n, args.svd_rank, 8, 2))):
+        for kind, flops in (
+            ("full", full_svd_flops(m, n)),
+            ("randomized", randomized_svd_flops(m, n, args.svd_rank, 8, 2)),
+        ):
             samples = []
             for r in range(1 + args.svd_repeats):
                 if device.type == "cuda":
@@ -220,11 +244,17 @@ def svd_timings(args, device, peak) -> list:
                 if r:
                     samples.append(time.perf_counter() - t0)
             t = statistics.median(samples)
-            out[kind] = {"seconds": t, "flops": flops, "tflops_s": flops / t / 1e12,
-                         "share_of_peak": flops / t / (peak * 1e12) if peak else None}
+            out[kind] = {
+                "seconds": t,
+                "flops": flops,
+                "tflops_s": flops / t / 1e12,
+                "share_of_peak": flops / t / (peak * 1e12) if peak else None,
+            }
             share = out[kind]["share_of_peak"]
-            print(f"  {name} {m}x{n} {kind:<10}: {t * 1e3:9.2f} ms, {flops / 1e9:9.1f} GFLOP (formula), "
-                  f"{flops / t / 1e12:7.3f} TFLOP/s{'' if share is None else f', {share:.4%} of peak'}")
+            print(
+                f"  {name} {m}x{n} {kind:<10}: {t * 1e3:9.2f} ms, {flops / 1e9:9.1f} GFLOP (formula), "
+                f"{flops / t / 1e12:7.3f} TFLOP/s{'' if share is None else f', {share:.4%} of peak'}"
+            )
         print(f"  {name}: randomized / full seconds {out['randomized']['seconds'] / out['full']['seconds']:.4f}")
         rows.append({"model": name, "shape": [m, n], **out})
         del w
@@ -236,16 +266,26 @@ def torchrun_tier(args, n_gpus, run_root: Path) -> str:
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
     if torchrun is None:
         return "torchrun not found next to this python"
-    cmd = [torchrun, f"--nproc-per-node={n_gpus}", "--standalone", str(ROOT / "run.py"), "cluster=torchrun",
-           "cluster.backend=nccl", f"hydra.run.dir={run_root / 'torchrun'}",
-           *harness_overrides(args.models[0], args.micro_batch, args.seq_len, args.steps, args.precision, "cuda",
-                              n_workers=n_gpus)]
+    cmd = [
+        torchrun,
+        f"--nproc-per-node={n_gpus}",
+        "--standalone",
+        str(ROOT / "run.py"),
+        "cluster=torchrun",
+        "cluster.backend=nccl",
+        f"hydra.run.dir={run_root / 'torchrun'}",
+        *harness_overrides(
+            args.models[0], args.micro_batch, args.seq_len, args.steps, args.precision, "cuda", n_workers=n_gpus
+        ),
+    ]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
         return f"FAILED (exit {out.returncode}): {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else ''}"
     summary = json.loads((run_root / "torchrun" / "summary.json").read_text())
-    return (f"{n_gpus} rank(s), NCCL: status {summary['status']}, {summary.get('achieved_tflops_s') or 0:.1f} TFLOP/s "
-            f"per rank, MFU {summary.get('mfu')}")
+    return (
+        f"{n_gpus} rank(s), NCCL: status {summary['status']}, {summary.get('achieved_tflops_s') or 0:.1f} TFLOP/s "
+        f"per rank, MFU {summary.get('mfu')}"
+    )
 
 
 def write_profile(args, device, path: Path, run_root: Path, extra=()) -> None:
@@ -253,17 +293,28 @@ def write_profile(args, device, path: Path, run_root: Path, extra=()) -> None:
 
     from mecefo_exp.trainer import Experiment
 
-    cfg = compose_cfg(harness_overrides(args.models[0], args.micro_batch, args.seq_len, 2, args.precision,
-                                        device.type, extra=["hardware=measured", "cluster.profile=fresh",
-                                                            "method=mecefo", *extra]))
+    cfg = compose_cfg(
+        harness_overrides(
+            args.models[0],
+            args.micro_batch,
+            args.seq_len,
+            2,
+            args.precision,
+            device.type,
+            extra=["hardware=measured", "cluster.profile=fresh", "method=mecefo", *extra],
+        )
+    )
     Experiment(cfg, run_root / "profile").run()
     profile = json.loads((run_root / "profile" / "profile.json").read_text())
-    profile.setdefault("meta", {}).update(precision=args.precision, micro_batch=args.micro_batch,
-                                          seq_len=args.seq_len, model=args.models[0])
+    profile.setdefault("meta", {}).update(
+        precision=args.precision, micro_batch=args.micro_batch, seq_len=args.seq_len, model=args.models[0]
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(profile, indent=1, sort_keys=True) + "\n")
-    print(f"profile of {args.models[0]} on {profile['meta'].get('device_name')} -> {path} "
-          f"(use it with cluster.profile={path})")
+    print(
+        f"profile of {args.models[0]} on {profile['meta'].get('device_name')} -> {path} "
+        f"(use it with cluster.profile={path})"
+    )
 
 
 def main():
@@ -278,37 +329,58 @@ def main():
     ap.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--write-profile", type=Path, default=None)
-    ap.add_argument("--realistic", action="store_true", help="the paper's shapes (see above) instead of the default bench")
+    ap.add_argument(
+        "--realistic", action="store_true", help="the paper's shapes (see above) instead of the default bench"
+    )
     ap.add_argument("--svd", action="store_true", help="time MeCeFO's SVD refresh, full vs randomized")
     ap.add_argument("--smoke", action="store_true", help="with --realistic/--svd: tiny shapes, to check the code")
     ap.add_argument("--no-compile", action="store_true", help="with --realistic: skip the compiled variants")
-    ap.add_argument("--compile-models", nargs="*", default=None,
-                    help="with --realistic: the models whose compiled variants run (default: every model)")
-    ap.add_argument("--profile-only", action="store_true",
-                    help="with --write-profile: only measure the clock's kernels (hardware=measured) and write them")
+    ap.add_argument(
+        "--compile-models",
+        nargs="*",
+        default=None,
+        help="with --realistic: the models whose compiled variants run (default: every model)",
+    )
+    ap.add_argument(
+        "--profile-only",
+        action="store_true",
+        help="with --write-profile: only measure the clock's kernels (hardware=measured) and write them",
+    )
     ap.add_argument("--svd-rank", type=int, default=64)
     ap.add_argument("--svd-repeats", type=int, default=2)
     ap.add_argument("--json", type=Path, default=None, help="with --realistic/--svd: write the numbers here")
-    ap.add_argument("--data-sources", default=None,
-                    help="e.g. '[pydoc_topics,stdlib_docstrings,lee_background]': the small corpus (default: the default one)")
+    ap.add_argument(
+        "--data-sources",
+        default=None,
+        help="e.g. '[pydoc_topics,stdlib_docstrings,lee_background]': the small corpus (default: the default one)",
+    )
     args = ap.parse_args()
     if not 0 <= args.warmup < args.steps:
-        ap.error(f"--warmup={args.warmup} must be at least 0 and below --steps={args.steps}: the first --warmup "
-                 "steps of each run are dropped before the median")
+        ap.error(
+            f"--warmup={args.warmup} must be at least 0 and below --steps={args.steps}: the first --warmup "
+            "steps of each run are dropped before the median"
+        )
     if args.data_sources:
         DATA.append(f"data.sources={args.data_sources}")
 
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("no CUDA: bench/gpu.py measures a GPU; none is visible here (run it on a GPU machine, "
-              "or with --device cpu to check the script)")
+        print(
+            "no CUDA: bench/gpu.py measures a GPU; none is visible here (run it on a GPU machine, "
+            "or with --device cpu to check the script)"
+        )
         return 0
     device = torch.device(args.device)
     if args.profile_only:
         if not args.write_profile:
             ap.error("--profile-only needs --write-profile FILE")
         with tempfile.TemporaryDirectory() as tmp:
-            write_profile(args, device, args.write_profile, Path(tmp), extra=["cluster.profile_warmup=1",
-                                                                            "cluster.profile_repeats=3"])
+            write_profile(
+                args,
+                device,
+                args.write_profile,
+                Path(tmp),
+                extra=["cluster.profile_warmup=1", "cluster.profile_repeats=3"],
+            )
         return 0
     if args.realistic or args.svd:
         return realistic_main(args, device)
@@ -316,20 +388,34 @@ def main():
     from overhead import compose_cfg
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (script check, not a GPU number)"
-    print(f"# bench/gpu.py on {name}, torch {torch.__version__}, {args.precision}, micro-batch "
-          f"{args.micro_batch} x {args.seq_len}, {args.steps} steps (first {args.warmup} dropped) x {args.repeats}")
+    print(
+        f"# bench/gpu.py on {name}, torch {torch.__version__}, {args.precision}, micro-batch "
+        f"{args.micro_batch} x {args.seq_len}, {args.steps} steps (first {args.warmup} dropped) x {args.repeats}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         for model in args.models:
-            cfg = compose_cfg(harness_overrides(model, args.micro_batch, args.seq_len, args.steps, args.precision,
-                                                device.type))
+            cfg = compose_cfg(
+                harness_overrides(model, args.micro_batch, args.seq_len, args.steps, args.precision, device.type)
+            )
             h, p, mfu = harness_vs_plain(cfg, device, args.warmup, args.repeats, root / model)
             ratio = p / h
-            print(f"{model}: harness {h:.4f} s/step, plain {p:.4f} s/step, harness/plain tokens/s {ratio:.3f} "
-                  f"(target >= 0.97: {'met' if ratio >= 0.97 else 'MISSED'}), failure-free MFU "
-                  f"{'n/a (no known peak)' if mfu is None else f'{mfu:.1%}'}")
-            med, mem = neighbour_bench(model, args.seq_len, args.micro_batch, args.rank, max(3, args.repeats), 1,
-                                       device, args.precision, overrides=DATA)
+            print(
+                f"{model}: harness {h:.4f} s/step, plain {p:.4f} s/step, harness/plain tokens/s {ratio:.3f} "
+                f"(target >= 0.97: {'met' if ratio >= 0.97 else 'MISSED'}), failure-free MFU "
+                f"{'n/a (no known peak)' if mfu is None else f'{mfu:.1%}'}"
+            )
+            med, mem = neighbour_bench(
+                model,
+                args.seq_len,
+                args.micro_batch,
+                args.rank,
+                max(3, args.repeats),
+                1,
+                device,
+                args.precision,
+                overrides=DATA,
+            )
             print_neighbour_table(med, mem)
         if device.type == "cuda":
             print("torchrun tier:", torchrun_tier(args, torch.cuda.device_count(), root))
@@ -345,8 +431,10 @@ def realistic_main(args, device) -> int:
     if args.realistic and not args.smoke and args.models == ["llama_130m", "llama_350m"]:
         args.models = list(REALISTIC_MICRO_BATCH)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (script check, not a GPU number)"
-    print(f"# bench/gpu.py on {name}, torch {torch.__version__}, {args.precision}, sequence {args.seq_len}, "
-          f"{args.steps} steps (first {args.warmup} dropped), dense peak {peak} TFLOP/s")
+    print(
+        f"# bench/gpu.py on {name}, torch {torch.__version__}, {args.precision}, sequence {args.seq_len}, "
+        f"{args.steps} steps (first {args.warmup} dropped), dense peak {peak} TFLOP/s"
+    )
     out = {"device": name, "torch": torch.__version__, "peak_tflops": peak}
     if args.svd:
         out["svd"] = svd_timings(args, device, peak)

@@ -18,10 +18,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import torch  # noqa: E402
-
-import mecefo_exp.executor as executor  # noqa: E402
 from gpu import harness_overrides  # noqa: E402
 from overhead import compose_cfg, harness_step_times, plain_step_times  # noqa: E402
+
+import mecefo_exp.executor as executor  # noqa: E402
 
 WARMUP, STEPS = 10, 30
 
@@ -51,10 +51,13 @@ def main():
                 executor.LocalCluster.run_mode = as_is
             times["plain"] += plain_step_times(cfg, STEPS, torch.device(kind))[WARMUP:]
             m = {k: statistics.median(v) for k, v in times.items()}
-            print(f"{args.model} on {kind}, after {r + 1} repeat(s) ({time.time() - started:.0f} s): as is "
-                  f"{m['as is'] * 1e3:.1f} ms, read early {m['read early'] * 1e3:.1f} ms, plain "
-                  f"{m['plain'] * 1e3:.1f} ms a step; plain/as is {m['plain'] / m['as is']:.3f}, "
-                  f"plain/read early {m['plain'] / m['read early']:.3f}", flush=True)
+            print(
+                f"{args.model} on {kind}, after {r + 1} repeat(s) ({time.time() - started:.0f} s): as is "
+                f"{m['as is'] * 1e3:.1f} ms, read early {m['read early'] * 1e3:.1f} ms, plain "
+                f"{m['plain'] * 1e3:.1f} ms a step; plain/as is {m['plain'] / m['as is']:.3f}, "
+                f"plain/read early {m['plain'] / m['read early']:.3f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

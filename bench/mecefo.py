@@ -30,16 +30,20 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
+import torch
+from hydra import compose, initialize_config_dir
 
-from mecefo_exp.approx import (LowRankProjections, approximations, is_attention_parameter,  # noqa: E402
-                               saved_activation_bytes)
-from mecefo_exp.executor import LocalCluster  # noqa: E402
-from mecefo_exp.hydra_glue import register_configs  # noqa: E402
-from mecefo_exp.data import SampleStream, load_corpus  # noqa: E402
-from mecefo_exp.model import build_model  # noqa: E402
-from mecefo_exp.plan import NORMAL, Mode, Sample  # noqa: E402
+from mecefo_exp.approx import (
+    LowRankProjections,
+    approximations,
+    is_attention_parameter,
+    saved_activation_bytes,
+)
+from mecefo_exp.data import SampleStream, load_corpus
+from mecefo_exp.executor import LocalCluster
+from mecefo_exp.hydra_glue import register_configs
+from mecefo_exp.model import build_model
+from mecefo_exp.plan import NORMAL, Mode, Sample
 
 PAIR = [Sample(0, 0), Sample(0, 1)]
 ONE = [Sample(0, 0)]
@@ -47,6 +51,7 @@ ONE = [Sample(0, 0)]
 
 def variants(model, projections):
     """name -> (samples, Mode). Modes reuse the harness's own approximations context."""
+
     def ctx(skip, recompute, lowrank, frozen_ffn=False):
         @contextlib.contextmanager
         def run(m):
@@ -59,6 +64,7 @@ def variants(model, projections):
             finally:
                 for p in frozen:
                     p.requires_grad_(True)
+
         return run
 
     no_attn = lambda n: not is_attention_parameter(n)  # noqa: E731
@@ -89,13 +95,14 @@ def measure(cluster, samples, mode, device):
     return time.perf_counter() - t0, acct["bytes"]
 
 
-def neighbour_bench(model_name, seq_len, micro_batch, rank, repeats, warmup, device, precision="fp32",
-                    overrides=()):
+def neighbour_bench(model_name, seq_len, micro_batch, rank, repeats, warmup, device, precision="fp32", overrides=()):
     """Median seconds and memory of every variant (see the module doc), measured round-robin."""
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[f"model={model_name}", f"data.seq_len={seq_len}",
-                                           f"data.micro_batch={micro_batch}", *overrides])
+        cfg = compose(
+            "config",
+            overrides=[f"model={model_name}", f"data.seq_len={seq_len}", f"data.micro_batch={micro_batch}", *overrides],
+        )
     corpus = load_corpus(cfg.data)
     stream = SampleStream(corpus.train, seq_len, micro_batch, 2, seed=0)
     model = build_model(cfg.model, corpus.vocab_size, seed=0).to(device)
@@ -128,22 +135,31 @@ def main():
     args = ap.parse_args()
 
     device = torch.device(args.device)
-    med, mem = neighbour_bench(args.model, args.seq_len, args.micro_batch, args.rank, args.repeats, args.warmup,
-                               device, args.precision)
-    print(f"# MeCeFO neighbour bench: model={args.model} micro-batch {args.micro_batch}x{args.seq_len} r={args.rank} "
-          f"device={device.type} {args.precision} threads={torch.get_num_threads()} repeats={args.repeats}")
+    med, mem = neighbour_bench(
+        args.model, args.seq_len, args.micro_batch, args.rank, args.repeats, args.warmup, device, args.precision
+    )
+    print(
+        f"# MeCeFO neighbour bench: model={args.model} micro-batch {args.micro_batch}x{args.seq_len} r={args.rank} "
+        f"device={device.type} {args.precision} threads={torch.get_num_threads()} repeats={args.repeats}"
+    )
     print_neighbour_table(med, mem)
 
 
 def print_neighbour_table(med, mem):
-    print(f"{'variant':<12} {'time s':>8} {'x normal':>9} {'x floor':>8} {'x naive':>8} {'act MiB':>8} {'mem x naive':>11}")
+    print(
+        f"{'variant':<12} {'time s':>8} {'x normal':>9} {'x floor':>8} {'x naive':>8} {'act MiB':>8} {'mem x naive':>11}"
+    )
     for name in med:
-        print(f"{name:<12} {med[name]:>8.3f} {med[name] / med['normal']:>9.2f} {med[name] / med['floor']:>8.2f} "
-              f"{med[name] / med['naive']:>8.2f} {mem[name] / 2**20:>8.1f} {mem[name] / mem['naive']:>11.2f}")
+        print(
+            f"{name:<12} {med[name]:>8.3f} {med[name] / med['normal']:>9.2f} {med[name] / med['floor']:>8.2f} "
+            f"{med[name] / med['naive']:>8.2f} {mem[name] / 2**20:>8.1f} {mem[name] / mem['naive']:>11.2f}"
+        )
     ok_time = med["neighbor"] <= 1.1 * med["floor"]
     ok_mem = mem["neighbor"] <= 0.65 * mem["naive"]
     print(f"target neighbor <= 1.10 x floor: {med['neighbor'] / med['floor']:.2f} -> {'met' if ok_time else 'MISSED'}")
-    print(f"target neighbor memory <= 0.65 x naive: {mem['neighbor'] / mem['naive']:.2f} -> {'met' if ok_mem else 'MISSED'}")
+    print(
+        f"target neighbor memory <= 0.65 x naive: {mem['neighbor'] / mem['naive']:.2f} -> {'met' if ok_mem else 'MISSED'}"
+    )
 
 
 if __name__ == "__main__":

@@ -41,16 +41,35 @@ from mecefo_exp.methods import REGISTRY  # noqa: E402
 from mecefo_exp.trainer import Experiment  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMON = ["model=llama_7b", "hardware=a100_32", "hardware.shard=optimizer", "trainer.numerics=false",
-          "cluster.n_workers=32", "data.micro_batch=32", "data.seq_len=256", "trainer.max_steps=60000",
-          "trainer.warmup_steps=6000", "trainer.eval_every=0", "trainer.progress=none", "trainer.log_events=0",
-          "method=mecefo", "failure=high"]
+COMMON = [
+    "model=llama_7b",
+    "hardware=a100_32",
+    "hardware.shard=optimizer",
+    "trainer.numerics=false",
+    "cluster.n_workers=32",
+    "data.micro_batch=32",
+    "data.seq_len=256",
+    "trainer.max_steps=60000",
+    "trainer.warmup_steps=6000",
+    "trainer.eval_every=0",
+    "trainer.progress=none",
+    "trainer.log_events=0",
+    "method=mecefo",
+    "failure=high",
+]
 TARGET = 1_000_000
 
 
 # the cost-per-event sweep: the failure rate is per worker, so a larger cluster has more events
-SIZE_COMMON = ["model=llama_7b", "hardware=a100_32", "trainer.numerics=false", "trainer.eval_every=0",
-               "trainer.progress=none", "trainer.log_events=0", "failure=high"]
+SIZE_COMMON = [
+    "model=llama_7b",
+    "hardware=a100_32",
+    "trainer.numerics=false",
+    "trainer.eval_every=0",
+    "trainer.progress=none",
+    "trainer.log_events=0",
+    "failure=high",
+]
 
 
 def timed_run(overrides, common=COMMON):
@@ -83,20 +102,28 @@ def headline():
     rel = abs(s_ev["sim_time_s"] - s_step["sim_time_s"]) / s_step["sim_time_s"]
     rate, rate_step = s_ev["steps"] / w_ev, s_step["steps"] / w_step
     print(f"7B, 60,000 steps, MeCeFO, failure=high, 32 workers ({ev} events, {s_ev['failures']} failures):")
-    print(f"  event-driven loop {w_ev * 1e3:.0f} ms = {rate:,.0f} steps/s; step by step {w_step:.2f} s = "
-          f"{rate_step:,.0f} steps/s; ratio {rate / rate_step:.0f}x; simulated time equal within {rel:.1e}")
-    print(f"  whole run (setup, FLOP cache hit, record) {whole:.2f} s; target >= {TARGET:,} steps/s in the loop: "
-          f"{'met' if rate >= TARGET else 'MISSED'}")
+    print(
+        f"  event-driven loop {w_ev * 1e3:.0f} ms = {rate:,.0f} steps/s; step by step {w_step:.2f} s = "
+        f"{rate_step:,.0f} steps/s; ratio {rate / rate_step:.0f}x; simulated time equal within {rel:.1e}"
+    )
+    print(
+        f"  whole run (setup, FLOP cache hit, record) {whole:.2f} s; target >= {TARGET:,} steps/s in the loop: "
+        f"{'met' if rate >= TARGET else 'MISSED'}"
+    )
     return {"steps_per_s": rate, "step_by_step_steps_per_s": rate_step, "events": ev}
 
 
 def failure_free():
     """LLaMA-1B on a100_32 without failures, the paper's 20,000 steps: target >= 1,000,000 steps/s."""
-    s, loop, whole, ev = timed_run(["trainer.max_steps=20000", "trainer.warmup_steps=2000"],
-                                   common=SIZE_COMMON[:1] + ["model=llama_1b"] + SIZE_COMMON[1:-1] + ["failure=none"])
+    s, loop, whole, ev = timed_run(
+        ["trainer.max_steps=20000", "trainer.warmup_steps=2000"],
+        common=SIZE_COMMON[:1] + ["model=llama_1b"] + SIZE_COMMON[1:-1] + ["failure=none"],
+    )
     rate = s["steps"] / loop
-    print(f"\n1B, 20,000 steps, no failures: loop {loop * 1e3:.1f} ms = {rate:,.0f} steps/s; target >= {TARGET:,}: "
-          f"{'met' if rate >= TARGET else 'MISSED'}")
+    print(
+        f"\n1B, 20,000 steps, no failures: loop {loop * 1e3:.1f} ms = {rate:,.0f} steps/s; target >= {TARGET:,}: "
+        f"{'met' if rate >= TARGET else 'MISSED'}"
+    )
     return rate
 
 
@@ -118,16 +145,32 @@ def methods_by_size():
     for method in METHODS:
         per_event = {}
         for n in SIZES:
-            s, loop, whole, ev = timed_run([f"method={method}", f"cluster.n_workers={n}", "trainer.max_steps=200",
-                                            "trainer.warmup_steps=20"], common=SIZE_COMMON)
+            s, loop, whole, ev = timed_run(
+                [f"method={method}", f"cluster.n_workers={n}", "trainer.max_steps=200", "trainer.warmup_steps=20"],
+                common=SIZE_COMMON,
+            )
             per_event[n] = loop / max(ev, 1)
-            rows.append([method, f"{n:,}", f"{ev:,}", f"{s['failures']:,}", f"{loop:.3f}", f"{s['steps'] / loop:,.0f}",
-                         f"{per_event[n] * 1e6:.0f}"])
+            rows.append(
+                [
+                    method,
+                    f"{n:,}",
+                    f"{ev:,}",
+                    f"{s['failures']:,}",
+                    f"{loop:.3f}",
+                    f"{s['steps'] / loop:,.0f}",
+                    f"{per_event[n] * 1e6:.0f}",
+                ]
+            )
         ratios[method] = per_event[SIZES[-1]] / per_event[SIZES[0]]
-    table("every method against workers (LLaMA-7B, a100_32, 200 steps, failure=high per worker)",
-          ["method", "workers", "events", "failures", "loop s", "steps/s", "us per event"], rows)
-    print("per-event cost at 65,536 workers / at 512 (target <= 2): " +
-          ", ".join(f"{m} {r:.2f}{'' if r <= 2 else ' MISSED'}" for m, r in ratios.items()))
+    table(
+        "every method against workers (LLaMA-7B, a100_32, 200 steps, failure=high per worker)",
+        ["method", "workers", "events", "failures", "loop s", "steps/s", "us per event"],
+        rows,
+    )
+    print(
+        "per-event cost at 65,536 workers / at 512 (target <= 2): "
+        + ", ".join(f"{m} {r:.2f}{'' if r <= 2 else ' MISSED'}" for m, r in ratios.items())
+    )
     return ratios
 
 
@@ -135,17 +178,37 @@ def events_sweep():
     rows = []
     for every_h in (8.0, 2.0, 0.5, 0.125, 0.03125):
         s, loop, whole, ev = timed_run([f"failure.every_h={every_h}"])
-        rows.append([f"{0.5 / every_h:g}", f"{s['failures']}", f"{ev}", f"{loop:.3f}",
-                     f"{loop / max(ev, 1) * 1e6:.0f}", f"{s['steps'] / loop:,.0f}"])
-    table("wall time against events (32 workers, 60,000 steps; failure rate x the paper's high)",
-          ["rate", "failures", "events", "loop s", "us per event", "steps/s"], rows)
+        rows.append(
+            [
+                f"{0.5 / every_h:g}",
+                f"{s['failures']}",
+                f"{ev}",
+                f"{loop:.3f}",
+                f"{loop / max(ev, 1) * 1e6:.0f}",
+                f"{s['steps'] / loop:,.0f}",
+            ]
+        )
+    table(
+        "wall time against events (32 workers, 60,000 steps; failure rate x the paper's high)",
+        ["rate", "failures", "events", "loop s", "us per event", "steps/s"],
+        rows,
+    )
     rows = []
     for steps in (6000, 60000, 600000):
-        s, loop, whole, ev = timed_run([f"trainer.max_steps={steps}", f"trainer.warmup_steps={steps // 10}",
-                                        "hardware.paper_time=scaled", "method=oobleck"])
+        s, loop, whole, ev = timed_run(
+            [
+                f"trainer.max_steps={steps}",
+                f"trainer.warmup_steps={steps // 10}",
+                "hardware.paper_time=scaled",
+                "method=oobleck",
+            ]
+        )
         rows.append([f"{steps:,}", f"{s['failures']}", f"{ev}", f"{loop:.3f}", f"{s['steps'] / loop:,.0f}"])
-    table("wall time against steps at a fixed number of failures (Oobleck: no periodic events; paper time scaled)",
-          ["steps", "failures", "events", "loop s", "steps/s"], rows)
+    table(
+        "wall time against steps at a fixed number of failures (Oobleck: no periodic events; paper time scaled)",
+        ["steps", "failures", "events", "loop s", "steps/s"],
+        rows,
+    )
 
 
 def main():

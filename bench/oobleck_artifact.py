@@ -50,9 +50,14 @@ def reference():
 
 
 def run_cell(model, trace, method, extra=()):
-    overrides = [f"scenario=oobleck_artifact/{model}", f"method={method}", "trainer.progress=none",
-                 "trainer.log_events=0", f"scenario.trace={trace}",
-                 *extra]
+    overrides = [
+        f"scenario=oobleck_artifact/{model}",
+        f"method={method}",
+        "trainer.progress=none",
+        "trainer.log_events=0",
+        f"scenario.trace={trace}",
+        *extra,
+    ]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
     try:
@@ -85,9 +90,18 @@ def artifact_varuna(simulator_dir: str, model: str, trace: str, time_ordered: bo
     logging.disable(logging.CRITICAL)
     cls = TimeOrdered if time_ordered else V.Simulator
     with open(Path(simulator_dir) / "traces" / f"{trace}.csv") as f, contextlib.redirect_stdout(io.StringIO()):
-        sim = cls(seed=None, start_hour=0, generate_addition_probabilities=None, removal_probability=None,
-                  generate_graphs=False, spot_instance_trace=f, model=ARTIFACT_MODELS[model], steps_per_run=200000,
-                  time_hard_stop=True, no_small_model_fallback=False)
+        sim = cls(
+            seed=None,
+            start_hour=0,
+            generate_addition_probabilities=None,
+            removal_probability=None,
+            generate_graphs=False,
+            spot_instance_trace=f,
+            model=ARTIFACT_MODELS[model],
+            steps_per_run=200000,
+            time_hard_stop=True,
+            no_small_model_fallback=False,
+        )
         return sim.simulate().average_performance
 
 
@@ -97,7 +111,9 @@ def compare_time_ordered(simulator_dir: str, models, traces) -> None:
         for trace in traces:
             shipped = artifact_varuna(simulator_dir, model, trace, time_ordered=False)
             ordered = artifact_varuna(simulator_dir, model, trace, time_ordered=True)
-            ours, _ = run_cell(model, trace, "checkpoint", ["scenario.quirks=true", "method.variant_options.storage_order=false"])
+            ours, _ = run_cell(
+                model, trace, "checkpoint", ["scenario.quirks=true", "method.variant_options.storage_order=false"]
+            )
             print(f"{model:<11} {trace:<5} {shipped:>10.4f} {ordered:>14.4f} {ours:>17.4f} {ours / ordered:>7.3f}")
 
 
@@ -108,8 +124,12 @@ def main():
     ap.add_argument("--methods", default=",".join(SYSTEMS))
     ap.add_argument("--quirks", action="store_true", help="switch on the artifact's behaviours we model")
     ap.add_argument("extra", nargs="*", help="more overrides for every cell")
-    ap.add_argument("--artifact", metavar="DIR", help="the artifact's tools/simulator folder: run its Varuna, as it is "
-                                                       "and with its checkpoint test in time order, beside ours")
+    ap.add_argument(
+        "--artifact",
+        metavar="DIR",
+        help="the artifact's tools/simulator folder: run its Varuna, as it is "
+        "and with its checkpoint test in time order, beside ours",
+    )
     args = ap.parse_args()
     register_configs()
     if args.artifact:
@@ -128,14 +148,18 @@ def main():
                 theirs = float(r["samples_per_s"])
                 if r["status"] == "OOM" or ours is None:
                     ok = r["status"] == "OOM" and ours is None
-                    print(f"{model:<11} {trace:<5} {SYSTEMS[method]:<8} {'OOM' if ours is None else f'{ours:.4f}':>10} "
-                          f"{'OOM' if r['status'] == 'OOM' else f'{theirs:.4f}':>10} {'same' if ok else 'DIFFER':>7}")
+                    print(
+                        f"{model:<11} {trace:<5} {SYSTEMS[method]:<8} {'OOM' if ours is None else f'{ours:.4f}':>10} "
+                        f"{'OOM' if r['status'] == 'OOM' else f'{theirs:.4f}':>10} {'same' if ok else 'DIFFER':>7}"
+                    )
                     within += ok
                 else:
                     ratio = ours / theirs if theirs > 0 else float("inf")
                     within += abs(ratio - 1) <= 0.02
-                    print(f"{model:<11} {trace:<5} {SYSTEMS[method]:<8} {ours:>10.4f} {theirs:>10.4f} {ratio:>7.3f}"
-                          + ("" if abs(ratio - 1) <= 0.02 else "  <- beyond 2%"))
+                    print(
+                        f"{model:<11} {trace:<5} {SYSTEMS[method]:<8} {ours:>10.4f} {theirs:>10.4f} {ratio:>7.3f}"
+                        + ("" if abs(ratio - 1) <= 0.02 else "  <- beyond 2%")
+                    )
                 cells += 1
     print(f"{within}/{cells} cells within 2% (OOM where the artifact is OOM); {time.perf_counter() - t0:.0f} s")
 

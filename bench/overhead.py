@@ -26,8 +26,8 @@ import torch.nn.functional as F  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
 from mecefo_exp.config import validate  # noqa: E402
-from mecefo_exp.hydra_glue import register_configs  # noqa: E402
 from mecefo_exp.data import SampleStream, load_corpus  # noqa: E402
+from mecefo_exp.hydra_glue import register_configs  # noqa: E402
 from mecefo_exp.model import build_model  # noqa: E402
 from mecefo_exp.optim import make_optimizer, make_scheduler  # noqa: E402
 from mecefo_exp.trainer import Experiment  # noqa: E402
@@ -48,11 +48,12 @@ def harness_step_times(cfg, run_dir):
     exp.train()
     exp.records.close()
     import json
+
     walls = [json.loads(line)["wall_time_s"] for line in open(Path(run_dir) / "metrics.jsonl")]
     return [b - a for a, b in zip(walls, walls[1:])]
 
 
-def plain_step_times(cfg, steps, device=torch.device("cpu")):
+def plain_step_times(cfg, steps, device=torch.device("cpu")):  # noqa: B008 (an immutable value)
     """nanoGPT-style: build the batch, forward, mean loss, backward, clip, step (with bf16
     autocast when cfg.trainer.precision says so, as the harness does)."""
     corpus = load_corpus(cfg.data)
@@ -90,20 +91,33 @@ def main():
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"# harness vs plain PyTorch loop, model={args.model}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, {args.steps} steps x {args.repeats} repeats (first {args.warmup} dropped)")
-    print(f"{'workers':>7} {'tokens/step':>11} {'harness s/step':>14} {'plain s/step':>12} {'harness tok/s':>13} "
-          f"{'plain tok/s':>11} {'ratio':>6}")
+    print(
+        f"# harness vs plain PyTorch loop, model={args.model}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, {args.steps} steps x {args.repeats} repeats (first {args.warmup} dropped)"
+    )
+    print(
+        f"{'workers':>7} {'tokens/step':>11} {'harness s/step':>14} {'plain s/step':>12} {'harness tok/s':>13} "
+        f"{'plain tok/s':>11} {'ratio':>6}"
+    )
     for n in args.workers:
-        cfg = compose_cfg([f"model={args.model}", "method=checkpoint", "failure=none", f"cluster.n_workers={n}",
-                           f"trainer.max_steps={args.steps}", "trainer.eval_every=0", "trainer.progress=none",
-                           "data.eval_blocks=1"])
+        cfg = compose_cfg(
+            [
+                f"model={args.model}",
+                "method=checkpoint",
+                "failure=none",
+                f"cluster.n_workers={n}",
+                f"trainer.max_steps={args.steps}",
+                "trainer.eval_every=0",
+                "trainer.progress=none",
+                "data.eval_blocks=1",
+            ]
+        )
         tokens = n * cfg.data.micro_batch * cfg.data.seq_len
         harness, plain = [], []
-        for r in range(args.repeats):
+        for _ in range(args.repeats):
             with tempfile.TemporaryDirectory() as tmp:
-                harness += harness_step_times(cfg, Path(tmp) / "run")[args.warmup:]
-            plain += plain_step_times(cfg, args.steps)[args.warmup:]
+                harness += harness_step_times(cfg, Path(tmp) / "run")[args.warmup :]
+            plain += plain_step_times(cfg, args.steps)[args.warmup :]
         h, p = statistics.median(harness), statistics.median(plain)
         print(f"{n:>7} {tokens:>11} {h:>14.4f} {p:>12.4f} {tokens / h:>13.0f} {tokens / p:>11.0f} {p / h:>6.3f}")
 

@@ -42,19 +42,40 @@ def run_once(args, svd, trace, run_dir):
 
     from mecefo_exp.trainer import Experiment
 
-    cfg = compose_cfg([f"model={args.model}", "method=mecefo", f"method.svd={svd}", f"method.rank={args.rank}",
-                       f"method.svd_every={args.svd_every}", f"method.grad_error_every={args.grad_error_every}",
-                       f"method.svd_oversample={args.oversample}", f"method.svd_power_iters={args.power_iters}",
-                       "failure=trace", f"failure.path={trace}", "cluster.n_workers=3",
-                       f"data.micro_batch={args.micro_batch}", f"data.seq_len={args.seq_len}",
-                       f"trainer.max_steps={args.steps}", f"trainer.eval_every={args.steps}",
-                       f"data.eval_blocks={args.eval_blocks}", "trainer.progress=none", "trainer.log_every=1",
-                       f"trainer.threads={args.threads}", f"seed={args.seed}", *args.extra])
+    cfg = compose_cfg(
+        [
+            f"model={args.model}",
+            "method=mecefo",
+            f"method.svd={svd}",
+            f"method.rank={args.rank}",
+            f"method.svd_every={args.svd_every}",
+            f"method.grad_error_every={args.grad_error_every}",
+            f"method.svd_oversample={args.oversample}",
+            f"method.svd_power_iters={args.power_iters}",
+            "failure=trace",
+            f"failure.path={trace}",
+            "cluster.n_workers=3",
+            f"data.micro_batch={args.micro_batch}",
+            f"data.seq_len={args.seq_len}",
+            f"trainer.max_steps={args.steps}",
+            f"trainer.eval_every={args.steps}",
+            f"data.eval_blocks={args.eval_blocks}",
+            "trainer.progress=none",
+            "trainer.log_every=1",
+            f"trainer.threads={args.threads}",
+            f"seed={args.seed}",
+            *args.extra,
+        ]
+    )
     exp = Experiment(cfg, run_dir)
     summary = exp.run()  # summary.json's content
     rows = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
     losses = {r["step"]: r["loss"] for r in rows if r.get("loss") is not None}
-    errors = [json.loads(line) for line in open(run_dir / "grad_error.jsonl")] if (run_dir / "grad_error.jsonl").exists() else []
+    errors = (
+        [json.loads(line) for line in open(run_dir / "grad_error.jsonl")]
+        if (run_dir / "grad_error.jsonl").exists()
+        else []
+    )
     return exp, summary, losses, errors
 
 
@@ -73,8 +94,15 @@ def subspace_table(model, batch, args, label):
     torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1)).backward()
     proj = LowRankProjections(model, args.rank, 1)
     gen = torch.Generator().manual_seed(1)
-    out = {"max_angle": [], "mean_cos2": [], "err_full": [], "err_rand": [], "err_random_basis": [],
-           "s_full": [], "s_rand": []}
+    out = {
+        "max_angle": [],
+        "mean_cos2": [],
+        "err_full": [],
+        "err_rand": [],
+        "err_random_basis": [],
+        "s_full": [],
+        "s_rand": [],
+    }
     for i, lin in enumerate(proj.linears()):
         w, g = lin.weight.detach(), lin.weight.grad.detach()
         t0 = time.perf_counter()
@@ -92,16 +120,24 @@ def subspace_table(model, batch, args, label):
         out["s_rand"].append(t2 - t1)
     model.zero_grad(set_to_none=True)
     n = len(out["max_angle"])
-    print(f"{label}: {n} FFN weights, rank {args.rank}, oversampling {args.oversample}, {args.power_iters} power "
-          f"iterations")
-    print(f"  principal angles full vs randomized: largest {max(out['max_angle']):.1f} deg (median over weights "
-          f"{statistics.median(out['max_angle']):.1f}), mean cos^2 {statistics.mean(out['mean_cos2']):.4f}")
+    print(
+        f"{label}: {n} FFN weights, rank {args.rank}, oversampling {args.oversample}, {args.power_iters} power "
+        f"iterations"
+    )
+    print(
+        f"  principal angles full vs randomized: largest {max(out['max_angle']):.1f} deg (median over weights "
+        f"{statistics.median(out['max_angle']):.1f}), mean cos^2 {statistics.mean(out['mean_cos2']):.4f}"
+    )
     for key, name in (("err_full", "full SVD"), ("err_rand", "randomized"), ("err_random_basis", "random basis")):
-        print(f"  ||G - G V Vᵀ|| / ||G||, V from {name:<12}: mean {statistics.mean(out[key]):.4f}, "
-              f"max {max(out[key]):.4f}")
+        print(
+            f"  ||G - G V Vᵀ|| / ||G||, V from {name:<12}: mean {statistics.mean(out[key]):.4f}, "
+            f"max {max(out[key]):.4f}"
+        )
     ratio = sum(out["s_rand"]) / sum(out["s_full"])
-    print(f"  seconds on this CPU: full {sum(out['s_full']):.3f}, randomized {sum(out['s_rand']):.3f} "
-          f"(randomized / full {ratio:.2f})")
+    print(
+        f"  seconds on this CPU: full {sum(out['s_full']):.3f}, randomized {sum(out['s_rand']):.3f} "
+        f"(randomized / full {ratio:.2f})"
+    )
     return out
 
 
@@ -111,9 +147,11 @@ def compare(runs):
     lr = {int(k): v for k, v in runs["randomized"]["losses"].items()}
     steps = sorted(set(lf) & set(lr))
     diffs = [abs(lf[s] - lr[s]) for s in steps]
-    print(f"loss curves over {len(steps)} steps: largest |full - randomized| {max(diffs):.4f}, mean "
-          f"{statistics.mean(diffs):.4f}; final validation loss full {runs['full']['final_val_loss']:.4f}, "
-          f"randomized {runs['randomized']['final_val_loss']:.4f}")
+    print(
+        f"loss curves over {len(steps)} steps: largest |full - randomized| {max(diffs):.4f}, mean "
+        f"{statistics.mean(diffs):.4f}; final validation loss full {runs['full']['final_val_loss']:.4f}, "
+        f"randomized {runs['randomized']['final_val_loss']:.4f}"
+    )
     shown = sorted(set(steps[:: max(1, len(steps) // 8)]) | {steps[-1]})
     print("  step  " + " ".join(f"{s:>7}" for s in shown))
     print("  full  " + " ".join(f"{lf[s]:>7.4f}" for s in shown))
@@ -122,9 +160,11 @@ def compare(runs):
         rows = runs[name]["grad_error"]
         vals = [r["rel_error_ffn"] for r in rows if r.get("rel_error_ffn") is not None]
         if vals:
-            print(f"harness gradient error ||g_hat - g|| / ||g||, {name}: {len(vals)} checks; FFN parameters mean "
-                  f"{statistics.mean(vals):.4f}, max {max(vals):.4f}; all parameters mean "
-                  f"{statistics.mean(r['rel_error'] for r in rows):.4f}")
+            print(
+                f"harness gradient error ||g_hat - g|| / ||g||, {name}: {len(vals)} checks; FFN parameters mean "
+                f"{statistics.mean(vals):.4f}, max {max(vals):.4f}; all parameters mean "
+                f"{statistics.mean(r['rel_error'] for r in rows):.4f}"
+            )
 
 
 def main():
@@ -142,16 +182,28 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None, help="write the numbers as JSON here")
-    ap.add_argument("--only", choices=["full", "randomized"], default=None,
-                    help="one of the two runs (the subspace tables come with the full one)")
-    ap.add_argument("--combine", nargs=2, type=Path, default=None, metavar=("FULL", "RANDOMIZED"),
-                    help="print the comparison of two --only runs' JSON files")
+    ap.add_argument(
+        "--only",
+        choices=["full", "randomized"],
+        default=None,
+        help="one of the two runs (the subspace tables come with the full one)",
+    )
+    ap.add_argument(
+        "--combine",
+        nargs=2,
+        type=Path,
+        default=None,
+        metavar=("FULL", "RANDOMIZED"),
+        help="print the comparison of two --only runs' JSON files",
+    )
     ap.add_argument("extra", nargs="*", help="more run.py overrides, e.g. data.sources=[...]")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"# bench/svd_compare.py: model {args.model}, {args.steps} steps, MeCeFO rank {args.rank}, svd_every "
-          f"{args.svd_every}, micro-batch {args.micro_batch} x {args.seq_len}, 3 workers (worker 1 down from step 0), "
-          f"torch {torch.__version__}, {args.threads} thread(s)")
+    print(
+        f"# bench/svd_compare.py: model {args.model}, {args.steps} steps, MeCeFO rank {args.rank}, svd_every "
+        f"{args.svd_every}, micro-batch {args.micro_batch} x {args.seq_len}, 3 workers (worker 1 down from step 0), "
+        f"torch {torch.__version__}, {args.threads} thread(s)"
+    )
     result = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
     if args.combine:
         full, rand = (json.loads(p.read_text()) for p in args.combine)
@@ -161,20 +213,28 @@ def main():
         trace = Path(tmp) / "trace.csv"
         trace.write_text("time,worker,event\n0,1,fail\n")
         runs = {}
-        for svd in ([args.only] if args.only else ["full", "randomized"]):
+        for svd in [args.only] if args.only else ["full", "randomized"]:
             t0 = time.perf_counter()
             exp, summary, losses, errors = run_once(args, svd, trace, Path(tmp) / svd)
-            runs[svd] = {"final_val_loss": summary.get("final_val_loss"), "losses": losses, "grad_error": errors,
-                         "wall_s": time.perf_counter() - t0, "svd_refreshes": summary.get("svd_refreshes")}
-            print(f"{svd:>10}: {runs[svd]['wall_s']:.0f} s wall, {summary.get('svd_refreshes')} refreshes, "
-                  f"final validation loss {summary.get('final_val_loss')}")
+            runs[svd] = {
+                "final_val_loss": summary.get("final_val_loss"),
+                "losses": losses,
+                "grad_error": errors,
+                "wall_s": time.perf_counter() - t0,
+                "svd_refreshes": summary.get("svd_refreshes"),
+            }
+            print(
+                f"{svd:>10}: {runs[svd]['wall_s']:.0f} s wall, {summary.get('svd_refreshes')} refreshes, "
+                f"final validation loss {summary.get('final_val_loss')}"
+            )
             if svd == "full":  # the subspaces, at the full run's final weights and at initialisation
                 state = exp.training
                 model = state.model
                 batch = state.stream.micro_batch(args.steps + 1000, 0).to(next(model.parameters()).device)
                 model.train()
-                result["trained"] = subspace_table(model, batch, args,
-                                                   f"trained weights (step {args.steps}, full-SVD run)")
+                result["trained"] = subspace_table(
+                    model, batch, args, f"trained weights (step {args.steps}, full-SVD run)"
+                )
                 from mecefo_exp.model import build_model
 
                 fresh = build_model(exp.cfg.model, state.vocab_size, args.seed)

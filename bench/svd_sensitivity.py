@@ -27,16 +27,25 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 MODELS = {
     "llama_350m": ["model=llama_350m", "data.micro_batch=256", "trainer.max_steps=6000", "trainer.warmup_steps=600"],
     "llama_1b": ["model=llama_1b", "data.micro_batch=128", "trainer.max_steps=20000", "trainer.warmup_steps=2000"],
-    "llama_7b": ["model=llama_7b", "data.micro_batch=32", "trainer.max_steps=60000", "trainer.warmup_steps=6000",
-                 "hardware.shard=optimizer"],
+    "llama_7b": [
+        "model=llama_7b",
+        "data.micro_batch=32",
+        "trainer.max_steps=60000",
+        "trainer.warmup_steps=6000",
+        "hardware.shard=optimizer",
+    ],
 }
-READINGS = {"default (back after recover_h)": [],
-            "spare after 120 s": ["failure.repair=replace", "failure.replace_s=120"]}
+READINGS = {
+    "default (back after recover_h)": [],
+    "spare after 120 s": ["failure.repair=replace", "failure.replace_s=120"],
+}
 #: the efficiencies of an H100's measured rates at LLaMA-7B's FFN shape on a100_32's 312 TFLOP/s peak
 #: (conf/hardware/a100_32.yaml): full 1.15 / 312, randomized 5.26 / 312
-REFRESHES = {"randomized": ["method.svd=randomized", "hardware.rsvd_efficiency=0.0169"],
-             "full": ["method.svd=full", "hardware.svd_efficiency=0.0037"],
-             "full at 2%": ["method.svd=full", "hardware.svd_efficiency=0.02"]}
+REFRESHES = {
+    "randomized": ["method.svd=randomized", "hardware.rsvd_efficiency=0.0169"],
+    "full": ["method.svd=full", "hardware.svd_efficiency=0.0037"],
+    "full at 2%": ["method.svd=full", "hardware.svd_efficiency=0.02"],
+}
 PAPER_DROP_HIGH = {"llama_350m": 1.07, "llama_1b": 2.98, "llama_7b": 4.18}  # MeCeFO, paper Table 2
 
 
@@ -72,12 +81,18 @@ def main():
                     drop = 100 * (1 - hit["throughput_tok_s"] / free["throughput_tok_s"])
                     cells[name] = (drop, svd_s, hit.get("svd_refreshes"))
                 rows.append((model, reading, step, cells))
-    print("| model | reading | failure-free step s | " + " | ".join(
-        f"{r}: refresh s | {r}: refreshes | {r}: drop high" for r in REFRESHES) + " | paper drop high |")
+    print(
+        "| model | reading | failure-free step s | "
+        + " | ".join(f"{r}: refresh s | {r}: refreshes | {r}: drop high" for r in REFRESHES)
+        + " | paper drop high |"
+    )
     print("|---|---|---:|" + "---:|---:|---:|" * len(REFRESHES) + "---:|")
     for model, reading, step, cells in rows:
-        print(f"| {model} | {reading} | {step:.3f} | " + " | ".join(
-            f"{s:.3g} | {k} | {d:.2f}%" for d, s, k in cells.values()) + f" | {PAPER_DROP_HIGH[model]:.2f}% |")
+        print(
+            f"| {model} | {reading} | {step:.3f} | "
+            + " | ".join(f"{s:.3g} | {k} | {d:.2f}%" for d, s, k in cells.values())
+            + f" | {PAPER_DROP_HIGH[model]:.2f}% |"
+        )
     return 0
 
 

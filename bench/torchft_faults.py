@@ -25,10 +25,20 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["model.hidden_size=64", "model.intermediate_size=172", "model.num_hidden_layers=2",
-        "model.num_attention_heads=2", "data.seq_len=64", "data.micro_batch=2", "data.eval_blocks=8",
-        "trainer.eval_every=0", "trainer.warmup_steps=2", "trainer.threads=1", "trainer.progress=none",
-        "data.sources=[lee_background]"]
+TINY = [
+    "model.hidden_size=64",
+    "model.intermediate_size=172",
+    "model.num_hidden_layers=2",
+    "model.num_attention_heads=2",
+    "data.seq_len=64",
+    "data.micro_batch=2",
+    "data.eval_blocks=8",
+    "trainer.eval_every=0",
+    "trainer.warmup_steps=2",
+    "trainer.threads=1",
+    "trainer.progress=none",
+    "data.sources=[lee_background]",
+]
 # in steps: worker 0 (the record's writer) and worker 2 fail and come back
 TRACE = "time,worker,event\n8.5,0,fail\n14.5,2,fail\n20.5,0,recover\n26.5,2,recover\n"
 
@@ -56,32 +66,52 @@ def main() -> int:
         return 0
     tmp = Path(tempfile.mkdtemp(prefix="torchft_faults_"))
     (tmp / "trace.csv").write_text(TRACE)
-    common = [f"method={args.method}", f"cluster.n_workers={args.workers}", f"trainer.max_steps={args.steps}",
-              f"cluster.heartbeat_timeout_ms={args.heartbeat_ms}"]
+    common = [
+        f"method={args.method}",
+        f"cluster.n_workers={args.workers}",
+        f"trainer.max_steps={args.steps}",
+        f"cluster.heartbeat_timeout_ms={args.heartbeat_ms}",
+    ]
     ref = run(tmp / "reference", *common, "failure=none")
-    faulty = run(tmp / "faulty", *common, "failure=trace", "failure.unit=steps", f"failure.path={tmp / 'trace.csv'}",
-                 "failure.kill=true")
+    faulty = run(
+        tmp / "faulty",
+        *common,
+        "failure=trace",
+        "failure.unit=steps",
+        f"failure.path={tmp / 'trace.csv'}",
+        "failure.kill=true",
+    )
     ft = faulty["torchft"]
-    print(f"# torchft faults: method={args.method}, {args.workers} workers (gloo, CPU, one process each), "
-          f"{args.steps} steps, lighthouse heartbeat timeout {args.heartbeat_ms} ms; runs in {tmp}")
+    print(
+        f"# torchft faults: method={args.method}, {args.workers} workers (gloo, CPU, one process each), "
+        f"{args.steps} steps, lighthouse heartbeat timeout {args.heartbeat_ms} ms; runs in {tmp}"
+    )
     for f in ft["failures"]:
-        print(f"failure  worker {f['worker']} at step {f['step']}: detected {f['detection_s']:.2f} s after the "
-              f"SIGKILL (the survivors' quorum took {f['quorum_s']:.2f} s), {f['survivors']} survivors went on")
+        print(
+            f"failure  worker {f['worker']} at step {f['step']}: detected {f['detection_s']:.2f} s after the "
+            f"SIGKILL (the survivors' quorum took {f['quorum_s']:.2f} s), {f['survivors']} survivors went on"
+        )
     for r in ft["recoveries"] + ft["spares"]:
-        print(f"rejoin   worker {r['worker']} at step {r['step']}: process start -> Manager up "
-              f"{r['process_start_to_ready_s']:.2f} s, quorum + heal {r['heal_s']:.3f} s, "
-              f"{r['state_bytes'] / 1e6:.2f} MB from a live peer; restart asked -> in the quorum "
-              f"{r['requested_to_rejoined_s']:.2f} s")
+        print(
+            f"rejoin   worker {r['worker']} at step {r['step']}: process start -> Manager up "
+            f"{r['process_start_to_ready_s']:.2f} s, quorum + heal {r['heal_s']:.3f} s, "
+            f"{r['state_bytes'] / 1e6:.2f} MB from a live peer; restart asked -> in the quorum "
+            f"{r['requested_to_rejoined_s']:.2f} s"
+        )
     det = [f["detection_s"] for f in ft["failures"]]
     rejoin = [r["requested_to_rejoined_s"] for r in ft["recoveries"] + ft["spares"]]
     job_restarts = min(ft["processes_started"].values()) - 1  # a job restart starts every worker again
-    print(f"mean detection {statistics.mean(det):.2f} s vs detection_s 30 (ratio {statistics.mean(det) / 30:.3f}); "
-          f"mean restart -> rejoined {statistics.mean(rejoin):.2f} s vs restart_s 76 "
-          f"(ratio {statistics.mean(rejoin) / 76:.3f}); job restarts: {job_restarts} "
-          f"(processes per worker {ft['processes_started']})")
-    print(f"wall time: faulty {faulty['wall_time_s']:.1f} s vs failure-free {ref['wall_time_s']:.1f} s "
-          f"(ratio {faulty['wall_time_s'] / ref['wall_time_s']:.2f}); final val loss {faulty['final_val_loss']:.4f} vs "
-          f"{ref['final_val_loss']:.4f}")
+    print(
+        f"mean detection {statistics.mean(det):.2f} s vs detection_s 30 (ratio {statistics.mean(det) / 30:.3f}); "
+        f"mean restart -> rejoined {statistics.mean(rejoin):.2f} s vs restart_s 76 "
+        f"(ratio {statistics.mean(rejoin) / 76:.3f}); job restarts: {job_restarts} "
+        f"(processes per worker {ft['processes_started']})"
+    )
+    print(
+        f"wall time: faulty {faulty['wall_time_s']:.1f} s vs failure-free {ref['wall_time_s']:.1f} s "
+        f"(ratio {faulty['wall_time_s'] / ref['wall_time_s']:.2f}); final val loss {faulty['final_val_loss']:.4f} vs "
+        f"{ref['final_val_loss']:.4f}"
+    )
     return 0
 
 

@@ -34,20 +34,34 @@ def replica(rid: int, lighthouse: str, steps: int, pause: float) -> None:
 
     store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     state = {"w": torch.zeros(1)}
-    manager = Manager(pg=ProcessGroupGloo(), min_replica_size=2, load_state_dict=lambda s: state.update(s),
-                      state_dict=lambda: dict(state), replica_id=f"r{rid}", store_addr="127.0.0.1",
-                      store_port=store.port, rank=0, world_size=1, lighthouse_addr=lighthouse, port=0,
-                      use_async_quorum=False, timeout=datetime.timedelta(seconds=10),
-                      quorum_timeout=datetime.timedelta(seconds=30))
-    for step in range(steps):
+    manager = Manager(
+        pg=ProcessGroupGloo(),
+        min_replica_size=2,
+        load_state_dict=lambda s: state.update(s),
+        state_dict=lambda: dict(state),
+        replica_id=f"r{rid}",
+        store_addr="127.0.0.1",
+        store_port=store.port,
+        rank=0,
+        world_size=1,
+        lighthouse_addr=lighthouse,
+        port=0,
+        use_async_quorum=False,
+        timeout=datetime.timedelta(seconds=10),
+        quorum_timeout=datetime.timedelta(seconds=30),
+    )
+    for _ in range(steps):
         started = time.time()
         manager.start_quorum()
         g = torch.tensor([float(rid + 1)])
         manager.allreduce(g, reduce_op=ReduceOp.SUM).wait()
         if manager.should_commit():
             state["w"] += g
-        print(f"STEP replica={rid} step={manager.current_step()} participants={manager.num_participants()} "
-              f"sum={g.item():.0f} w={state['w'].item():.0f} start={started:.3f} end={time.time():.3f}", flush=True)
+        print(
+            f"STEP replica={rid} step={manager.current_step()} participants={manager.num_participants()} "
+            f"sum={g.item():.0f} w={state['w'].item():.0f} start={started:.3f} end={time.time():.3f}",
+            flush=True,
+        )
         time.sleep(pause)
     manager.shutdown(wait=False)
 
@@ -93,8 +107,9 @@ def main() -> int:
     procs = []
 
     def start(role, *extra, log):
-        p = subprocess.Popen([sys.executable, me, "--role", role, *extra], stdout=open(log, "w"),
-                             stderr=subprocess.STDOUT)
+        p = subprocess.Popen(
+            [sys.executable, me, "--role", role, *extra], stdout=open(log, "w"), stderr=subprocess.STDOUT
+        )
         procs.append(p)
         return p
 
@@ -103,20 +118,56 @@ def main() -> int:
     with open(f"{logs}/lighthouse.py", "w") as f:
         f.write("from torchft._torchft import lighthouse_main\nlighthouse_main()\n")
     try:
-        procs.append(subprocess.Popen([sys.executable, f"{logs}/lighthouse.py", "--bind", f"127.0.0.1:{port}",
-                                       "--min_replicas", "2", "--join_timeout_ms", "500"],
-                                      stdout=open(f"{logs}/lighthouse.log", "w"), stderr=subprocess.STDOUT))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    f"{logs}/lighthouse.py",
+                    "--bind",
+                    f"127.0.0.1:{port}",
+                    "--min_replicas",
+                    "2",
+                    "--join_timeout_ms",
+                    "500",
+                ],
+                stdout=open(f"{logs}/lighthouse.log", "w"),
+                stderr=subprocess.STDOUT,
+            )
+        )
         time.sleep(1.5)
-        replicas = {rid: start("replica", "--rid", str(rid), "--lighthouse", address, "--steps", str(args.steps),
-                               "--pause", str(args.pause), log=f"{logs}/r{rid}.log") for rid in range(args.replicas)}
+        replicas = {
+            rid: start(
+                "replica",
+                "--rid",
+                str(rid),
+                "--lighthouse",
+                address,
+                "--steps",
+                str(args.steps),
+                "--pause",
+                str(args.pause),
+                log=f"{logs}/r{rid}.log",
+            )
+            for rid in range(args.replicas)
+        }
         victim = args.replicas - 1
         time.sleep(args.kill_after)
         killed_at = time.time()
         replicas[victim].send_signal(signal.SIGKILL)
         time.sleep(args.restart_after)
         restarted_at = time.time()
-        start("replica", "--rid", str(victim), "--lighthouse", address, "--steps", "20", "--pause", str(args.pause),
-              log=f"{logs}/r{victim}_again.log")
+        start(
+            "replica",
+            "--rid",
+            str(victim),
+            "--lighthouse",
+            address,
+            "--steps",
+            "20",
+            "--pause",
+            str(args.pause),
+            log=f"{logs}/r{victim}_again.log",
+        )
         replicas[0].wait(timeout=args.steps * (args.pause + 1.0) + 60)
     finally:
         for p in procs:
@@ -129,21 +180,27 @@ def main() -> int:
     again = steps_of(f"{logs}/r{victim}_again.log")
     first_without = next((r for r in survivor if r["end"] > killed_at and r["participants"] < args.replicas), None)
     first_with = next((r for r in survivor if r["start"] > restarted_at and r["participants"] == args.replicas), None)
-    print(f"# torchft probe: {args.replicas} replica groups (gloo, CPU), SUM all-reduce, replica {victim} SIGKILLed "
-          f"{args.kill_after:.1f} s in, started again {args.restart_after:.1f} s later; logs in {logs}")
+    print(
+        f"# torchft probe: {args.replicas} replica groups (gloo, CPU), SUM all-reduce, replica {victim} SIGKILLed "
+        f"{args.kill_after:.1f} s in, started again {args.restart_after:.1f} s later; logs in {logs}"
+    )
     if first_without is None:
         print("survivors: no step without the killed replica was seen (it did not die, or they stopped)")
         return 1
-    print(f"survivors: first step without it ended {first_without['end'] - killed_at:.2f} s after the kill and "
-          f"took {first_without['end'] - first_without['start']:.2f} s (detection + new quorum); participants "
-          f"{first_without['participants']:.0f}, SUM {first_without['sum']:.0f}; the job was not restarted")
+    print(
+        f"survivors: first step without it ended {first_without['end'] - killed_at:.2f} s after the kill and "
+        f"took {first_without['end'] - first_without['start']:.2f} s (detection + new quorum); participants "
+        f"{first_without['participants']:.0f}, SUM {first_without['sum']:.0f}; the job was not restarted"
+    )
     if not again or first_with is None:
         print("restarted replica: did not rejoin within the run")
         return 1
     same = again[0]["w"] == next(r["w"] for r in survivor if r["step"] == again[0]["step"])
-    print(f"restarted replica: first step with everyone ended {first_with['end'] - restarted_at:.2f} s after its "
-          f"process started (interpreter, imports, quorum, heal from a live peer); its state after that step "
-          f"{'equals' if same else 'DIFFERS from'} the survivors' (w = {again[0]['w']:.0f})")
+    print(
+        f"restarted replica: first step with everyone ended {first_with['end'] - restarted_at:.2f} s after its "
+        f"process started (interpreter, imports, quorum, heal from a live peer); its state after that step "
+        f"{'equals' if same else 'DIFFERS from'} the survivors' (w = {again[0]['w']:.0f})"
+    )
     return 0
 
 

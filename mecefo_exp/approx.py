@@ -22,13 +22,20 @@ dicts and the failure-free path never change).
 from __future__ import annotations
 
 import contextlib
-from typing import Dict, Iterable, Iterator, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from .projections import (FFN_LINEARS, LowRankProjections, decoder_layers, is_attention_parameter,  # noqa: F401
-                          svd_flops, top_right_singular_vectors)
+from .projections import (
+    FFN_LINEARS,  # noqa: F401
+    LowRankProjections,  # noqa: F401
+    decoder_layers,  # noqa: F401
+    is_attention_parameter,  # noqa: F401
+    svd_flops,  # noqa: F401
+    top_right_singular_vectors,  # noqa: F401
+)
+
 
 # ------------------------------------------------------------ low-rank weight gradient
 class LowRankWeightGradLinear(torch.autograd.Function):
@@ -40,7 +47,9 @@ class LowRankWeightGradLinear(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, v: torch.Tensor, project_early: bool = True) -> torch.Tensor:
+    def forward(
+        ctx, x: torch.Tensor, weight: torch.Tensor, v: torch.Tensor, project_early: bool = True
+    ) -> torch.Tensor:
         keep = None
         if weight.requires_grad:
             keep = x @ v if project_early else x
@@ -67,8 +76,13 @@ class LowRankWeightGradLinear(torch.autograd.Function):
 
 # ------------------------------------------------------------------ the context
 @contextlib.contextmanager
-def approximations(model: torch.nn.Module, skip_attention: bool = True, recompute_ffn: bool = True,
-                   projections: Optional[LowRankProjections] = None, layers: Optional[Iterable[int]] = None):
+def approximations(
+    model: torch.nn.Module,
+    skip_attention: bool = True,
+    recompute_ffn: bool = True,
+    projections: Optional[LowRankProjections] = None,
+    layers: Optional[Iterable[int]] = None,
+):
     """Run `model` with the switched-on approximations (see the module docstring), on every
     decoder layer or only on `layers` (indices: one pipeline stage's, where a neighbour in a
     hybrid layout covers a failed slot of that stage only)."""
@@ -102,6 +116,7 @@ def _no_grad(forward):
     def run(*args, **kwargs):
         with torch.no_grad():
             return forward(*args, **kwargs)
+
     return run
 
 
@@ -110,6 +125,7 @@ def _recomputed(forward):
         if not torch.is_grad_enabled():
             return forward(x)
         return checkpoint(forward, x, use_reentrant=False)
+
     return run
 
 
@@ -119,6 +135,7 @@ def _lowrank_forward(linear: torch.nn.Linear, v: torch.Tensor, project_early: bo
 
     def run(x):
         return LowRankWeightGradLinear.apply(x, linear.weight, v, project_early)
+
     return run
 
 

@@ -91,12 +91,17 @@ class Books:
         self.trace, self.method, self.store = trace, method, store
 
     def state_dict(self) -> Dict:
-        return {"clock": self.clock.state_dict(), "counters": self.counters.as_dict(),
-                "tokens_processed": self.tokens_processed, "trace_next": self.trace.position,
-                "method": self.method.state_dict(), "final_val_loss": self.final_val_loss,
-                # the method's checkpoints on disk it may roll back to (a resume reads the folder instead)
-                "checkpoints_saved": list(self.store.saved) if self.store is not None else [],
-                "window": dataclasses.asdict(self.window)}
+        return {
+            "clock": self.clock.state_dict(),
+            "counters": self.counters.as_dict(),
+            "tokens_processed": self.tokens_processed,
+            "trace_next": self.trace.position,
+            "method": self.method.state_dict(),
+            "final_val_loss": self.final_val_loss,
+            # the method's checkpoints on disk it may roll back to (a resume reads the folder instead)
+            "checkpoints_saved": list(self.store.saved) if self.store is not None else [],
+            "window": dataclasses.asdict(self.window),
+        }
 
     def load_state_dict(self, state: Dict) -> None:
         self.clock.load_state_dict(state["clock"])
@@ -114,16 +119,24 @@ class Books:
     def summary(self) -> Dict:
         c = self.counters
         loss = self.final_val_loss
-        return {"tokens_processed": self.tokens_processed, "final_val_loss": loss,
-                "final_val_ppl": math.exp(loss) if math.isfinite(loss) else None,
-                "failures": c.failures, "rollbacks": c.rollbacks, "lost_steps": c.lost_steps,
-                "interrupted_steps": c.interrupted_steps, "time_breakdown": dict(self.clock.breakdown)}
+        return {
+            "tokens_processed": self.tokens_processed,
+            "final_val_loss": loss,
+            "final_val_ppl": math.exp(loss) if math.isfinite(loss) else None,
+            "failures": c.failures,
+            "rollbacks": c.rollbacks,
+            "lost_steps": c.lost_steps,
+            "interrupted_steps": c.interrupted_steps,
+            "time_breakdown": dict(self.clock.breakdown),
+        }
 
     def trace_summary(self) -> Dict:
         sim = self.clock.now
         actual = self.trace.stats_until(sim) if sim > 0 else {"failures": 0, "mean_workers_down": 0.0}
         unplanned = self.counters.unplanned_down_until(sim) / sim if sim > 0 else 0.0
-        return {"failures_expected": self.trace.expected["failures"],
-                "mean_workers_down_expected": self.trace.expected["mean_workers_down"],
-                # the trace's failures, and those no trace planned (torchft)
-                "mean_workers_down": actual["mean_workers_down"] + unplanned}
+        return {
+            "failures_expected": self.trace.expected["failures"],
+            "mean_workers_down_expected": self.trace.expected["mean_workers_down"],
+            # the trace's failures, and those no trace planned (torchft)
+            "mean_workers_down": actual["mean_workers_down"] + unplanned,
+        }

@@ -27,9 +27,13 @@ class InputRefused(ValueError):
 
 
 def _describe(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
+    for test, name in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -56,8 +60,10 @@ def open_bounded(path: Union[str, Path], max_bytes: int, what: str = "", mode: s
         if not stat.S_ISREG(st.st_mode):
             raise InputRefused(f"{label}: {_describe(st.st_mode)}, expected a regular file")
         if st.st_size > max_bytes:
-            raise InputRefused(f"{label}: {_human(st.st_size)} ({st.st_size:,} bytes), larger than the "
-                                f"{_human(max_bytes)} allowed for this file")
+            raise InputRefused(
+                f"{label}: {_human(st.st_size)} ({st.st_size:,} bytes), larger than the "
+                f"{_human(max_bytes)} allowed for this file"
+            )
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
         f = os.fdopen(fd, mode, **kwargs)

@@ -27,11 +27,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from . import runlock
-from .errors import AnticipatedEnd, ConfigError
 from .config import typed_config, validate
-from .hydra_glue import local_settings_problem, register_configs, run_name, torchrun_restarted
-from .failures import TraceError
 from .console import install_console, resume_command
+from .errors import AnticipatedEnd, ConfigError
+from .failures import TraceError
+from .hydra_glue import local_settings_problem, register_configs, run_name, torchrun_restarted
 from .metrics import write_json_atomic
 from .paths import conf_dir
 from .presets import first_job, unknown_preset
@@ -130,11 +130,14 @@ def _job(cfg: DictConfig, run_dir: Path):
             check_tokenizer(cfg.data)
         except ConfigError as e:
             _config_error(run_dir, e)
-    log.info("run folder %s; after a crash or kill -9 continue it with:  %s", run_dir,
-             resume_command(run_dir, program=_program()))
-    from .trainer import Experiment  # torch and transformers load only for a valid config
+    log.info(
+        "run folder %s; after a crash or kill -9 continue it with:  %s",
+        run_dir,
+        resume_command(run_dir, program=_program()),
+    )
     from .plan import NonFiniteLoss
     from .timing.clock import ClockOverflow
+    from .trainer import Experiment  # torch and transformers load only for a valid config
 
     # ends a run can meet and its record explains: one line here, the traceback in the run's log file
     anticipated: tuple = (NonFiniteLoss, ClockOverflow, AnticipatedEnd)
@@ -151,11 +154,14 @@ def _job(cfg: DictConfig, run_dir: Path):
             summary = Experiment(cfg, run_dir).run()
     except anticipated as e:
         _traceback_to_log_file(f"{type(e).__name__}: {e}")
-        print(f"failed: {' '.join(str(e).split())} ({run_dir}; summary.json says failed, the traceback is in its "
-              "log file)", file=sys.stderr)
+        print(
+            f"failed: {' '.join(str(e).split())} ({run_dir}; summary.json says failed, the traceback is in its "
+            "log file)",
+            file=sys.stderr,
+        )
         sys.exit(1)
     except (ConfigError, TraceError) as e:  # found once the config was valid (torchft missing, a trace too
-        _config_error(run_dir, e)          # large to draw): still one line
+        _config_error(run_dir, e)  # large to draw): still one line
     except Terminated as e:  # summary.json already says failed, and why
         print(f"stopped: {e} ({run_dir})", file=sys.stderr)
         sys.exit(128 + e.signum)
@@ -198,8 +204,9 @@ def _writes_record() -> bool:
 
 
 #: experiments whose whole study another command runs (not a Hydra sweep of run.py)
-STUDY_COMMANDS = {"decision_map": "`make decision-map` (python -m analysis.decision_map: 1,008 runs, "
-                                  "BENCHMARKS.md says how long)"}
+STUDY_COMMANDS = {
+    "decision_map": "`make decision-map` (python -m analysis.decision_map: 1,008 runs, BENCHMARKS.md says how long)"
+}
 
 
 def one_cell_note(args: List[str]) -> Optional[str]:
@@ -218,8 +225,10 @@ def one_cell_note(args: List[str]) -> Optional[str]:
 
     path = conf_dir() / "experiment" / f"{name}.yaml"
     if path.exists() and "sweeper:" in path.read_text():
-        return (f"experiment={name} is a sweep: without -m this runs one job of it; the whole sweep is "
-                f"`python run.py -m experiment={name}`")
+        return (
+            f"experiment={name} is a sweep: without -m this runs one job of it; the whole sweep is "
+            f"`python run.py -m experiment={name}`"
+        )
     return None
 
 
@@ -244,8 +253,11 @@ def _lock_the_given_run_dir() -> None:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except OSError as e:  # a file there, a folder this user cannot write: nothing can be recorded in it
-        print(f"error: hydra.run.dir={given[-1]} cannot hold a run: {e.strerror or e} ({e.filename}); give a folder "
-              "you can write, new or a run's own", file=sys.stderr)
+        print(
+            f"error: hydra.run.dir={given[-1]} cannot hold a run: {e.strerror or e} ({e.filename}); give a folder "
+            "you can write, new or a run's own",
+            file=sys.stderr,
+        )
         sys.exit(2)
 
 
@@ -269,10 +281,11 @@ def torchrun_prelude() -> None:
 
     if not launched_by_torchrun():
         return
-    from .tiers.torchrun import agree_run_dir, init_distributed
     import datetime
 
     import torch.distributed as dist
+
+    from .tiers.torchrun import agree_run_dir, init_distributed
 
     init_distributed()
     given = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("hydra.run.dir=")]
@@ -305,7 +318,6 @@ def check_overrides(args: List[str]) -> Optional[str]:
     if any(a.startswith("-") and a not in ("--cfg", "-c", "--resolve") for a in args):
         return None
     from hydra.errors import HydraException
-
     from omegaconf.errors import OmegaConfBaseException
     from yaml import YAMLError
 
@@ -340,8 +352,11 @@ def _first_job_problem(args: List[str]) -> Optional[str]:
 
 
 def _user_overrides(args: List[str]) -> List[str]:
-    return [a for a in args if "=" in a and not a.startswith("-")
-            and not a.lstrip("+~").startswith(("hydra.", "hydra/", "resume="))]
+    return [
+        a
+        for a in args
+        if "=" in a and not a.startswith("-") and not a.lstrip("+~").startswith(("hydra.", "hydra/", "resume="))
+    ]
 
 
 def _compose(args: List[str]):
@@ -369,13 +384,17 @@ def check_resume(args: List[str]) -> Optional[str]:
         return None
     given = [a.split("=", 1)[1].strip("'\"") for a in args if a.startswith("hydra.run.dir=")]
     if not given:
-        return "resume=true needs the run's folder: resume=true hydra.run.dir=<folder> (the line each run logs at start)"
+        return (
+            "resume=true needs the run's folder: resume=true hydra.run.dir=<folder> (the line each run logs at start)"
+        )
     folder = Path(given[-1])
     if not folder.is_dir():
         return f"nothing to resume in {folder}: no such folder"
     if not (folder / "config.yaml").exists():
-        return (f"nothing to resume in {folder}: it has no config.yaml (not a run folder, or the run was killed "
-                "before it started: start it again)")
+        return (
+            f"nothing to resume in {folder}: it has no config.yaml (not a run folder, or the run was killed "
+            "before it started: start it again)"
+        )
     try:
         OmegaConf.load(folder / "config.yaml")
     except Exception as e:  # a broken YAML file: say which, in one line
@@ -388,15 +407,19 @@ def check_resume(args: List[str]) -> Optional[str]:
     from .methods.checkpointing import complete_steps
 
     if not complete_steps(folder / "checkpoints") and not complete_steps(folder / "resume"):
-        return (f"nothing to resume in {folder}: no complete checkpoint in {folder / 'checkpoints'} or "
-                f"{folder / 'resume'} (the run stopped before its first checkpoint: start it again)")
+        return (
+            f"nothing to resume in {folder}: no complete checkpoint in {folder / 'checkpoints'} or "
+            f"{folder / 'resume'} (the run stopped before its first checkpoint: start it again)"
+        )
     incomplete = config_incomplete(folder)
     if incomplete:
         return f"cannot resume {folder}: {incomplete}"
     changed = settings_changed_on_resume(args, folder)
     if changed:
-        return (f"resume=true continues {folder} as it was started; refused: {'; '.join(changed)} "
-                f"(only {', '.join(RESUME_MAY_CHANGE)} may change on resume: start a new run for other settings)")
+        return (
+            f"resume=true continues {folder} as it was started; refused: {'; '.join(changed)} "
+            f"(only {', '.join(RESUME_MAY_CHANGE)} may change on resume: start a new run for other settings)"
+        )
     return None
 
 
@@ -418,7 +441,7 @@ def settings_changed_on_resume(args: List[str], folder: Path) -> List[str]:
         if key in RESUME_MAY_CHANGE:
             continue
         new, old = OmegaConf.select(typed, key), OmegaConf.select(stored, key)
-        as_plain = (lambda v: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v)
+        as_plain = lambda v: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
         if as_plain(new) != as_plain(old):
             was = old.get("name", "...") if OmegaConf.is_dict(old) else old
             changed.append(f"{key}={value} (the run has {key}={was})")
@@ -435,8 +458,7 @@ def _one_line(e: BaseException) -> str:
             return head
         wrong = head.split(": ", 1)[1].strip().strip("'").rsplit("/", 1)[-1]
         near = difflib.get_close_matches(wrong, options, n=1)
-        return (f"{head.split(': ', 1)[1]}{f' (did you mean {near[0]}?)' if near else ''}; "
-                f"allowed: {', '.join(options)}")
+        return f"{head.split(': ', 1)[1]}{f' (did you mean {near[0]}?)' if near else ''}; allowed: {', '.join(options)}"
     cause = e.__cause__
     if cause is not None:
         why = str(cause).splitlines()[0].strip()
@@ -488,8 +510,11 @@ def entry() -> None:
         if unfinished is None:  # stopped while Hydra was still setting up: nothing ran
             print(f"stopped by {signal.Signals(signum).name} before any run began", file=sys.stderr)
             sys.exit(128 + signum)
-        print(f"sweep stopped by {signal.Signals(signum).name}; {len(unfinished)} job(s) did not finish"
-              + "".join(f"\n  {line}" for line in unfinished), file=sys.stderr)
+        print(
+            f"sweep stopped by {signal.Signals(signum).name}; {len(unfinished)} job(s) did not finish"
+            + "".join(f"\n  {line}" for line in unfinished),
+            file=sys.stderr,
+        )
         sys.exit(128 + signum)
     if FAILED:  # a sweep ran every job, collected, and listed the failed ones: say so in the exit code
         sys.exit(1)

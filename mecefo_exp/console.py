@@ -15,8 +15,18 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 # Events worth a console line (checkpoints and snapshots are routine: only in events.jsonl).
-LOUD_EVENTS = ("fail", "recover", "neighbor", "neighbor_release", "rollback", "restart", "fatal",
-               "reconfigure", "rebalance", "resume")
+LOUD_EVENTS = (
+    "fail",
+    "recover",
+    "neighbor",
+    "neighbor_release",
+    "rollback",
+    "restart",
+    "fatal",
+    "reconfigure",
+    "rebalance",
+    "resume",
+)
 
 
 class _PrefixFormatter(logging.Formatter):
@@ -136,8 +146,15 @@ class Progress:
             self._redirect = progress_redirect()
             self._redirect.__enter__()
 
-    def update(self, step: int, loss: Optional[float], sim_s: float, tokens_per_step: int, alive: int,
-               tflops_s: Optional[float] = None) -> None:
+    def update(
+        self,
+        step: int,
+        loss: Optional[float],
+        sim_s: float,
+        tokens_per_step: int,
+        alive: int,
+        tflops_s: Optional[float] = None,
+    ) -> None:
         if self.mode == "none":
             return
         tok_s = step * tokens_per_step / max(1e-9, time.perf_counter() - self.t0)
@@ -154,12 +171,27 @@ class Progress:
         ppl = math.exp(min(loss, 50.0))
         if self.bar is not None:
             self.bar.n = step
-            self.bar.set_postfix(loss=f"{loss:.3f}", ppl=f"{ppl:.1f}", tok_s=f"{tok_s:.0f}",
-                                 tflops=f"{tflops_s or 0:.3g}", alive=alive, refresh=False)
+            self.bar.set_postfix(
+                loss=f"{loss:.3f}",
+                ppl=f"{ppl:.1f}",
+                tok_s=f"{tok_s:.0f}",
+                tflops=f"{tflops_s or 0:.3g}",
+                alive=alive,
+                refresh=False,
+            )
             self.bar.refresh()
         elif step % self.every == 0 or step == self.total:
-            self.log.info("step %d/%d  loss %.4f  ppl %.1f  %.0f tok/s  %.3g TFLOP/s (wall)  sim %.1fs  alive %d",
-                          step, self.total, loss, ppl, tok_s, tflops_s or 0.0, sim_s, alive)
+            self.log.info(
+                "step %d/%d  loss %.4f  ppl %.1f  %.0f tok/s  %.3g TFLOP/s (wall)  sim %.1fs  alive %d",
+                step,
+                self.total,
+                loss,
+                ppl,
+                tok_s,
+                tflops_s or 0.0,
+                sim_s,
+                alive,
+            )
 
     def lines_only(self) -> None:
         """This process now speaks for the run, after another drew the bar: plain lines, which do

@@ -19,13 +19,13 @@ if TYPE_CHECKING:
 from .books import Books
 from .config import is_hybrid, plain, sequences_per_step
 from .console import EventPrinter, Progress, speak_for_the_run
-from .metrics import RunRecords, git_sha
+from .failures import Trace
 from .methods.base import Method
 from .methods.checkpointing import CheckpointStore
+from .metrics import RunRecords, git_sha
 from .tiers import Tier, build_tier
 from .timing import CostModel, SimClock, Timing, layout_shape
 from .timing.layout import LayoutShape
-from .failures import Trace
 
 log = logging.getLogger("mecefo_exp.trainer")  # one voice on the console: the trainer's
 
@@ -94,7 +94,6 @@ class Context:
         self._locked = False  # this process holds the folder's lock
         self.print_event = EventPrinter(log, cfg.trainer.log_events)  # failures, rollbacks ... on the console
 
-
     # ------------------------------------------------------- what methods may use (RunContext)
     @property
     def clock(self):
@@ -154,10 +153,12 @@ class Context:
         """
         state = {**self.training.state_dict(), "step": self.step}
         if harness and self.training.numerics:
-            state["harness"] = {**self.books.state_dict(),
-                                # how long each jsonl stream was: a resume cuts back to this
-                                "records": self.records.sizes(),
-                                "wall_time_s": time.perf_counter() - self.wall_start}
+            state["harness"] = {
+                **self.books.state_dict(),
+                # how long each jsonl stream was: a resume cuts back to this
+                "records": self.records.sizes(),
+                "wall_time_s": time.perf_counter() - self.wall_start,
+            }
         return state
 
     def restore(self, state: Dict, to_step: int, reason: str, worker: Optional[int] = None) -> None:
@@ -169,8 +170,11 @@ class Context:
         lost_s = self.clock.discard_steps_from(to_step)
         self.books.counters.rollbacks += 1
         self.books.counters.lost_steps += lost
-        self.event("rollback", worker, {"reason": reason, "from_step": self.step, "to_step": to_step,
-                                        "lost_steps": lost, "lost_s": lost_s})
+        self.event(
+            "rollback",
+            worker,
+            {"reason": reason, "from_step": self.step, "to_step": to_step, "lost_steps": lost, "lost_s": lost_s},
+        )
         self.step = to_step
 
     def event(self, kind: str, worker: Optional[int] = None, detail: Optional[dict] = None) -> None:
@@ -200,4 +204,3 @@ class Context:
             self.records.take_over()
             speak_for_the_run(self.progress)
             log.info("worker %d now writes the run record", worker)
-

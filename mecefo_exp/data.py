@@ -27,9 +27,18 @@ import numpy as np
 import torch
 from filelock import FileLock
 
-from .local_corpus import (_docstrings, _lee_background, _package_docstrings, _package_root,  # noqa: F401
-                           _pydoc_topics, _stdlib_docstrings, load_local_documents, package_versions,
-                           python_texts, python_texts_sha)
+from .local_corpus import (
+    _docstrings,  # noqa: F401
+    _lee_background,  # noqa: F401
+    _package_docstrings,  # noqa: F401
+    _package_root,  # noqa: F401
+    _pydoc_topics,  # noqa: F401
+    _stdlib_docstrings,  # noqa: F401
+    load_local_documents,  # noqa: F401
+    package_versions,  # noqa: F401
+    python_texts,  # noqa: F401
+    python_texts_sha,  # noqa: F401
+)
 from .paths import default_cache_dir
 
 log = logging.getLogger(__name__)
@@ -64,8 +73,12 @@ def train_bpe_tokenizer(docs: List[str], vocab_size: int, path: Path):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOS],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(docs, trainer=trainer)
     tok.save(str(path))
     return tok
@@ -75,7 +88,7 @@ def _encode_stream(encode_batch, docs: List[str], eos_id: int, max_tokens: int) 
     """Concatenate documents, each followed by EOS, into one token array."""
     ids: List[int] = []
     for start in range(0, len(docs), 256):
-        for seq in encode_batch(docs[start:start + 256]):
+        for seq in encode_batch(docs[start : start + 256]):
             ids.extend(seq)
             ids.append(eos_id)
         if len(ids) >= max_tokens:
@@ -101,11 +114,20 @@ def _cached(key: str, root: Path, build: Callable[[Path], Tuple[np.ndarray, np.n
             np.save(folder / "train.npy", train)
             np.save(folder / "val.npy", val)
             fp = hashlib.sha1(train.tobytes() + val.tobytes()).hexdigest()[:12]
-            done.write_text(json.dumps({"vocab_size": vocab, "fingerprint": fp,
-                                        "train_tokens": int(train.size), "val_tokens": int(val.size)}))
+            done.write_text(
+                json.dumps(
+                    {
+                        "vocab_size": vocab,
+                        "fingerprint": fp,
+                        "train_tokens": int(train.size),
+                        "val_tokens": int(val.size),
+                    }
+                )
+            )
         meta = json.loads(done.read_text())
-    return TokenizedCorpus(np.load(folder / "train.npy"), np.load(folder / "val.npy"),
-                           meta["vocab_size"], meta["fingerprint"])
+    return TokenizedCorpus(
+        np.load(folder / "train.npy"), np.load(folder / "val.npy"), meta["vocab_size"], meta["fingerprint"]
+    )
 
 
 def load_corpus(data_cfg) -> TokenizedCorpus:
@@ -122,9 +144,20 @@ def _builder_hash() -> str:
     says whether the tokens changed)."""
     import inspect
 
-    parts = [python_texts, _pydoc_topics, _docstrings, _stdlib_docstrings, _package_root, _package_docstrings,
-             _lee_background,
-             load_local_documents, is_validation, train_bpe_tokenizer, _encode_stream, _load_local]
+    parts = [
+        python_texts,
+        _pydoc_topics,
+        _docstrings,
+        _stdlib_docstrings,
+        _package_root,
+        _package_docstrings,
+        _lee_background,
+        load_local_documents,
+        is_validation,
+        train_bpe_tokenizer,
+        _encode_stream,
+        _load_local,
+    ]
     return hashlib.sha1("".join(inspect.getsource(f) for f in parts).encode()).hexdigest()[:12]
 
 
@@ -134,18 +167,28 @@ def _load_local(data_cfg) -> TokenizedCorpus:
     # (reading them takes a minute; the token arrays are cached, their hash is the fingerprint).
     sources = list(data_cfg.sources)
     versions = package_versions() if "package_docstrings" in sources else {}
-    ident = json.dumps([CORPUS_FORMAT, sources, python_texts_sha(), data_cfg.vocab_size, data_cfg.val_fraction,
-                        _builder_hash()] + ([versions] if versions else []))
+    ident = json.dumps(
+        [CORPUS_FORMAT, sources, python_texts_sha(), data_cfg.vocab_size, data_cfg.val_fraction, _builder_hash()]
+        + ([versions] if versions else [])
+    )
     key = "local-" + hashlib.sha1(ident.encode()).hexdigest()[:12]
 
     def build(folder: Path):
-        log.info("building the local corpus from %s (once, cached in %s; the package docstrings take "
-                 "~1-2 min to read and tokenize on 2 cores)", ", ".join(sources), folder)
+        log.info(
+            "building the local corpus from %s (once, cached in %s; the package docstrings take "
+            "~1-2 min to read and tokenize on 2 cores)",
+            ", ".join(sources),
+            folder,
+        )
         docs = load_local_documents(sources)
         train_docs = [d for d in docs if not is_validation(d, data_cfg.val_fraction)]
         val_docs = [d for d in docs if is_validation(d, data_cfg.val_fraction)]
-        log.info("training a %d-token BPE tokenizer on %d documents (cached in %s)",
-                 data_cfg.vocab_size, len(train_docs), folder)
+        log.info(
+            "training a %d-token BPE tokenizer on %d documents (cached in %s)",
+            data_cfg.vocab_size,
+            len(train_docs),
+            folder,
+        )
         tok = train_bpe_tokenizer(train_docs, data_cfg.vocab_size, folder / "tokenizer.json")
         eos = tok.token_to_id(EOS)
 
@@ -153,7 +196,11 @@ def _load_local(data_cfg) -> TokenizedCorpus:
             return [e.ids for e in tok.encode_batch(batch)]
 
         big = 1 << 62
-        return _encode_stream(encode, train_docs, eos, big), _encode_stream(encode, val_docs, eos, big), tok.get_vocab_size()
+        return (
+            _encode_stream(encode, train_docs, eos, big),
+            _encode_stream(encode, val_docs, eos, big),
+            tok.get_vocab_size(),
+        )
 
     return _cached(key, cache_root(data_cfg), build)
 
@@ -170,8 +217,9 @@ def _tokenizer_where(name: str) -> str:
     from huggingface_hub import constants
 
     offline = constants.HF_HUB_OFFLINE
-    return (f"not in the hub cache {constants.HF_HUB_CACHE}" +
-            (" and the hub is off (HF_HUB_OFFLINE=1)" if offline else " and the hub did not answer"))
+    return f"not in the hub cache {constants.HF_HUB_CACHE}" + (
+        " and the hub is off (HF_HUB_OFFLINE=1)" if offline else " and the hub did not answer"
+    )
 
 
 @functools.lru_cache(maxsize=4)
@@ -196,10 +244,13 @@ def check_tokenizer(data_cfg):
         raise ConfigError(
             f"data.tokenizer={name!r} cannot be loaded: {_tokenizer_where(name)} ({type(e).__name__}); "
             f"set data.tokenizer=/path/to/folder holding tokenizer.json (on a machine with the hub: "
-            f"AutoTokenizer.from_pretrained({name!r}).save_pretrained('/path/to/folder'))") from None
+            f"AutoTokenizer.from_pretrained({name!r}).save_pretrained('/path/to/folder'))"
+        ) from None
     if tok.eos_token_id is None and tok.sep_token_id is None:
-        raise ConfigError(f"data.tokenizer={name!r} has neither an eos nor a sep token to join documents with; "
-                          "allowed: a tokenizer with eos_token (t5-base: </s>)")
+        raise ConfigError(
+            f"data.tokenizer={name!r} has neither an eos nor a sep token to join documents with; "
+            "allowed: a tokenizer with eos_token (t5-base: </s>)"
+        )
     return tok
 
 
@@ -238,8 +289,21 @@ def _load_c4(data_cfg) -> TokenizedCorpus:
     hf_cache = root / "hf_datasets"
     source = [data_cfg.path or f"{data_cfg.hub_id}/{data_cfg.hub_config}", data_cfg.val_path]
     split = data_cfg.val_fraction if data_cfg.path and not data_cfg.val_path else None
-    key = "c4-" + hashlib.sha1(json.dumps([source, data_cfg.tokenizer, data_cfg.max_train_tokens,
-                                           data_cfg.max_val_tokens, data_cfg.text_field, split]).encode()).hexdigest()[:12]
+    key = (
+        "c4-"
+        + hashlib.sha1(
+            json.dumps(
+                [
+                    source,
+                    data_cfg.tokenizer,
+                    data_cfg.max_train_tokens,
+                    data_cfg.max_val_tokens,
+                    data_cfg.text_field,
+                    split,
+                ]
+            ).encode()
+        ).hexdigest()[:12]
+    )
 
     def build(folder: Path):
         eos = tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id
@@ -258,14 +322,25 @@ def _load_c4(data_cfg) -> TokenizedCorpus:
                 train = _take_tokens(texts, encode, eos, n_train, "data.path")
                 return train, _take_tokens(iter(held_out), encode, eos, n_val, "held-out documents"), len(tok)
         else:  # the hub, streamed: C4 has its own validation split
+
             def hub(split_name):
-                return datasets.load_dataset(data_cfg.hub_id, data_cfg.hub_config, split=split_name, streaming=True,
-                                             cache_dir=str(hf_cache))
+                return datasets.load_dataset(
+                    data_cfg.hub_id, data_cfg.hub_config, split=split_name, streaming=True, cache_dir=str(hf_cache)
+                )
+
             train_rows, val_rows = hub("train"), hub("validation")
-        log.info("tokenizing up to %d training and %d validation tokens with %s (streamed; cached in %s)",
-                 n_train, n_val, data_cfg.tokenizer, folder)
-        return (_take_tokens(_texts(train_rows, field), encode, eos, n_train, "data.path"),
-                _take_tokens(_texts(val_rows, field), encode, eos, n_val, "data.val_path"), len(tok))
+        log.info(
+            "tokenizing up to %d training and %d validation tokens with %s (streamed; cached in %s)",
+            n_train,
+            n_val,
+            data_cfg.tokenizer,
+            folder,
+        )
+        return (
+            _take_tokens(_texts(train_rows, field), encode, eos, n_train, "data.path"),
+            _take_tokens(_texts(val_rows, field), encode, eos, n_val, "data.val_path"),
+            len(tok),
+        )
 
     return _cached(key, root, build)
 
@@ -302,7 +377,7 @@ def _take_tokens(texts, encode, eos_id: int, max_tokens: int, what: str, batch: 
         for seq in encode(docs):
             seq = list(seq) + [eos_id]
             take = min(len(seq), max_tokens - n)
-            out[n:n + take] = seq[:take]
+            out[n : n + take] = seq[:take]
             n += take
             if n == max_tokens:
                 break
@@ -332,7 +407,7 @@ class SampleStream:
     def n_blocks(self) -> int:
         return self.blocks.shape[0]
 
-    @functools.lru_cache(maxsize=4)
+    @functools.lru_cache(maxsize=4)  # noqa: B019 (a few streams per run; they live as long as it)
     def _permutation(self, epoch: int) -> torch.Tensor:
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
         return torch.randperm(self.n_blocks, generator=g)

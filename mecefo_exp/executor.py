@@ -19,16 +19,14 @@ would invalidate the compiled graph at every switch, so it runs the eager model.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Dict, List, Sequence, Union
-
-import contextlib
 
 import torch
 import torch.nn.functional as F
 
 from .plan import Mode, Plan, Sample
-
 
 #: a micro-batch's mean loss: a 0-d float64 tensor on the device until read with float(), which
 #: waits for the device; the trainer reads it after the optimizer step, as a plain loop reads
@@ -52,14 +50,24 @@ def microbatch_losses(model: torch.nn.Module, batch: torch.Tensor) -> torch.Tens
     k, b, t1 = batch.shape
     flat = batch.view(k * b, t1)
     logits = model(input_ids=flat[:, :-1]).logits
-    token_loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), flat[:, 1:].reshape(-1),
-                                 reduction="none")
+    token_loss = F.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), flat[:, 1:].reshape(-1), reduction="none"
+    )
     return token_loss.view(k, -1).mean(dim=1)
 
 
 class LocalCluster:
-    def __init__(self, model: torch.nn.Module, stream, modes: Dict[str, Mode], device: torch.device,
-                 chunk_microbatches: int = 0, grad_accum: int = 1, precision: str = "fp32", compile: bool = False):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        stream,
+        modes: Dict[str, Mode],
+        device: torch.device,
+        chunk_microbatches: int = 0,
+        grad_accum: int = 1,
+        precision: str = "fp32",
+        compile: bool = False,
+    ):
         self.model = model
         self.stream = stream
         self.modes = modes
@@ -90,7 +98,7 @@ class LocalCluster:
             p.requires_grad_(False)
         try:
             for start in range(0, len(samples), size):
-                batch = self.load(samples[start:start + size])
+                batch = self.load(samples[start : start + size])
                 per_mb = 0.0
                 # grad_accum chunks along the sequences of every micro-batch; the micro-batch's
                 # loss is the mean of its chunks' mean losses (equal chunks: its mean loss)

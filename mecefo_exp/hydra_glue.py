@@ -11,8 +11,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
-from .config import (ClusterConfig, Config, DataConfig, FailureConfig, HardwareConfig, LoggerConfig,
-                     ModelConfig)
+from .config import ClusterConfig, Config, DataConfig, FailureConfig, HardwareConfig, LoggerConfig, ModelConfig
 from .registry import REGISTRY, method_config
 
 
@@ -41,7 +40,6 @@ def hydra_output_subdir(resume: Any, output_dir: str, machine_rank: Any = 0) -> 
     reuses, is <run>/config.yaml, written once by the trainer.) The launcher of torchft
     machine m > 0 shares machine 0's run folder and writes .hydra/machine-<m>/.
     """
-    import os
     from pathlib import Path
 
     if str(machine_rank) not in ("0", "None"):
@@ -79,10 +77,10 @@ def local_settings_problem(args) -> "str | None":
     by default default.yaml when it exists) cannot be read, in one line naming the file, the line
     and the column; None when it reads (or there is none). Hydra would read it only once set up,
     and print the YAML parser's traceback, also for --help and sweeps."""
+    import yaml
+
     from .bounded_read import InputRefused, read_text_bounded
     from .paths import conf_dir
-
-    import yaml
 
     given = [a.split("=", 1)[1] for a in args if a.lstrip("+").startswith("local=")]
     names = [n.strip().strip("'\"") for n in given[-1].split(",")] if given else ["default"]
@@ -135,6 +133,7 @@ def register_configs() -> None:
         OmegaConf.register_new_resolver("conf_file", conf_file)
     if not OmegaConf.has_resolver("node_trace_slots"):  # ${node_trace_slots:<path>,<ready_s>,<default>}
         from .failures.nodes import trace_slots
+
         OmegaConf.register_new_resolver("node_trace_slots", trace_slots)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)

@@ -43,7 +43,7 @@ class NodePresence:
         trace = self.trace
         if self._at is None or self._at > trace.position:
             self._absent, self._at = set(trace.initial_down), 0
-        for ev in trace.events[self._at:trace.position]:
+        for ev in trace.events[self._at : trace.position]:
             (self._absent.add if ev.kind == "fail" else self._absent.discard)(ev.worker)
         self._at = trace.position
         return trace.n_workers - len(self._absent)
@@ -52,18 +52,28 @@ class NodePresence:
         present = self.present()
         if present is not None and computing > present:
             steps = f"steps {step}..{step + count - 1}" if count > 1 else f"step {step}"
-            raise InvariantBroken(f"{steps}: {computing} workers compute but the node trace has {present} nodes "
-                                  "present (a node trace has no spares): the method trains on nodes that do not exist")
+            raise InvariantBroken(
+                f"{steps}: {computing} workers compute but the node trace has {present} nodes "
+                "present (a node trace has no spares): the method trains on nodes that do not exist"
+            )
 
 
 def check_goodput(window: Optional[dict]) -> None:
     """The credited samples may not exceed the ideal of the window (summary.json's `window`)."""
     if not window:
         return
-    ratio, ideal, credited = window.get("goodput_over_ideal"), window.get("ideal_samples"), window.get("credited_samples")
+    ratio, ideal, credited = (
+        window.get("goodput_over_ideal"),
+        window.get("ideal_samples"),
+        window.get("credited_samples"),
+    )
     if ratio is not None and ratio > 1 + GOODPUT_SLACK:
-        raise InvariantBroken(f"goodput over ideal is {ratio:.4g} (credited {credited:g} samples, ideal {ideal:.6g}): "
-                              "a run cannot credit more work than the nodes present could do")
+        raise InvariantBroken(
+            f"goodput over ideal is {ratio:.4g} (credited {credited:g} samples, ideal {ideal:.6g}): "
+            "a run cannot credit more work than the nodes present could do"
+        )
     if ratio is None and credited and ideal is not None and ideal <= 0:
-        raise InvariantBroken(f"{credited:g} samples credited in a window where the ideal is {ideal:g} "
-                              "(no node could train): a run cannot credit work no node did")
+        raise InvariantBroken(
+            f"{credited:g} samples credited in a window where the ideal is {ideal:g} "
+            "(no node could train): a run cannot credit work no node did"
+        )

@@ -66,8 +66,7 @@ def _live_pydoc_topics() -> List[str]:
 
 #: Installed packages whose docstrings join the local corpus: what requirements.txt (and
 #: torch's own dependencies) bring, with their versions pinned by constraints.txt.
-DOCSTRING_PACKAGES = ("transformers", "torch", "sympy", "pandas", "networkx", "numpy", "matplotlib",
-                      "huggingface_hub")
+DOCSTRING_PACKAGES = ("transformers", "torch", "sympy", "pandas", "networkx", "numpy", "matplotlib", "huggingface_hub")
 #: path parts whose files are skipped: test suites repeat the library's own text
 SKIP_PARTS = ("test", "tests", "testing", "site-packages", "idlelib", "lib2to3")
 
@@ -106,8 +105,10 @@ def _package_root(name: str) -> Path:
 
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"data.sources=package_docstrings needs the package {name!r}, which is not "
-                                "installed: run `make setup`, or drop package_docstrings from data.sources")
+        raise FileNotFoundError(
+            f"data.sources=package_docstrings needs the package {name!r}, which is not "
+            "installed: run `make setup`, or drop package_docstrings from data.sources"
+        )
     return Path(list(spec.submodule_search_locations)[0])
 
 
@@ -135,17 +136,28 @@ def package_versions(packages=DOCSTRING_PACKAGES) -> Dict[str, str]:
 REFERENCE_FINGERPRINT = "f3050ff3fc14"
 #: The reference corpus was built with these versions of the packages whose text it reads (package_docstrings) or that make its tokens
 #: (tokenizers): a different version changes the tokens, and with them every loss.
-REFERENCE_VERSIONS = {"transformers": "5.23.0", "torch": "2.13.0", "sympy": "1.14.0", "pandas": "3.1.1",
-                      "networkx": "3.6.1", "numpy": "2.4.6", "matplotlib": "3.11.2", "huggingface_hub": "2.4.0",
-                      "tokenizers": "0.23.3"}
+REFERENCE_VERSIONS = {
+    "transformers": "5.23.0",
+    "torch": "2.13.0",
+    "sympy": "1.14.0",
+    "pandas": "3.1.1",
+    "networkx": "3.6.1",
+    "numpy": "2.4.6",
+    "matplotlib": "3.11.2",
+    "huggingface_hub": "2.4.0",
+    "tokenizers": "0.23.3",
+}
 
 
 def version_differences() -> List[str]:
     """'name X (the reference corpus: Y)' for every package whose installed version differs from
     the one the reference corpus was built with (a local build tag such as +cpu does not count)."""
     got = package_versions(tuple(REFERENCE_VERSIONS))
-    return [f"{name} {got[name]} (the reference corpus: {want})" for name, want in REFERENCE_VERSIONS.items()
-            if got[name].split("+")[0] != want]
+    return [
+        f"{name} {got[name]} (the reference corpus: {want})"
+        for name, want in REFERENCE_VERSIONS.items()
+        if got[name].split("+")[0] != want
+    ]
 
 
 def why_fingerprint_differs(fingerprint: str, reference: str) -> str:
@@ -154,10 +166,14 @@ def why_fingerprint_differs(fingerprint: str, reference: str) -> str:
     if differs:
         cause = "installed versions differ: " + ", ".join(differs) + " (`make setup` installs the pinned ones)"
     else:
-        cause = ("the packages have the reference versions, so the difference is elsewhere: the Lee corpus "
-                 "(.cache/corpus/), the shipped CPython texts or the code that builds the corpus")
-    return (f"the default corpus here has fingerprint {fingerprint}, not {reference} (the one RESULTS.md and "
-            f"tests/golden/ were made with): {cause}")
+        cause = (
+            "the packages have the reference versions, so the difference is elsewhere: the Lee corpus "
+            "(.cache/corpus/), the shipped CPython texts or the code that builds the corpus"
+        )
+    return (
+        f"the default corpus here has fingerprint {fingerprint}, not {reference} (the one RESULTS.md and "
+        f"tests/golden/ were made with): {cause}"
+    )
 
 
 def _lee_background() -> List[str]:
@@ -165,7 +181,8 @@ def _lee_background() -> List[str]:
     if not path.exists():
         raise FileNotFoundError(
             f"{path} is missing: run `make setup` (it extracts the Lee corpus from the gensim wheel), "
-            "or drop lee_background from data.sources")
+            "or drop lee_background from data.sources"
+        )
     return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 

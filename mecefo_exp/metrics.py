@@ -74,8 +74,13 @@ def git_sha() -> Optional[str]:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
         if out.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
         return out.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None
@@ -166,8 +171,12 @@ class RunRecords:
             keep = sizes.get(path.name, 0)
             size = path.stat().st_size
             if size < keep:
-                log.warning("%s is shorter (%d bytes) than when the checkpoint was written (%d): rows were lost",
-                            path, size, keep)
+                log.warning(
+                    "%s is shorter (%d bytes) than when the checkpoint was written (%d): rows were lost",
+                    path,
+                    size,
+                    keep,
+                )
                 continue
             if size == keep:
                 continue
@@ -199,8 +208,14 @@ class RunRecords:
             kind = row["kind"]
             self._event_counts[kind] = self._event_counts.get(kind, 0) + 1
             extra = {"events/lost_steps": row["detail"].get("lost_steps", 0)} if kind == "rollback" else {}
-            self._wandb.log({"events/step": row["step"], "events/sim_time_s": row["sim_time_s"],
-                             f"events/{kind}": self._event_counts[kind], **extra})
+            self._wandb.log(
+                {
+                    "events/step": row["step"],
+                    "events/sim_time_s": row["sim_time_s"],
+                    f"events/{kind}": self._event_counts[kind],
+                    **extra,
+                }
+            )
 
     def write_json(self, name: str, data: Dict[str, Any]) -> None:
         if self.enabled:
@@ -221,8 +236,9 @@ class RunRecords:
 
 
 def _numbers(prefix: str, row: Dict[str, Any]) -> Dict[str, float]:
-    return {f"{prefix}/{k}": v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)} | \
-        {f"{prefix}/{k}": int(v) for k, v in row.items() if isinstance(v, bool)}
+    return {f"{prefix}/{k}": v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)} | {
+        f"{prefix}/{k}": int(v) for k, v in row.items() if isinstance(v, bool)
+    }
 
 
 def flatten(data: Dict[str, Any], prefix: str = "", sep: str = "/") -> Dict[str, Any]:
@@ -260,13 +276,23 @@ def _start_wandb(logger_cfg, config, run_dir: Path):
     try:
         import wandb
     except ImportError:
-        log.warning("logger=wandb but the wandb package is not installed: pip install -r requirements-optional.txt; "
-                    "logging to files only")
+        log.warning(
+            "logger=wandb but the wandb package is not installed: pip install -r requirements-optional.txt; "
+            "logging to files only"
+        )
         return None
     group, tags = wandb_group_and_tags(logger_cfg, config)
     try:
-        run = wandb.init(project=logger_cfg.project, entity=logger_cfg.entity, mode=logger_cfg.mode,
-                         config=config, dir=str(run_dir), name=run_dir.name, group=group, tags=tags)
+        run = wandb.init(
+            project=logger_cfg.project,
+            entity=logger_cfg.entity,
+            mode=logger_cfg.mode,
+            config=config,
+            dir=str(run_dir),
+            name=run_dir.name,
+            group=group,
+            tags=tags,
+        )
     except Exception as e:  # a missing key in online mode must not kill a training run
         log.warning("wandb.init failed (%s); logging to files only", e)
         return None

@@ -6,8 +6,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 
-def build_model(model_cfg, vocab_size: int, seed: int, device: str = "cpu",
-                dtype: torch.dtype = torch.float32) -> LlamaForCausalLM:
+def build_model(
+    model_cfg, vocab_size: int, seed: int, device: str = "cpu", dtype: torch.dtype = torch.float32
+) -> LlamaForCausalLM:
     """A freshly initialised LlamaForCausalLM; the same seed gives the same weights.
 
     `device="meta"` builds the shape only (no memory, no values): what the FLOP counter and a

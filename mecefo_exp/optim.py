@@ -14,8 +14,13 @@ def make_optimizer(model: torch.nn.Module, tcfg) -> torch.optim.Optimizer:
 
     # the fused (single-kernel) AdamW on CUDA; foreach (multi-tensor) elsewhere
     on_cuda = next(model.parameters()).device.type == "cuda"
-    return torch.optim.AdamW(model.parameters(), lr=tcfg.lr, betas=tuple(tcfg.betas), weight_decay=tcfg.weight_decay,
-                             **({"fused": True} if on_cuda else {"foreach": True}))
+    return torch.optim.AdamW(
+        model.parameters(),
+        lr=tcfg.lr,
+        betas=tuple(tcfg.betas),
+        weight_decay=tcfg.weight_decay,
+        **({"fused": True} if on_cuda else {"foreach": True}),
+    )
 
 
 def make_scheduler(optimizer, tcfg):

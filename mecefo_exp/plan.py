@@ -60,8 +60,11 @@ class Plan:
 
     def special_modes(self) -> Dict[int, Tuple[str, ...]]:
         """The computing workers whose work is not one normal micro-batch: worker -> its modes."""
-        return {w: modes for w, modes in ((w, tuple(i.mode for i in items)) for w, items in self.work.items() if items)
-                if modes != ("normal",)}
+        return {
+            w: modes
+            for w, modes in ((w, tuple(i.mode for i in items)) for w, items in self.work.items() if items)
+            if modes != ("normal",)
+        }
 
     def first_normal_worker(self) -> Optional[int]:
         """The lowest worker that computes exactly one normal micro-batch, if any."""
@@ -82,9 +85,15 @@ class SparsePlan(Plan):
     A plan may read its method's state when asked, so it is used before the method's next event.
     """
 
-    def __init__(self, step: int, n: int, changes: Union[Changes, Callable[[], Changes], None] = None,
-                 degraded: bool = False, notes: Optional[Dict[str, object]] = None,
-                 n_computing: Optional[int] = None):
+    def __init__(
+        self,
+        step: int,
+        n: int,
+        changes: Union[Changes, Callable[[], Changes], None] = None,
+        degraded: bool = False,
+        notes: Optional[Dict[str, object]] = None,
+        n_computing: Optional[int] = None,
+    ):
         self.step, self.n, self.degraded = step, n, degraded
         self.notes = notes if notes is not None else {}
         self._changes = changes if changes is not None else {}
@@ -124,8 +133,11 @@ class SparsePlan(Plan):
         return self._n_computing
 
     def special_modes(self) -> Dict[int, Tuple[str, ...]]:
-        return {w: modes for w, modes in ((w, tuple(i.mode for i in items)) for w, items in sorted(self.changes.items())
-                                          if items) if modes != ("normal",)}
+        return {
+            w: modes
+            for w, modes in ((w, tuple(i.mode for i in items)) for w, items in sorted(self.changes.items()) if items)
+            if modes != ("normal",)
+        }
 
     def first_normal_worker(self) -> Optional[int]:
         changes = self.changes
@@ -184,6 +196,7 @@ class Mode:
     `backward=False` the micro-batch is only run forward (a redundant forward) and
     contributes no gradient at all.
     """
+
     name: str
     contributes: Callable[[str], bool] = _all_parameters
     context: Optional[Callable[[torch.nn.Module], ContextManager]] = None

@@ -27,8 +27,9 @@ def is_attention_parameter(name: str) -> bool:
 SVD_KINDS = ("full", "randomized")
 
 
-def top_right_singular_vectors(weight: torch.Tensor, rank: int, kind: str = "full", oversample: int = 8,
-                               power_iters: int = 2, seed: int = 0) -> torch.Tensor:
+def top_right_singular_vectors(
+    weight: torch.Tensor, rank: int, kind: str = "full", oversample: int = 8, power_iters: int = 2, seed: int = 0
+) -> torch.Tensor:
     """V (in x r): the top-r right singular vectors of W (out x in).
 
     With r >= in, V is a complete orthonormal basis (V Vᵀ = I) and the gradient is exact.
@@ -72,8 +73,16 @@ def _randomized_right_vectors(w: torch.Tensor, rank: int, k: int, power_iters: i
 class LowRankProjections:
     """The V of every FFN linear, refreshed from the current weights every `every` steps."""
 
-    def __init__(self, model: torch.nn.Module, rank: int, every: int, modules: Iterable[str] = FFN_LINEARS,
-                 svd: str = "full", oversample: int = 8, power_iters: int = 2):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        rank: int,
+        every: int,
+        modules: Iterable[str] = FFN_LINEARS,
+        svd: str = "full",
+        oversample: int = 8,
+        power_iters: int = 2,
+    ):
         self.model, self.rank, self.every = model, rank, every
         self.modules = tuple(modules)
         self.svd, self.oversample, self.power_iters = svd, oversample, power_iters
@@ -87,8 +96,7 @@ class LowRankProjections:
 
     def state_dict(self) -> Dict[str, object]:
         """V of each linear in model order (ids do not survive a process) and the refresh step."""
-        return {"v": [self.v[id(lin)] for lin in self.linears()] if self.v else None,
-                "refreshed_at": self.refreshed_at}
+        return {"v": [self.v[id(lin)] for lin in self.linears()] if self.v else None, "refreshed_at": self.refreshed_at}
 
     def load_state_dict(self, state: Dict[str, object]) -> None:
         v = state["v"]
@@ -103,9 +111,12 @@ class LowRankProjections:
         """New V from the current weights; `compute=False` only records the step (a numerics-free
         run: no weights to decompose, and an SVD of a 7B's FFN takes ~12 ms)."""
         if compute:  # a randomized sketch is seeded by the step and the linear's place: reproducible
-            self.v = {id(lin): top_right_singular_vectors(lin.weight, self.rank, self.svd, self.oversample,
-                                                          self.power_iters, seed=step * 1000 + i)
-                      for i, lin in enumerate(self.linears())}
+            self.v = {
+                id(lin): top_right_singular_vectors(
+                    lin.weight, self.rank, self.svd, self.oversample, self.power_iters, seed=step * 1000 + i
+                )
+                for i, lin in enumerate(self.linears())
+            }
         self.refreshed_at = step
 
 
@@ -113,7 +124,7 @@ def full_svd_flops(m: int, n: int) -> float:
     """A thin SVD of an m x n matrix (m >= n) computing Sigma and V: about 4 m n^2 + 8 n^3
     (Golub & Van Loan, Matrix Computations, 4th ed., Fig. 8.6.1, R-SVD)."""
     m, n = max(m, n), min(m, n)
-    return 4 * m * n * n + 8 * n ** 3
+    return 4 * m * n * n + 8 * n**3
 
 
 def qr_flops(m: int, k: int) -> float:

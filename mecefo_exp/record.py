@@ -28,11 +28,16 @@ def clock_summary(timing, costs, hardware_cfg, n_workers: int) -> Dict:
         flops = timing.info["layout"]["flops_per_gpu_step"]
     peak = hardware_cfg.peak_tflops * 1e12
     out = dict(timing.info)
-    out.update(n_params_timed=timing.n_params, failure_free_step_s=step.total,
-               flops_per_worker_step=flops, paper_time=hardware_cfg.paper_time,
-               implied_mfu=flops / (step.total * peak) if step.total > 0 else None,
-               flop_ratio_neighbour_normal=next((c["flops"] / normal for k, c in timing.counts.items()
-                                                 if k.startswith("neighbor_pair")), None))
+    out.update(
+        n_params_timed=timing.n_params,
+        failure_free_step_s=step.total,
+        flops_per_worker_step=flops,
+        paper_time=hardware_cfg.paper_time,
+        implied_mfu=flops / (step.total * peak) if step.total > 0 else None,
+        flop_ratio_neighbour_normal=next(
+            (c["flops"] / normal for k, c in timing.counts.items() if k.startswith("neighbor_pair")), None
+        ),
+    )
     return out
 
 
@@ -42,9 +47,16 @@ def window_summary(window, trace, table, steps: int, n_workers: int) -> Dict:
     ideal: those samples over the table's throughput integrated over the usable nodes in the window."""
     start, end = window.first_step_s, window.last_step_end_s
     samples = steps * table.samples_per_step
-    out = {"samples_per_step": table.samples_per_step, "credited_samples": samples, "train_start_s": start,
-           "last_step_end_s": end, "window_s": None, "samples_per_s": None, "ideal_samples": None,
-           "goodput_over_ideal": None}
+    out = {
+        "samples_per_step": table.samples_per_step,
+        "credited_samples": samples,
+        "train_start_s": start,
+        "last_step_end_s": end,
+        "window_s": None,
+        "samples_per_s": None,
+        "ideal_samples": None,
+        "goodput_over_ideal": None,
+    }
     if start is None or end is None or end <= start:
         return out
     ideal, alive, t = 0.0, n_workers - len(trace.initial_down), start
@@ -56,8 +68,12 @@ def window_summary(window, trace, table, steps: int, n_workers: int) -> Dict:
             t = ev.time
         alive += -1 if ev.kind == "fail" else 1
     ideal += (end - t) * (table.samples_per_s(alive) if alive > 0 else 0.0)
-    out.update(window_s=end - start, samples_per_s=samples / (end - start), ideal_samples=ideal,
-               goodput_over_ideal=samples / ideal if ideal > 0 else None)
+    out.update(
+        window_s=end - start,
+        samples_per_s=samples / (end - start),
+        ideal_samples=ideal,
+        goodput_over_ideal=samples / ideal if ideal > 0 else None,
+    )
     return out
 
 
@@ -97,33 +113,69 @@ def close_a_record_left_behind(tier, records, record_failure) -> Optional[BaseEx
     return left
 
 
-def log_start(logger: logging.Logger, cfg, trace, timing, costs, training, max_steps: int,
-              tokens_per_step: int) -> None:
+def log_start(
+    logger: logging.Logger, cfg, trace, timing, costs, training, max_steps: int, tokens_per_step: int
+) -> None:
     """The run's first lines: what trains, on which clock, under which failures."""
     n_workers = cfg.cluster.n_workers
     exp, info = trace.expected, timing.info
     step_s = costs.failure_free_step(n_workers).total
-    logger.info("%s: %s, %d workers, %.2fM parameters, %d steps of %d tokens, %s", cfg.method.name, cfg.model.name,
-                n_workers, training.n_params / 1e6, max_steps, tokens_per_step, training.describe_data(max_steps))
+    logger.info(
+        "%s: %s, %d workers, %.2fM parameters, %d steps of %d tokens, %s",
+        cfg.method.name,
+        cfg.model.name,
+        n_workers,
+        training.n_params / 1e6,
+        max_steps,
+        tokens_per_step,
+        training.describe_data(max_steps),
+    )
     eff = f", efficiency {info['efficiency']:.3f} ({info['efficiency_source']})" if "efficiency" in info else ""
-    logger.info("clock: hardware=%s, %s compute, timing %s: failure-free step %.4g s%s; fingerprint %s",
-                info["hardware"], info["compute"], info["timed_model"], step_s, eff, info["fingerprint"])
+    logger.info(
+        "clock: hardware=%s, %s compute, timing %s: failure-free step %.4g s%s; fingerprint %s",
+        info["hardware"],
+        info["compute"],
+        info["timed_model"],
+        step_s,
+        eff,
+        info["fingerprint"],
+    )
     if "layout" in info:
         lay = info["layout"]
-        logger.info("layout: tp%d x pp%d x dp%d, %s with %d micro-batches: pipeline %.4g s (bubble %.1f%%), stages of "
-                    "%s layers", lay["tp"], lay["pp"], lay["dp"], lay["schedule"], lay["microbatches"], lay["pipeline_s"],
-                    100 * lay["bubble_fraction"], "/".join(map(str, sorted(set(lay["stage_layers"])))))
-    logger.info("failure=%s: expected %.1f failures and %.2f workers down on average over the failure-free run "
-                "(%.1f simulated s)", cfg.failure.name, exp["failures"], exp["mean_workers_down"], step_s * max_steps)
+        logger.info(
+            "layout: tp%d x pp%d x dp%d, %s with %d micro-batches: pipeline %.4g s (bubble %.1f%%), stages of "
+            "%s layers",
+            lay["tp"],
+            lay["pp"],
+            lay["dp"],
+            lay["schedule"],
+            lay["microbatches"],
+            lay["pipeline_s"],
+            100 * lay["bubble_fraction"],
+            "/".join(map(str, sorted(set(lay["stage_layers"])))),
+        )
+    logger.info(
+        "failure=%s: expected %.1f failures and %.2f workers down on average over the failure-free run "
+        "(%.1f simulated s)",
+        cfg.failure.name,
+        exp["failures"],
+        exp["mean_workers_down"],
+        step_s * max_steps,
+    )
     if exp["failures"] > max_steps:
         # The paper's rates are per paper hour, and the whole run is cluster.paper_run_h paper
         # hours long: a short run packs the same failures into few steps, and a method whose
         # recovery outlasts the gap between failures (a restart) keeps failing while it
         # recovers (failure=high, 1 step, checkpoint: 254 failures).
-        logger.warning("failure=%s: %.1f failures expected in %d steps (more than one per step): failure rates are "
-                       "per paper hour and the run stands for cluster.paper_run_h=%g paper hours whatever its length, "
-                       "so a short run is mostly failures and recoveries; use more steps or failure=none",
-                       cfg.failure.name, exp["failures"], max_steps, cfg.cluster.paper_run_h)
+        logger.warning(
+            "failure=%s: %.1f failures expected in %d steps (more than one per step): failure rates are "
+            "per paper hour and the run stands for cluster.paper_run_h=%g paper hours whatever its length, "
+            "so a short run is mostly failures and recoveries; use more steps or failure=none",
+            cfg.failure.name,
+            exp["failures"],
+            max_steps,
+            cfg.cluster.paper_run_h,
+        )
 
 
 def warn_if_memory_does_not_fit(logger: logging.Logger, timing) -> None:
@@ -131,26 +183,45 @@ def warn_if_memory_does_not_fit(logger: logging.Logger, timing) -> None:
         return  # a throughput table says itself where a system does not fit (an entry of 0)
     mem = timing.memory
     if not all(mem["fits"].get(k, True) for k in ("normal", "neighbour")):
-        logger.warning("memory: %s does not fit in %.0f GB per worker (peak %s GB; hardware.shard=%s): "
-                       "the clock times it anyway, summary.json flags it", timing.timed_model, mem["capacity_GB"],
-                       ", ".join(f"{k} {v:.1f}" for k, v in mem["peak_GB"].items()), mem["shard"])
+        logger.warning(
+            "memory: %s does not fit in %.0f GB per worker (peak %s GB; hardware.shard=%s): "
+            "the clock times it anyway, summary.json flags it",
+            timing.timed_model,
+            mem["capacity_GB"],
+            ", ".join(f"{k} {v:.1f}" for k, v in mem["peak_GB"].items()),
+            mem["shard"],
+        )
 
 
 def log_done(logger: logging.Logger, summary: Dict, run_dir: Path) -> None:
     ppl = summary["final_val_ppl"]
-    logger.info("done: %d steps, final val ppl %s, throughput %.0f tokens/s simulated (%.1f s), wall %.1f s -> %s",
-                summary["steps"], f"{ppl:.2f}" if ppl is not None else "n/a (numerics off)",
-                summary["throughput_tok_s"] or 0, summary["sim_time_s"], summary["wall_time_s"], run_dir)
+    logger.info(
+        "done: %d steps, final val ppl %s, throughput %.0f tokens/s simulated (%.1f s), wall %.1f s -> %s",
+        summary["steps"],
+        f"{ppl:.2f}" if ppl is not None else "n/a (numerics off)",
+        summary["throughput_tok_s"] or 0,
+        summary["sim_time_s"],
+        summary["wall_time_s"],
+        run_dir,
+    )
 
 
 def identity(cfg, git_sha: Optional[str], run_dir: Path) -> Dict:
     """The fields of summary.json that are fixed for the run."""
-    return {"method": cfg.method.name, "failure": cfg.failure.name, "model": cfg.model.name, "seed": cfg.seed,
-            "n_workers": cfg.cluster.n_workers, "max_steps": cfg.trainer.max_steps, "numerics": cfg.trainer.numerics,
-            "hardware": cfg.hardware.name, "timing_model": cfg.hardware.timing_model or cfg.model.name,
-            "git_sha": git_sha, "run_dir": str(run_dir)}
+    return {
+        "method": cfg.method.name,
+        "failure": cfg.failure.name,
+        "model": cfg.model.name,
+        "seed": cfg.seed,
+        "n_workers": cfg.cluster.n_workers,
+        "max_steps": cfg.trainer.max_steps,
+        "numerics": cfg.trainer.numerics,
+        "hardware": cfg.hardware.name,
+        "timing_model": cfg.hardware.timing_model or cfg.model.name,
+        "git_sha": git_sha,
+        "run_dir": str(run_dir),
+    }
 
 
 def now_iso() -> str:
     return datetime.datetime.now().isoformat(timespec="seconds")
-

@@ -71,9 +71,11 @@ def config_edited(run_dir: Path) -> Optional[str]:
     record predates the hash)."""
     recorded = previous_record(run_dir).get("config_sha256")
     if recorded and recorded != config_sha256(run_dir):
-        return (f"{Path(run_dir) / 'config.yaml'} was edited after the run started (its sha256 is not the "
-                f"config_sha256 summary.json recorded, {str(recorded)[:12]}...): put back the settings the run "
-                "started with, or start a new run")
+        return (
+            f"{Path(run_dir) / 'config.yaml'} was edited after the run started (its sha256 is not the "
+            f"config_sha256 summary.json recorded, {str(recorded)[:12]}...): put back the settings the run "
+            "started with, or start a new run"
+        )
     return None
 
 
@@ -84,8 +86,9 @@ class ResumePoint:
     record: Dict  # summary.json's entry for this resume
 
 
-def resume_from_folder(run_dir: Path, method_name: str, store, resume_store, training, books, records,
-                       n_previous: int) -> ResumePoint:
+def resume_from_folder(
+    run_dir: Path, method_name: str, store, resume_store, training, books, records, n_previous: int
+) -> ResumePoint:
     """Restore the newest complete checkpoint into `training` and `books`; supersede later rows."""
     if store is None:
         raise ConfigError(f"resume=true: method={method_name} writes no checkpoints to resume from")
@@ -103,16 +106,18 @@ def resume_from_folder(run_dir: Path, method_name: str, store, resume_store, tra
         try:
             loaded = candidate.load(step)
         except Exception as e:
-            log.warning("resume: %s cannot be loaded (%s); trying an older checkpoint", candidate.path(step),
-                        _reason(e))
+            log.warning(
+                "resume: %s cannot be loaded (%s); trying an older checkpoint", candidate.path(step), _reason(e)
+            )
             unreadable.append((candidate, step))
             continue
         try:
             training.load_state_dict(loaded)
             books.load_state_dict(loaded["harness"])
         except Exception as e:
-            log.warning("resume: %s does not fit this run (%s); trying an older checkpoint", candidate.path(step),
-                        _reason(e))
+            log.warning(
+                "resume: %s does not fit this run (%s); trying an older checkpoint", candidate.path(step), _reason(e)
+            )
             unreadable.append((candidate, step))
             continue
         state, source = loaded, candidate
@@ -123,7 +128,7 @@ def resume_from_folder(run_dir: Path, method_name: str, store, resume_store, tra
     harness_steps = [s for s in harness_steps if (resume_store, s) not in unreadable]
     step = state["step"]
     harness = state["harness"]
-    store.saved = steps[-store.keep:]
+    store.saved = steps[-store.keep :]
     if resume_store is not None:
         resume_store.saved = harness_steps[-1:]
     n = n_previous + 1
@@ -132,9 +137,14 @@ def resume_from_folder(run_dir: Path, method_name: str, store, resume_store, tra
         superseded = records.supersede(harness["records"], label=f"resume-{n}")
     else:
         log.warning("%s predates record lengths in checkpoints: rows after it are not cut", source.path(step))
-    record = {"n": n, "at": datetime.datetime.now().isoformat(timespec="seconds"), "from_step": step,
-              "checkpoint": str(source.path(step).relative_to(run_dir)), "sim_time_s": books.clock.now,
-              "superseded_rows": superseded}
+    record = {
+        "n": n,
+        "at": datetime.datetime.now().isoformat(timespec="seconds"),
+        "from_step": step,
+        "checkpoint": str(source.path(step).relative_to(run_dir)),
+        "sim_time_s": books.clock.now,
+        "superseded_rows": superseded,
+    }
     return ResumePoint(step=step, wall_time_s=harness.get("wall_time_s", 0.0), record=record)
 
 

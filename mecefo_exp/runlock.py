@@ -50,8 +50,10 @@ def acquire(run_dir) -> None:
         try:
             lock.acquire()
         except Timeout:
-            raise RunFolderBusy(f"run folder {run_dir} is in use by {owner(run_dir)}: wait for that run to end "
-                                "(or stop it), or pick another hydra.run.dir") from None
+            raise RunFolderBusy(
+                f"run folder {run_dir} is in use by {owner(run_dir)}: wait for that run to end "
+                "(or stop it), or pick another hydra.run.dir"
+            ) from None
         except OSError as e:
             if e.errno != errno.ENOSYS:
                 raise
@@ -100,8 +102,11 @@ def owner(run_dir) -> str:
 
 
 def _write_owner(run_dir: Path) -> None:
-    info = {"pid": os.getpid(), "host": socket.gethostname(),
-            "since": datetime.datetime.now().isoformat(timespec="seconds")}
+    info = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "since": datetime.datetime.now().isoformat(timespec="seconds"),
+    }
     try:
         (run_dir / OWNER_NAME).write_text(json.dumps(info) + "\n")
     except OSError as e:  # the lock holds without it; only the refusal's wording suffers

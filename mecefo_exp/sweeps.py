@@ -141,16 +141,22 @@ class FailedJobsCallback(Callback):
         try:
             runlock.acquire(folder)
         except runlock.RunFolderBusy:
-            print(f"error: sweep folder {folder} is in use by {runlock.owner(folder)}: wait for that sweep to end "
-                  "(or stop it), or pick another hydra.sweep.dir", file=sys.stderr)
+            print(
+                f"error: sweep folder {folder} is in use by {runlock.owner(folder)}: wait for that sweep to end "
+                "(or stop it), or pick another hydra.sweep.dir",
+                file=sys.stderr,
+            )
             sys.exit(2)
         earlier = job_folders(folder) if folder.is_dir() else {}
         if earlier:
             runlock.release(folder)
             first = earlier[min(earlier)]
-            print(f"error: sweep folder {folder} holds {len(earlier)} job(s) of an earlier sweep ({first.name}, ...): "
-                  "its jobs would append to their files; pick another hydra.sweep.dir, or finish a stopped job with "
-                  f"python run.py resume=true hydra.run.dir=<job folder>", file=sys.stderr)
+            print(
+                f"error: sweep folder {folder} holds {len(earlier)} job(s) of an earlier sweep ({first.name}, ...): "
+                "its jobs would append to their files; pick another hydra.sweep.dir, or finish a stopped job with "
+                f"python run.py resume=true hydra.run.dir=<job folder>",
+                file=sys.stderr,
+            )
             sys.exit(2)
         CURRENT.folder, CURRENT.started = folder, time.time() - 1.0  # file times can be coarse
         CURRENT.planned = basic_plan(config)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Dict, Mapping, Optional
 
-
 #: a step where the table has no throughput (out of memory): 1e12 ms, as the simulators charge it
 STALLED_STEP_S = 1e9
 
@@ -57,7 +56,9 @@ class ThroughputTable:
         return seconds * slowdown
 
 
-def table_for(tables: Mapping, method: str, samples_per_step: int, integer_ms: bool = False) -> Optional[ThroughputTable]:
+def table_for(
+    tables: Mapping, method: str, samples_per_step: int, integer_ms: bool = False
+) -> Optional[ThroughputTable]:
     """The method's own table, else the `default` one, else None."""
     key = method if method in tables else "default" if "default" in tables else None
     if key is None:

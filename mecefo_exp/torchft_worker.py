@@ -54,9 +54,16 @@ def worker_main() -> int:
         return 128 + e.signum
     except SystemExit:
         raise
-    except BaseException as e:  # summary.json names this worker's log: the traceback goes there, one line to the console
-        logging.getLogger(__name__).exception("worker %d (process %d) failed: %s: %s", worker, os.getpid(),
-                                              type(e).__name__, " ".join(str(e).split())[:300])
+    except (
+        BaseException
+    ) as e:  # summary.json names this worker's log: the traceback goes there, one line to the console
+        logging.getLogger(__name__).exception(
+            "worker %d (process %d) failed: %s: %s",
+            worker,
+            os.getpid(),
+            type(e).__name__,
+            " ".join(str(e).split())[:300],
+        )
         return 1
     return 0
 

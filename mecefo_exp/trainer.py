@@ -27,25 +27,34 @@ import time
 from typing import Dict, Optional
 
 from . import runlock
-from .errors import ConfigError
 from .config import plain
 from .console import Progress
 from .context import Context, log
+from .errors import ConfigError
 from .failures import FAIL, JOB, FailureEvent, check_whole_groups, make_trace
-from .invariants import NodePresence, check_goodput
 from .failures.classes import COLLECTIVE_TIMEOUT, fault_class, restore_source
+from .invariants import NodePresence, check_goodput
 from .methods import build_method
 from .methods.base import steps_before_multiple
 from .methods.checkpointing import store_of_run
 from .metrics import RunRecords
-from .record import (clock_summary, close_a_record_left_behind, identity, log_done, log_start, now_iso, record_failure,
-                     warn_if_memory_does_not_fit, window_summary)
+from .plan import StepNotCommitted
+from .record import (
+    clock_summary,
+    close_a_record_left_behind,
+    identity,
+    log_done,
+    log_start,
+    now_iso,
+    record_failure,
+    warn_if_memory_does_not_fit,
+    window_summary,
+)
 from .resume import config_sha256, previous_record, previous_resumes, resume_from_folder
+from .shape_only import ShapeOnlyState
 from .signals import Terminated, signals_end_the_run, signals_held
 from .timing import CostModel, build_timing, state_bytes
 from .timing.clock import steps_ending_by, steps_starting_before
-from .plan import StepNotCommitted
-from .shape_only import ShapeOnlyState
 
 __all__ = ["Experiment", "NoProgress", "Progress", "StepNotCommitted", "Terminated", "signals_end_the_run"]
 
@@ -98,6 +107,7 @@ class Experiment(Context):
                 self.config_sha256 = previous_record(self.run_dir).get("config_sha256")
             else:
                 from omegaconf import OmegaConf
+
                 # the run's identity, written first and never again: what resume=true reuses
                 OmegaConf.save(cfg, self.run_dir / "config.yaml", resolve=True)
         self.config_sha256 = self.config_sha256 or config_sha256(self.run_dir)
@@ -126,8 +136,10 @@ class Experiment(Context):
         self.resumed = self.tier.begin(self.resumed)
         self.event_driven = cfg.trainer.event_driven and not self.training.numerics
         if self.event_driven and not self.method.names_its_events:
-            log.info("method=%s cannot name its next event: the numerics-free loop steps it one step at a time",
-                     self.method.name)
+            log.info(
+                "method=%s cannot name its next event: the numerics-free loop steps it one step at a time",
+                self.method.name,
+            )
             self.event_driven = False
         log_start(log, cfg, self.trace, self.timing, self.costs, self.training, self.max_steps, self.tokens_per_step)
 
@@ -138,17 +150,41 @@ class Experiment(Context):
         # a resumed run keeps its own clock: the profile.json its first start wrote
         own = resumed_profile if cfg.resume and cfg.cluster.profile == "auto" and resumed_profile.exists() else None
         numerics = self.training.numerics
-        self.timing = build_timing(cfg, self.method, modes, self.training.vocab_size, self.device,
-                                   real_model=self.training.model if numerics else None,
-                                   stream=self.training.stream, is_main=self.is_main, own_profile=own)
+        self.timing = build_timing(
+            cfg,
+            self.method,
+            modes,
+            self.training.vocab_size,
+            self.device,
+            real_model=self.training.model if numerics else None,
+            stream=self.training.stream,
+            is_main=self.is_main,
+            own_profile=own,
+        )
         self.tier.share_profile(self.timing)
         self.training.kernel_counts = self.timing.counts
-        self.costs = CostModel(self.timing.profile, cfg.cluster, cfg.hardware, self.timing.n_params,
-                               state_bytes=state_bytes(self.timing.n_params), modes=modes, max_steps=self.max_steps,
-                               method=cfg.method.name, shape=self.placement)
+        self.costs = CostModel(
+            self.timing.profile,
+            cfg.cluster,
+            cfg.hardware,
+            self.timing.n_params,
+            state_bytes=state_bytes(self.timing.n_params),
+            modes=modes,
+            max_steps=self.max_steps,
+            method=cfg.method.name,
+            shape=self.placement,
+        )
         step_s = self.costs.failure_free_step(self.n_workers).total
-        self.trace = make_trace(cfg.failure, self.n_workers, step_s, self.max_steps, cfg.seed, cfg.cluster.paper_run_h,
-                                real_time=self.costs.real_time, job_start_s=self.method.job_start_s())
+        self.trace = make_trace(
+            cfg.failure,
+            self.n_workers,
+            step_s,
+            self.max_steps,
+            cfg.seed,
+            cfg.cluster.paper_run_h,
+            real_time=self.costs.real_time,
+            job_start_s=self.method.job_start_s(),
+        )
         if self.placement is not None:
             check_whole_groups(self.trace, self.placement.tp)
         # a node trace: no step computed on more nodes than present (a replay of another simulator,
@@ -164,18 +200,39 @@ class Experiment(Context):
     # ------------------------------------------------------------------ resume
     def resume(self) -> None:
         """Continue this run folder from its newest complete checkpoint (resume=true)."""
-        point = resume_from_folder(self.run_dir, self.cfg.method.name, self.method.store,
-                                   self.resume_store, self.training, self.books, self.records, len(self.resumes))
+        point = resume_from_folder(
+            self.run_dir,
+            self.cfg.method.name,
+            self.method.store,
+            self.resume_store,
+            self.training,
+            self.books,
+            self.records,
+            len(self.resumes),
+        )
         self.step = point.step
         self.wall_start = time.perf_counter() - point.wall_time_s
         self.resumed = True
         self.resumes.append(point.record)
         checkpoint = self.run_dir / point.record["checkpoint"]
         superseded = point.record["superseded_rows"]
-        self.event("resume", detail={"step": self.step, "checkpoint": str(checkpoint), "n": point.record["n"],
-                                     "superseded_rows": superseded})
-        log.info("resumed %s at step %d (simulated time %.2f s); superseded rows %s (kept in superseded/resume-%d/)",
-                 self.run_dir, self.step, self.clock.now, superseded or "none", point.record["n"])
+        self.event(
+            "resume",
+            detail={
+                "step": self.step,
+                "checkpoint": str(checkpoint),
+                "n": point.record["n"],
+                "superseded_rows": superseded,
+            },
+        )
+        log.info(
+            "resumed %s at step %d (simulated time %.2f s); superseded rows %s (kept in superseded/resume-%d/)",
+            self.run_dir,
+            self.step,
+            self.clock.now,
+            superseded or "none",
+            point.record["n"],
+        )
         self.records.summary(self.summary("running"))  # the record says at once that it was resumed
 
     # ------------------------------------------------------------------ the loop
@@ -247,7 +304,9 @@ class Experiment(Context):
                 continue
             end = clock.now + cost.total
             t_fail, t_own = trace.next_failure_time(), method.timer_s()
-            if t_own is not None and t_own < end and (t_fail is None or t_own < t_fail):  # an instant's trace events first
+            if (
+                t_own is not None and t_own < end and (t_fail is None or t_own < t_fail)
+            ):  # an instant's trace events first
                 method.on_timer(plan, max(0.0, t_own - clock.now))
                 continue
             if t_fail is not None and t_fail < end:
@@ -267,17 +326,26 @@ class Experiment(Context):
             clock.commit_step(self.step, cost)
             books.tokens_processed += numbers.pop("tokens")
             alive = self.alive
-            row = {"step": self.step, "tokens": (self.step + 1) * self.tokens_per_step, **numbers,
-                   "sim_time_s": clock.now, "wall_time_s": time.perf_counter() - self.wall_start,
-                   "alive": alive, "degraded": plan.degraded, "step_cost_s": cost.total}
+            row = {
+                "step": self.step,
+                "tokens": (self.step + 1) * self.tokens_per_step,
+                **numbers,
+                "sim_time_s": clock.now,
+                "wall_time_s": time.perf_counter() - self.wall_start,
+                "alive": alive,
+                "degraded": plan.degraded,
+                "step_cost_s": cost.total,
+            }
             self.records.metric(row)
             self.step += 1
             with signals_held():  # REFT's snapshot is a torch.save too
                 method.after_step(self.step - 1)  # the state is now that before step self.step
-            progress.update(self.step, row.get("loss"), clock.now, self.tokens_per_step, alive,
-                            tflops_s=training.achieved_tflops_s)
-            evaluated = bool(eval_every) and self.step % eval_every == 0 and self.step < self.max_steps \
-                and self.run_eval()
+            progress.update(
+                self.step, row.get("loss"), clock.now, self.tokens_per_step, alive, tflops_s=training.achieved_tflops_s
+            )
+            evaluated = (
+                bool(eval_every) and self.step % eval_every == 0 and self.step < self.max_steps and self.run_eval()
+            )
             self.end_of_boundary(evaluated)
         progress.close()
         self.run_eval()
@@ -288,9 +356,11 @@ class Experiment(Context):
         self._idle = self._idle + 1 if here == self._last_place else 0
         self._last_place = here
         if self._idle >= MAX_IDLE_ATTEMPTS:
-            raise NoProgress(f"step {self.step} cannot make progress: {self._idle + 1} attempts in a row left the "
-                             f"simulated clock at {self.clock.now!r} s and the trace at event {self.trace.position} "
-                             f"(next failure at {self.trace.next_failure_time()!r} s)")
+            raise NoProgress(
+                f"step {self.step} cannot make progress: {self._idle + 1} attempts in a row left the "
+                f"simulated clock at {self.clock.now!r} s and the trace at event {self.trace.position} "
+                f"(next failure at {self.trace.next_failure_time()!r} s)"
+            )
 
     def wait_for_an_event(self, plan) -> bool:
         """Nobody can compute: the clock stalls to the next event, the trace's or the method's
@@ -321,9 +391,14 @@ class Experiment(Context):
         if not quiet:
             return 0
         now, trace = self.clock.now, self.trace
-        limits = [quiet, self.max_steps - self.step, steps_ending_by(now, step_s, trace.next_failure_time()),
-                  steps_starting_before(now, step_s, trace.next_event_time()),
-                  steps_ending_by(now, step_s, self.method.timer_s()), steps_ending_by(now, step_s, trace.stop_s)]
+        limits = [
+            quiet,
+            self.max_steps - self.step,
+            steps_ending_by(now, step_s, trace.next_failure_time()),
+            steps_starting_before(now, step_s, trace.next_event_time()),
+            steps_ending_by(now, step_s, self.method.timer_s()),
+            steps_ending_by(now, step_s, trace.stop_s),
+        ]
         if self.eval_every and self.training.numerics:
             limits.append(steps_before_multiple(self.step, self.eval_every))
         if self.resume_store is not None and self.resume_every:
@@ -342,9 +417,19 @@ class Experiment(Context):
         self.method.book_quiet(plan, count)
         self.step += count
         alive = self.alive
-        self.records.metric({"step": self.step - 1, "first_step": first, "tokens": self.step * self.tokens_per_step,
-                             **numbers, "sim_time_s": clock.now, "wall_time_s": time.perf_counter() - self.wall_start,
-                             "alive": alive, "degraded": plan.degraded, "step_cost_s": cost.total})
+        self.records.metric(
+            {
+                "step": self.step - 1,
+                "first_step": first,
+                "tokens": self.step * self.tokens_per_step,
+                **numbers,
+                "sim_time_s": clock.now,
+                "wall_time_s": time.perf_counter() - self.wall_start,
+                "alive": alive,
+                "degraded": plan.degraded,
+                "step_cost_s": cost.total,
+            }
+        )
         with signals_held():
             self.method.after_quiet_steps(self.step - 1)  # as after_step: a method's periodic work ending the run
         self.progress.update(self.step, None, clock.now, self.tokens_per_step, alive)
@@ -369,8 +454,13 @@ class Experiment(Context):
         with signals_held():
             wrote = store.flush() if store is not None else False
             every = self.resume_every
-            if (self.resume_store is not None and every and self.step % every == 0 and 0 < self.step < self.max_steps
-                    and not (store is not None and self.step in store.saved)):
+            if (
+                self.resume_store is not None
+                and every
+                and self.step % every == 0
+                and 0 < self.step < self.max_steps
+                and not (store is not None and self.step in store.saved)
+            ):
                 self.resume_store.save(self.step)  # not charged: the harness's safety, not the method's
                 wrote = self.resume_store.flush() or wrote
         if wrote or evaluated or time.perf_counter() - self._summary_at > SUMMARY_EVERY_S:
@@ -382,9 +472,18 @@ class Experiment(Context):
         if loss is None:  # numerics off
             return False
         self.books.final_val_loss = loss
-        self.records.eval({"step": self.step, "sim_time_s": self.clock.now,
-                           "tokens": self.step * self.tokens_per_step, "val_loss": loss, "val_ppl": math.exp(loss)})
-        log.info("step %d  val_loss %.4f  val_ppl %.2f  sim_time %.1fs", self.step, loss, math.exp(loss), self.clock.now)
+        self.records.eval(
+            {
+                "step": self.step,
+                "sim_time_s": self.clock.now,
+                "tokens": self.step * self.tokens_per_step,
+                "val_loss": loss,
+                "val_ppl": math.exp(loss),
+            }
+        )
+        log.info(
+            "step %d  val_loss %.4f  val_ppl %.2f  sim_time %.1fs", self.step, loss, math.exp(loss), self.clock.now
+        )
         return True
 
     # ------------------------------------------------------------------ the record
@@ -392,13 +491,22 @@ class Experiment(Context):
         """summary.json from the parts built so far."""
         sim = self.clock.now
         committed = self.step * self.tokens_per_step
-        data = {"status": status, **identity(self.cfg, self._git_sha, self.run_dir), "steps": self.step,
-                "tokens_committed": committed, "sim_time_s": sim, "wall_time_s": time.perf_counter() - self.wall_start,
-                "throughput_tok_s": committed / sim if sim > 0 else None,
-                # this machine, wall clock, this segment's computed steps (evals and checkpoints excluded)
-                "achieved_tflops_s": None, "mfu": None,
-                "updated_at": now_iso(), "resumes": self.resumes, "config_sha256": self.config_sha256,
-                **self.books.summary()}
+        data = {
+            "status": status,
+            **identity(self.cfg, self._git_sha, self.run_dir),
+            "steps": self.step,
+            "tokens_committed": committed,
+            "sim_time_s": sim,
+            "wall_time_s": time.perf_counter() - self.wall_start,
+            "throughput_tok_s": committed / sim if sim > 0 else None,
+            # this machine, wall clock, this segment's computed steps (evals and checkpoints excluded)
+            "achieved_tflops_s": None,
+            "mfu": None,
+            "updated_at": now_iso(),
+            "resumes": self.resumes,
+            "config_sha256": self.config_sha256,
+            **self.books.summary(),
+        }
         if self.trace is not None:
             data.update(self.books.trace_summary())
         if self.training is not None:
@@ -407,8 +515,9 @@ class Experiment(Context):
             data["clock"] = clock_summary(self.timing, self.costs, self.cfg.hardware, self.n_workers)
             data["memory"] = self.timing.memory
             if self.costs.table is not None:
-                data["window"] = window_summary(self.books.window, self.trace, self.costs.table, self.step,
-                                                self.n_workers)
+                data["window"] = window_summary(
+                    self.books.window, self.trace, self.costs.table, self.step, self.n_workers
+                )
         if self.method is not None:
             data.update(self.method.summary())
         data.update(self.tier.summary())
@@ -435,8 +544,11 @@ class Experiment(Context):
                         self.progress.close()  # give the console back (and its log handlers) before the traceback
                     if not (self.cfg.resume and not self.resumed and isinstance(e, ConfigError)):
                         self._record_failure(e)  # a refused resume leaves the folder's record as it was
-                    left = None if self.is_main else close_a_record_left_behind(self.tier, self.records,
-                                                                                   self._record_failure)
+                    left = (
+                        None
+                        if self.is_main
+                        else close_a_record_left_behind(self.tier, self.records, self._record_failure)
+                    )
                     if left is not None:
                         raise left from None
                     raise

@@ -18,12 +18,12 @@ from typing import Dict, Optional
 
 import torch
 
-from .executor import microbatch_losses
-from .errors import ConfigError
 from .config import plain
 from .data import SampleStream, load_corpus, validation_blocks
+from .errors import ConfigError
+from .executor import microbatch_losses
 from .model import build_model, count_parameters
-from .optim import lr_factor, make_optimizer, make_scheduler
+from .optim import make_optimizer, make_scheduler
 from .plan import NonFiniteLoss, StepNotCommitted
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def evaluate(model: torch.nn.Module, blocks: torch.Tensor, device: torch.device,
     model.eval()
     total, n = 0.0, 0
     for start in range(0, blocks.shape[0], batch):
-        chunk = blocks[start:start + batch].to(device)
+        chunk = blocks[start : start + batch].to(device)
         losses = microbatch_losses(model, chunk.unsqueeze(1))
         total += losses.sum().item()
         n += losses.numel()
@@ -114,15 +114,23 @@ class TrainingState:
         tflops = flops / max(seconds, 1e-12) / 1e12
         if not math.isfinite(loss):
             raise NonFiniteLoss(f"step {step}: the training loss is {loss} (diverged); the run stops here")
-        return {"tokens": result.tokens, "loss": loss, "lr": lr, "grad_norm": float(grad_norm),
-                "tflops_s": tflops, "mfu": tflops / self.peak_tflops if self.peak_tflops else None}
+        return {
+            "tokens": result.tokens,
+            "loss": loss,
+            "lr": lr,
+            "grad_norm": float(grad_norm),
+            "tflops_s": tflops,
+            "mfu": tflops / self.peak_tflops if self.peak_tflops else None,
+        }
 
     def executed_flops(self, plan) -> float:
         """FLOPs of the micro-batches this process ran for `plan` (its share under torchrun),
         from the counted kernels (timing/flops.py: torch's FlopCounterMode on the model)."""
         counts = self.kernel_counts
-        return sum(len(samples) * counts.get(self.modes[mode].kernel, {}).get("flops", 0.0)
-                   for mode, samples in self.cluster.my_share(plan).items())
+        return sum(
+            len(samples) * counts.get(self.modes[mode].kernel, {}).get("flops", 0.0)
+            for mode, samples in self.cluster.my_share(plan).items()
+        )
 
     def evaluate(self) -> Optional[float]:
         return evaluate(self.model, self.val_blocks, self.device)
@@ -134,8 +142,12 @@ class TrainingState:
     # ---- what a checkpoint holds (the step and the harness's books are added by the trainer)
     def state_dict(self) -> Dict:
         """References to the live state; torch.save copies it, in-memory snapshots must clone."""
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "rng": torch.get_rng_state()}
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": torch.get_rng_state(),
+        }
 
     def load_state_dict(self, state: Dict) -> None:
         self.model.load_state_dict(state["model"])
@@ -145,5 +157,9 @@ class TrainingState:
 
     def summary(self) -> Dict:
         tflops = self.achieved_tflops_s
-        return {"achieved_tflops_s": tflops, "mfu": tflops / self.peak_tflops if tflops and self.peak_tflops else None,
-                "data_fingerprint": self.corpus.fingerprint, "n_params": self.n_params}
+        return {
+            "achieved_tflops_s": tflops,
+            "mfu": tflops / self.peak_tflops if tflops and self.peak_tflops else None,
+            "data_fingerprint": self.corpus.fingerprint,
+            "n_params": self.n_params,
+        }

@@ -62,8 +62,21 @@ BLOBS = {
 MODELS = {"bert_large": "BERT-large", "gpt3_2_7b": "GPT-3-2_7b", "gpt3_6_7b": "GPT-3-6_7b"}
 SYSTEMS = {"varuna": "varuna_simulator", "oobleck": "oobleck_simulator", "bamboo": "bamboo_simulator"}
 SETTINGS = {"freq": "eval_tput_vs_freq.py", "spot": "eval_gcp_ec2.py"}
-COLUMNS = ["trace", "model", "system", "setting", "samples_per_s", "credited_steps", "train_start_s",
-           "last_step_end_s", "num_steps_complete", "rate_shift", "status", "error", "error_at"]
+COLUMNS = [
+    "trace",
+    "model",
+    "system",
+    "setting",
+    "samples_per_s",
+    "credited_steps",
+    "train_start_s",
+    "last_step_end_s",
+    "num_steps_complete",
+    "rate_shift",
+    "status",
+    "error",
+    "error_at",
+]
 
 
 def git_blob(path: Path) -> str:
@@ -109,25 +122,34 @@ def constructor_arguments(simdir: Path, script: str) -> dict:
 
 # --- the worker: imports the artifact once, runs one cell per request --------------------------------------
 
+
 def _run_cell(modules, trace_path, model, system, kwargs):
     sim = None
     t0 = time.perf_counter()
     try:
-        with open(trace_path, "r") as f, contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()):
+        with (
+            open(trace_path, "r") as f,
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+        ):
             sim = modules[system].Simulator(spot_instance_trace=f, model=model, **kwargs)
             out = sim.simulate()
         result = out[0] if isinstance(out, tuple) else out
     except Exception as e:  # the artifact's own failure: recorded, not ours to fix
-        frame = next((fr for fr in reversed(traceback.extract_tb(e.__traceback__))
-                      if fr.filename.endswith("_simulator.py")), traceback.extract_tb(e.__traceback__)[-1])
-        row = {"status": "error", "error": type(e).__name__,
-               "error_at": f"{Path(frame.filename).name}:{frame.lineno}"}
+        frame = next(
+            (fr for fr in reversed(traceback.extract_tb(e.__traceback__)) if fr.filename.endswith("_simulator.py")),
+            traceback.extract_tb(e.__traceback__)[-1],
+        )
+        row = {"status": "error", "error": type(e).__name__, "error_at": f"{Path(frame.filename).name}:{frame.lineno}"}
         row.update(_series(sim))
         return row, time.perf_counter() - t0
-    row = {"samples_per_s": repr(float(result.average_performance) + 0.0),
-           "num_steps_complete": result.num_steps_complete,
-           "status": "OOM" if getattr(sim, "step_delta", None) == 0 else "ok", "error": "", "error_at": ""}
+    row = {
+        "samples_per_s": repr(float(result.average_performance) + 0.0),
+        "num_steps_complete": result.num_steps_complete,
+        "status": "OOM" if getattr(sim, "step_delta", None) == 0 else "ok",
+        "error": "",
+        "error_at": "",
+    }
     row.update(_series(sim))
     return row, time.perf_counter() - t0
 
@@ -140,15 +162,19 @@ def _series(sim) -> dict:
     # un-crediting zeroes its rates; a failed checkpoint's 20 zeros may lengthen ys alone (rate_shift)
     credited = sum(1 for y in ys if y != 0) // 2
     start = getattr(sim, "start_delta", None)
-    return {"credited_steps": credited, "rate_shift": (len(ys) - len(xs)) // 2,
-            "train_start_s": "" if start is None else f"{start / 1000:.3f}",
-            "last_step_end_s": f"{round(xs[-1] * 3_600_000) / 1000:.3f}" if xs else ""}
+    return {
+        "credited_steps": credited,
+        "rate_shift": (len(ys) - len(xs)) // 2,
+        "train_start_s": "" if start is None else f"{start / 1000:.3f}",
+        "last_step_end_s": f"{round(xs[-1] * 3_600_000) / 1000:.3f}" if xs else "",
+    }
 
 
 def _worker(conn, simdir):
     sys.path.insert(0, simdir)
     logging.disable(logging.CRITICAL)
     import importlib
+
     modules = {system: importlib.import_module(name) for system, name in SYSTEMS.items()}
     while True:
         task = conn.recv()
@@ -195,12 +221,18 @@ def main():
     ap.add_argument("--artifact", required=True, metavar="DIR", help="the checkout's tools/simulator folder")
     ap.add_argument("--traces", type=int, default=120, help="generated traces (seeds --seed, --seed + 1, ...)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--extended", type=int, default=100, help="traces of spot_traces.generate_extended (seeds 0, 1, ...)")
+    ap.add_argument(
+        "--extended", type=int, default=100, help="traces of spot_traces.generate_extended (seeds 0, 1, ...)"
+    )
     ap.add_argument("--jobs", type=int, default=1, help="simulator processes run side by side")
-    ap.add_argument("--oom-cells", choices=["run", "skip-extended"], default="skip-extended",
-                    help="Bamboo on GPT-3 (an all-zero table: out of memory on every trace, after a spin of steps_per_run "
-                    "steps at one instant that takes most of this script's time): run it on every trace, or leave those "
-                    "cells out for the extended traces")
+    ap.add_argument(
+        "--oom-cells",
+        choices=["run", "skip-extended"],
+        default="skip-extended",
+        help="Bamboo on GPT-3 (an all-zero table: out of memory on every trace, after a spin of steps_per_run "
+        "steps at one instant that takes most of this script's time): run it on every trace, or leave those "
+        "cells out for the extended traces",
+    )
     ap.add_argument("--reuse", action="store_true", help="keep the existing rows of traces whose file is unchanged")
     ap.add_argument("--out", default=str(ROOT / "tests" / "fixtures" / "artifact_generated"))
     ap.add_argument("--cell-timeout", type=float, default=120.0, help="seconds one cell may run")
@@ -240,13 +272,26 @@ def main():
         shutil.copyfile(src, trace_dir / src.name)
         traces.append(src.stem)
     n_cells = len(MODELS) * len(SETTINGS) * len(SYSTEMS)
-    reused = {tid for tid in traces if old_files.get(tid) == (trace_dir / f"{tid}.csv").read_bytes()
-              and len(old_rows.get(tid, ())) >= n_cells - (4 if tid.startswith("ext_") else 0)}
+    reused = {
+        tid
+        for tid in traces
+        if old_files.get(tid) == (trace_dir / f"{tid}.csv").read_bytes()
+        and len(old_rows.get(tid, ())) >= n_cells - (4 if tid.startswith("ext_") else 0)
+    }
 
     def cells_of(tid):
-        return [(tid, model, setting, system) for model in MODELS for setting in SETTINGS for system in SYSTEMS
-                if not (args.oom_cells == "skip-extended" and tid.startswith("ext_") and system == "bamboo"
-                        and model != "bert_large")]
+        return [
+            (tid, model, setting, system)
+            for model in MODELS
+            for setting in SETTINGS
+            for system in SYSTEMS
+            if not (
+                args.oom_cells == "skip-extended"
+                and tid.startswith("ext_")
+                and system == "bamboo"
+                and model != "bert_large"
+            )
+        ]
 
     tasks = []  # (trace, model, setting, system) of every cell to simulate, in the file's order
     for tid in traces:
@@ -291,34 +336,44 @@ def main():
             rows.append(row)
     wall = time.perf_counter() - t_wall
 
-    command = ("python scripts/artifact_reference.py --artifact <checkout>/tools/simulator "
-               f"--traces {args.traces} --seed {args.seed} --extended {args.extended} --oom-cells {args.oom_cells}")
+    command = (
+        "python scripts/artifact_reference.py --artifact <checkout>/tools/simulator "
+        f"--traces {args.traces} --seed {args.seed} --extended {args.extended} --oom-cells {args.oom_cells}"
+    )
     with open(out / "reference.csv", "w", newline="") as f:
-        f.write(f"# The Oobleck artifact's simulators ({REPO}, branch {BRANCH}, commit {COMMIT}, tools/simulator/"
-                "{varuna,oobleck,bamboo}_simulator.py), run unmodified; made by:\n")
+        f.write(
+            f"# The Oobleck artifact's simulators ({REPO}, branch {BRANCH}, commit {COMMIT}, tools/simulator/"
+            "{varuna,oobleck,bamboo}_simulator.py), run unmodified; made by:\n"
+        )
         f.write(f"#   {command}\n")
         for setting, script in SETTINGS.items():
             for system, (kwargs, first, last) in calls[setting].items():
                 shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
                 f.write(f"# {setting}: {system} as {script}:{first}-{last} builds it: {shown}\n")
-        f.write("# traces/gen_NNNN.csv = mecefo_exp.replay.spot_traces.generate(NNNN); "
-                "traces/ext_NNNN.csv = mecefo_exp.replay.spot_traces.generate_extended(NNNN) (with --oom-cells skip-extended, "
-                "no Bamboo GPT-3 rows: out of memory); scale_gcp-trace, "
-                "scale_p3-trace = the artifact's traces/scaled/ files that eval_gcp_ec2.py simulates, unchanged\n")
+        f.write(
+            "# traces/gen_NNNN.csv = mecefo_exp.replay.spot_traces.generate(NNNN); "
+            "traces/ext_NNNN.csv = mecefo_exp.replay.spot_traces.generate_extended(NNNN) (with --oom-cells skip-extended, "
+            "no Bamboo GPT-3 rows: out of memory); scale_gcp-trace, "
+            "scale_p3-trace = the artifact's traces/scaled/ files that eval_gcp_ec2.py simulates, unchanged\n"
+        )
         for line in (
-                "samples_per_s = Result.average_performance; num_steps_complete = Result.num_steps_complete",
-                "credited_steps = pairs of the performance series with a non-zero rate (as calculate_average pairs)",
-                "rate_shift = (len(performance_ys) - len(performance_xs)) / 2: non-zero where varuna_simulator.py:1482 "
-                "lengthened the rate series; each interval then carries the rate of the step that many steps earlier",
-                "status OOM = Bamboo's all-zero table (step time 0); error = the exception the artifact raised, "
-                "error_at = the artifact's line"):
+            "samples_per_s = Result.average_performance; num_steps_complete = Result.num_steps_complete",
+            "credited_steps = pairs of the performance series with a non-zero rate (as calculate_average pairs)",
+            "rate_shift = (len(performance_ys) - len(performance_xs)) / 2: non-zero where varuna_simulator.py:1482 "
+            "lengthened the rate series; each interval then carries the rate of the step that many steps earlier",
+            "status OOM = Bamboo's all-zero table (step time 0); error = the exception the artifact raised, "
+            "error_at = the artifact's line",
+        ):
             f.write(f"# {line}\n")
         w = csv.DictWriter(f, COLUMNS, lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
     errors = sum(r["status"] == "error" for r in rows)
-    print(f"{len(rows)} cells ({len(traces)} traces, {len(reused)} of them reused), {errors} errors; artifact {sim_s:.1f} s inside the simulators, "
-          f"{wall:.1f} s wall; wrote {out / 'reference.csv'}", file=sys.stderr)
+    print(
+        f"{len(rows)} cells ({len(traces)} traces, {len(reused)} of them reused), {errors} errors; artifact {sim_s:.1f} s inside the simulators, "
+        f"{wall:.1f} s wall; wrote {out / 'reference.csv'}",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

@@ -51,8 +51,10 @@ def main() -> None:
         if abs(fc) < 1e-4 * args.tflops:
             break
         a, fa, b, fb = b, fb, c, fc
-    print(f"hardware.efficiency={c:.4f} gives {fc + args.tflops:.1f} TFLOP/s per GPU "
-          f"(MFU {(fc + args.tflops) / 989.0:.1%} of 989 TFLOP/s)")
+    print(
+        f"hardware.efficiency={c:.4f} gives {fc + args.tflops:.1f} TFLOP/s per GPU "
+        f"(MFU {(fc + args.tflops) / 989.0:.1%} of 989 TFLOP/s)"
+    )
 
 
 if __name__ == "__main__":

@@ -39,8 +39,10 @@ def tokenize() -> int:
     corpus = load_corpus(data_cfg)
     stamp = default_cache_dir() / "data" / "default-corpus.txt"
     stamp.write_text(f"{corpus.fingerprint}\n")
-    print(f"default corpus ready: {corpus.train.size:,} training and {corpus.val.size:,} validation tokens, "
-          f"fingerprint {corpus.fingerprint}")
+    print(
+        f"default corpus ready: {corpus.train.size:,} training and {corpus.val.size:,} validation tokens, "
+        f"fingerprint {corpus.fingerprint}"
+    )
     from mecefo_exp.local_corpus import REFERENCE_FINGERPRINT, why_fingerprint_differs
 
     if corpus.fingerprint != REFERENCE_FINGERPRINT:  # runs work, but their numbers are not RESULTS.md's
@@ -59,20 +61,28 @@ def extract_python_texts() -> int:
 
     version = platform.python_version()
     if version != PYTHON_TEXTS_VERSION or platform.python_implementation() != "CPython":
-        print(f"error: the shipped texts come from CPython {PYTHON_TEXTS_VERSION}; this is "
-              f"{platform.python_implementation()} {version}", file=sys.stderr)
+        print(
+            f"error: the shipped texts come from CPython {PYTHON_TEXTS_VERSION}; this is "
+            f"{platform.python_implementation()} {version}",
+            file=sys.stderr,
+        )
         return 2
     texts = live_python_texts()
-    payload = {"source": f"CPython {version}: pydoc_data.topics and the docstrings of 300+ characters of the "
-                         "standard library's modules, classes and functions (test, idlelib and lib2to3 folders "
-                         "skipped), in sorted file order",
-               "license": "PSF License Agreement for Python (LICENSE-PSF.txt beside this file)",
-               "python": version, **texts}
+    payload = {
+        "source": f"CPython {version}: pydoc_data.topics and the docstrings of 300+ characters of the "
+        "standard library's modules, classes and functions (test, idlelib and lib2to3 folders "
+        "skipped), in sorted file order",
+        "license": "PSF License Agreement for Python (LICENSE-PSF.txt beside this file)",
+        "python": version,
+        **texts,
+    }
     raw = json.dumps(payload, ensure_ascii=False, sort_keys=True).encode("utf-8")
     PYTHON_TEXTS.parent.mkdir(parents=True, exist_ok=True)
     PYTHON_TEXTS.write_bytes(lzma.compress(raw, preset=9 | lzma.PRESET_EXTREME))
-    print(f"wrote {PYTHON_TEXTS} ({PYTHON_TEXTS.stat().st_size:,} bytes: {len(texts['pydoc_topics'])} pydoc "
-          f"topics, {len(texts['stdlib_docstrings'])} docstrings)")
+    print(
+        f"wrote {PYTHON_TEXTS} ({PYTHON_TEXTS.stat().st_size:,} bytes: {len(texts['pydoc_topics'])} pydoc "
+        f"topics, {len(texts['stdlib_docstrings'])} docstrings)"
+    )
     return 0
 
 
@@ -86,8 +96,10 @@ def main() -> int:
         return 0
     TARGET.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                        "-q", "-d", tmp, GENSIM], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", tmp, GENSIM],
+            check=True,
+        )
         wheel = next(Path(tmp).glob("gensim-*.whl"))
         with zipfile.ZipFile(wheel) as z:
             data = z.read(MEMBER)

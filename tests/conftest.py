@@ -22,9 +22,18 @@ register_configs()
 
 # A model small enough that a 12-step run takes a second or two on two cores.
 MICRO = [
-    "model=llama_tiny", "model.hidden_size=32", "model.intermediate_size=64", "model.num_hidden_layers=2",
-    "model.num_attention_heads=2", "data.seq_len=32", "data.micro_batch=2", "data.eval_blocks=8",
-    "cluster.n_workers=4", "trainer.max_steps=12", "trainer.eval_every=6", "trainer.warmup_steps=2",
+    "model=llama_tiny",
+    "model.hidden_size=32",
+    "model.intermediate_size=64",
+    "model.num_hidden_layers=2",
+    "model.num_attention_heads=2",
+    "data.seq_len=32",
+    "data.micro_batch=2",
+    "data.eval_blocks=8",
+    "cluster.n_workers=4",
+    "trainer.max_steps=12",
+    "trainer.eval_every=6",
+    "trainer.warmup_steps=2",
     "trainer.progress=none",
     # the small offline corpus (1.8 MB, built in seconds): the default adds ~22 MB of package
     # docstrings, which a fresh clone would spend minutes tokenizing
@@ -32,11 +41,20 @@ MICRO = [
 ]
 
 # A pinned profile: the simulated clock of tests does not depend on this machine's speed.
-FIXED_KERNELS = {"mb:normal": 0.010, "mb:forward": 0.0035, "optimizer": 0.001, "state_copy": 0.001,
-                 "checkpoint_save": 0.002, "neighbor_pair": 0.015}
+FIXED_KERNELS = {
+    "mb:normal": 0.010,
+    "mb:forward": 0.0035,
+    "optimizer": 0.001,
+    "state_copy": 0.001,
+    "checkpoint_save": 0.002,
+    "neighbor_pair": 0.015,
+}
 #: the kernels MeCeFO adds at method.rank=8 (fixed_profile(MECEFO_RANK_8) pins its clock too)
-MECEFO_RANK_8 = {"mb:mecefo[sa=1,rc=1,lr=1,r=8]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=8]": 0.016,
-                 "mecefo_svd[sa=1,rc=1,lr=1,r=8]": 0.004}
+MECEFO_RANK_8 = {
+    "mb:mecefo[sa=1,rc=1,lr=1,r=8]": 0.012,
+    "neighbor_pair[sa=1,rc=1,lr=1,r=8]": 0.016,
+    "mecefo_svd[sa=1,rc=1,lr=1,r=8]": 0.004,
+}
 
 
 def tiny_model(seed=0):
@@ -45,9 +63,20 @@ def tiny_model(seed=0):
 
     from mecefo_exp.model import build_model
 
-    cfg = OmegaConf.create(dict(vocab_size=None, hidden_size=32, intermediate_size=64, num_attention_heads=2,
-                                num_key_value_heads=None, num_hidden_layers=2, max_position_embeddings=64,
-                                rms_norm_eps=1e-6, initializer_range=0.02, attn_implementation="sdpa"))
+    cfg = OmegaConf.create(
+        dict(
+            vocab_size=None,
+            hidden_size=32,
+            intermediate_size=64,
+            num_attention_heads=2,
+            num_key_value_heads=None,
+            num_hidden_layers=2,
+            max_position_embeddings=64,
+            rms_norm_eps=1e-6,
+            initializer_range=0.02,
+            attn_implementation="sdpa",
+        )
+    )
     return build_model(cfg, vocab_size=257, seed=seed)
 
 
@@ -75,6 +104,7 @@ def fixed_profile(tmp_path):
         kernels.update(extra or {})
         path.write_text(json.dumps({"kernels": kernels, "meta": {"fixed": True}}))
         return str(path)
+
     return make
 
 
@@ -92,6 +122,7 @@ def run_exp(tmp_path):
         run_dir = tmp_path / f"run{counter['n']}"
         summary = Experiment(cfg, run_dir).run()
         return summary, run_dir
+
     return run
 
 

@@ -42,9 +42,11 @@ def pytest_sessionfinish(session, exitstatus):
     new = sorted(runs_listing(RUNS) - before)
     if not new:
         return
-    lines = [f"the tests left {len(new)} new path(s) under {RUNS} (a test must write its runs under tmp_path; "
-             "runs you started yourself while the tests ran would show here too):",
-             *(f"  {RUNS.name}/{p}" for p in new[:20])]
+    lines = [
+        f"the tests left {len(new)} new path(s) under {RUNS} (a test must write its runs under tmp_path; "
+        "runs you started yourself while the tests ran would show here too):",
+        *(f"  {RUNS.name}/{p}" for p in new[:20]),
+    ]
     if len(new) > 20:
         lines.append(f"  ... and {len(new) - 20} more")
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")

@@ -38,18 +38,34 @@ T0 = 1_700_000_000  # file times, so that "newest" does not depend on how fast t
 
 
 def _config(method, failure, seed, model="llama_tiny"):
-    return (f"model:\n  name: {model}\n  hidden_size: 32\nmethod:\n  name: {method}\nfailure:\n  name: {failure}\n"
-            f"seed: {seed}\ncluster:\n  name: local\n  n_workers: {SETTING['n_workers']}\n"
-            f"trainer:\n  max_steps: {SETTING['max_steps']}\n  eval_every: 10\n"
-            f"data:\n  micro_batch: {SETTING['micro_batch']}\n  seq_len: {SETTING['seq_len']}\n")
+    return (
+        f"model:\n  name: {model}\n  hidden_size: 32\nmethod:\n  name: {method}\nfailure:\n  name: {failure}\n"
+        f"seed: {seed}\ncluster:\n  name: local\n  n_workers: {SETTING['n_workers']}\n"
+        f"trainer:\n  max_steps: {SETTING['max_steps']}\n  eval_every: 10\n"
+        f"data:\n  micro_batch: {SETTING['micro_batch']}\n  seq_len: {SETTING['seq_len']}\n"
+    )
 
 
 def _jsonl(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def make_run(root, name, method, failure, seed=0, status="ok", thr=None, ppl=None, age=0, summary=True,
-             breakdown=None, events=(), grad_error=None, model="llama_tiny"):
+def make_run(
+    root,
+    name,
+    method,
+    failure,
+    seed=0,
+    status="ok",
+    thr=None,
+    ppl=None,
+    age=0,
+    summary=True,
+    breakdown=None,
+    events=(),
+    grad_error=None,
+    model="llama_tiny",
+):
     """One run folder as the trainer leaves it; `age` in seconds before the newest run."""
     d = root / name
     (d / ".hydra").mkdir(parents=True)
@@ -59,33 +75,83 @@ def make_run(root, name, method, failure, seed=0, status="ok", thr=None, ppl=Non
     tokens_per_step = SETTING["n_workers"] * SETTING["micro_batch"] * SETTING["seq_len"]
     sim = steps * tokens_per_step / thr if thr else 1.0
     # a rolled-back step 5 is logged twice; the second row is the committed one
-    metrics = [{"step": s, "tokens": (s + 1) * tokens_per_step, "loss": 5.0 - 0.1 * s, "sim_time_s": sim * (s + 1) / steps,
-                "wall_time_s": 0.1 * s, "alive": SETTING["n_workers"], "degraded": False} for s in range(6)]
+    metrics = [
+        {
+            "step": s,
+            "tokens": (s + 1) * tokens_per_step,
+            "loss": 5.0 - 0.1 * s,
+            "sim_time_s": sim * (s + 1) / steps,
+            "wall_time_s": 0.1 * s,
+            "alive": SETTING["n_workers"],
+            "degraded": False,
+        }
+        for s in range(6)
+    ]
     metrics += [{**metrics[5], "loss": 99.0, "sim_time_s": sim * 0.35}]
-    metrics += [{"step": s, "tokens": (s + 1) * tokens_per_step, "loss": 5.0 - 0.1 * s,
-                 "sim_time_s": sim * (s + 1) / steps, "wall_time_s": 0.1 * s, "alive": SETTING["n_workers"],
-                 "degraded": False} for s in range(6, steps)]
+    metrics += [
+        {
+            "step": s,
+            "tokens": (s + 1) * tokens_per_step,
+            "loss": 5.0 - 0.1 * s,
+            "sim_time_s": sim * (s + 1) / steps,
+            "wall_time_s": 0.1 * s,
+            "alive": SETTING["n_workers"],
+            "degraded": False,
+        }
+        for s in range(6, steps)
+    ]
     _jsonl(d / "metrics.jsonl", metrics)
     if ppl is not None:
-        _jsonl(d / "eval.jsonl", [
-            {"step": 10, "sim_time_s": sim / 2, "tokens": 10 * tokens_per_step, "val_loss": math.log(ppl * 2),
-             "val_ppl": ppl * 2},
-            {"step": 10, "sim_time_s": sim * 0.6, "tokens": 10 * tokens_per_step, "val_loss": math.log(ppl * 1.5),
-             "val_ppl": ppl * 1.5},  # replayed after a rollback: this one counts
-            {"step": 20, "sim_time_s": sim, "tokens": 20 * tokens_per_step, "val_loss": math.log(ppl), "val_ppl": ppl}])
+        _jsonl(
+            d / "eval.jsonl",
+            [
+                {
+                    "step": 10,
+                    "sim_time_s": sim / 2,
+                    "tokens": 10 * tokens_per_step,
+                    "val_loss": math.log(ppl * 2),
+                    "val_ppl": ppl * 2,
+                },
+                {
+                    "step": 10,
+                    "sim_time_s": sim * 0.6,
+                    "tokens": 10 * tokens_per_step,
+                    "val_loss": math.log(ppl * 1.5),
+                    "val_ppl": ppl * 1.5,
+                },  # replayed after a rollback: this one counts
+                {
+                    "step": 20,
+                    "sim_time_s": sim,
+                    "tokens": 20 * tokens_per_step,
+                    "val_loss": math.log(ppl),
+                    "val_ppl": ppl,
+                },
+            ],
+        )
     _jsonl(d / "events.jsonl", list(events))
     (d / "trace.csv").write_text("time_s,worker,event\n")
     if grad_error is not None:
         _jsonl(d / "grad_error.jsonl", grad_error)
     if summary:
-        data = {"status": status, "method": method, "failure": failure, "model": model, "seed": seed,
-                "n_workers": SETTING["n_workers"], "steps": steps, "max_steps": SETTING["max_steps"],
-                "tokens_committed": steps * tokens_per_step, "sim_time_s": sim,
-                "throughput_tok_s": thr, "final_val_loss": math.log(ppl) if ppl else None,
-                "final_val_ppl": ppl, "failures": 3 if failure != "none" else 0,
-                "time_breakdown": breakdown or {"compute": sim, "comm": 0.0, "ft_overhead": 0.0, "lost_work": 0.0,
-                                                "stall": 0.0, "degraded_extra": 0.0},
-                "checkpoint_interval": "auto" if method == "bamboo" else 4}
+        data = {
+            "status": status,
+            "method": method,
+            "failure": failure,
+            "model": model,
+            "seed": seed,
+            "n_workers": SETTING["n_workers"],
+            "steps": steps,
+            "max_steps": SETTING["max_steps"],
+            "tokens_committed": steps * tokens_per_step,
+            "sim_time_s": sim,
+            "throughput_tok_s": thr,
+            "final_val_loss": math.log(ppl) if ppl else None,
+            "final_val_ppl": ppl,
+            "failures": 3 if failure != "none" else 0,
+            "time_breakdown": breakdown
+            or {"compute": sim, "comm": 0.0, "ft_overhead": 0.0, "lost_work": 0.0, "stall": 0.0, "degraded_extra": 0.0},
+            "checkpoint_interval": "auto" if method == "bamboo" else 4,
+        }
         if status == "failed":
             data["error"] = "RuntimeError: boom"
         (d / "summary.json").write_text(json.dumps(data))
@@ -108,19 +174,75 @@ def runs_root(tmp_path_factory):
     sweep = root / "sweeps" / "2026-01-01_00-00-00"
     make_run(sweep, "0_checkpoint_none_s0", "checkpoint", "none", 0, thr=1000, ppl=100, age=100)
     make_run(sweep, "1_checkpoint_none_s1", "checkpoint", "none", 1, thr=1200, ppl=110, age=99)
-    make_run(sweep, "2_checkpoint_high_s0", "checkpoint", "high", 0, thr=800, ppl=100, age=98, events=EVENTS,
-             breakdown={"compute": 0.4, "comm": 0.1, "ft_overhead": 0.1, "lost_work": 0.2, "stall": 0.2,
-                        "degraded_extra": 0.0})
-    make_run(sweep, "3_checkpoint_high_s1", "checkpoint", "high", 1, thr=850, ppl=110, age=97, events=EVENTS,
-             breakdown={"compute": 0.6, "comm": 0.1, "ft_overhead": 0.1, "lost_work": 0.0, "stall": 0.2,
-                        "degraded_extra": 0.0})
+    make_run(
+        sweep,
+        "2_checkpoint_high_s0",
+        "checkpoint",
+        "high",
+        0,
+        thr=800,
+        ppl=100,
+        age=98,
+        events=EVENTS,
+        breakdown={
+            "compute": 0.4,
+            "comm": 0.1,
+            "ft_overhead": 0.1,
+            "lost_work": 0.2,
+            "stall": 0.2,
+            "degraded_extra": 0.0,
+        },
+    )
+    make_run(
+        sweep,
+        "3_checkpoint_high_s1",
+        "checkpoint",
+        "high",
+        1,
+        thr=850,
+        ppl=110,
+        age=97,
+        events=EVENTS,
+        breakdown={
+            "compute": 0.6,
+            "comm": 0.1,
+            "ft_overhead": 0.1,
+            "lost_work": 0.0,
+            "stall": 0.2,
+            "degraded_extra": 0.0,
+        },
+    )
     make_run(sweep, "4_mecefo_none_s0", "mecefo", "none", 0, thr=1000, ppl=100, age=96)
     make_run(root / "2026-01-01", "old_mecefo_high", "mecefo", "high", 0, thr=500, ppl=200, age=500)
-    make_run(sweep, "5_mecefo_high_s0", "mecefo", "high", 0, thr=950, ppl=102, age=95, events=EVENTS,
-             grad_error=[{"step": 3, "sim_time_s": 0.5, "rel_error": 0.3, "rel_error_attention": 0.5,
-                          "rel_error_ffn": 0.4, "rel_error_other": 0.1},
-                         {"step": 9, "sim_time_s": 1.5, "rel_error": 0.35, "rel_error_attention": 0.6,
-                          "rel_error_ffn": 0.45, "rel_error_other": 0.1}])
+    make_run(
+        sweep,
+        "5_mecefo_high_s0",
+        "mecefo",
+        "high",
+        0,
+        thr=950,
+        ppl=102,
+        age=95,
+        events=EVENTS,
+        grad_error=[
+            {
+                "step": 3,
+                "sim_time_s": 0.5,
+                "rel_error": 0.3,
+                "rel_error_attention": 0.5,
+                "rel_error_ffn": 0.4,
+                "rel_error_other": 0.1,
+            },
+            {
+                "step": 9,
+                "sim_time_s": 1.5,
+                "rel_error": 0.35,
+                "rel_error_attention": 0.6,
+                "rel_error_ffn": 0.45,
+                "rel_error_other": 0.1,
+            },
+        ],
+    )
     make_run(root / "2026-01-02", "new_mecefo_high_failed", "mecefo", "high", 0, status="failed", age=0)
     make_run(sweep, "6_bamboo_high_s0", "bamboo", "high", 0, status="failed", age=94)
     make_run(sweep, "7_oobleck_none_s0", "oobleck", "none", 0, status="incomplete", summary=False, age=93)
@@ -260,7 +382,8 @@ def test_time_breakdown_table(table):
 
 def test_paper_numbers():
     assert paper.throughput("llama_1b", "bamboo") == pytest.approx(
-        {"none": 154e3, "high": 141e3, "drop_high": 0.0821, "resilience_high": 8.21 / 2.98})
+        {"none": 154e3, "high": 141e3, "drop_high": 0.0821, "resilience_high": 8.21 / 2.98}
+    )
     assert paper.throughput("llama_7b", "oobleck")["resilience_high"] == pytest.approx(28.09 / 4.18)  # the 6.7x
     assert paper.throughput("llama_7b", "checkpoint")["drop_high"] is None
     assert paper.perplexity("llama_350m", "mecefo", "high") == pytest.approx({"ppl": 19.04, "change": 0.016})
@@ -281,8 +404,15 @@ def test_paper_model_gets_absolute_paper_values(tmp_path):
 def test_write_tables(table, tmp_path):
     paths = write_tables(table, tmp_path)
     names = {p.name for p in paths.values()}
-    assert {"throughput.csv", "throughput.md", "perplexity.csv", "perplexity.md", "time_breakdown.csv",
-            "time_breakdown.md", "runs.md"} <= names
+    assert {
+        "throughput.csv",
+        "throughput.md",
+        "perplexity.csv",
+        "perplexity.md",
+        "time_breakdown.csv",
+        "time_breakdown.md",
+        "runs.md",
+    } <= names
     md = (tmp_path / "tables" / "throughput.md").read_text()
     assert "24.58% ± 58.24%" in md and "4.92x" in md  # paired drop 0.2458 with its t interval; / 0.05
     tex = (tmp_path / "tables" / "throughput.tex").read_text()  # the same cells, for a paper
@@ -341,29 +471,42 @@ NOTEBOOK = ROOT / "analysis" / "paper.ipynb"
 
 def _notebook_env(runs_root, tmp_path):
     """A collected table of the tiny sweep, and tiny Table 2 and Table 3 sweeps built by hand."""
-    from analysis.collect import main
     from test_paper_scale import make_run as make_paper_scale_run
     from test_statistics import _cfg, _write_run
+
+    from analysis.collect import main
 
     out = tmp_path / "out"
     main([str(runs_root), "--out", str(out)])
     table2 = tmp_path / "paper_table2"
-    for n, (method, failure, thr) in enumerate([("bamboo", "none", 1000.0), ("bamboo", "high", 925.0),
-                                                ("oobleck", "none", 1000.0), ("oobleck", "high", 880.0),
-                                                ("mecefo", "none", 1000.0), ("mecefo", "high", 985.0)]):
+    for n, (method, failure, thr) in enumerate(
+        [
+            ("bamboo", "none", 1000.0),
+            ("bamboo", "high", 925.0),
+            ("oobleck", "none", 1000.0),
+            ("oobleck", "high", 880.0),
+            ("mecefo", "none", 1000.0),
+            ("mecefo", "high", 985.0),
+        ]
+    ):
         make_paper_scale_run(table2, n, method, failure, thr)
     table3 = tmp_path / "paper_table3"
     for seed in (0, 1):
         for n, (failure, ppl) in enumerate([("none", 200.0 + seed), ("high", 206.0 + seed)]):
-            _write_run(table3 / f"s{seed}_{n}", _cfg(seed=seed, failure=failure),
-                       {"status": "ok", "final_val_ppl": ppl, "throughput_tok_s": 1.0})
+            _write_run(
+                table3 / f"s{seed}_{n}",
+                _cfg(seed=seed, failure=failure),
+                {"status": "ok", "final_val_ppl": ppl, "throughput_tok_s": 1.0},
+            )
     return {"ANALYSIS_OUT": str(out), "ANALYSIS_TABLE2": str(table2), "ANALYSIS_TABLE3": str(table3)}
 
 
 @pytest.mark.slow
 def test_notebook_executes(runs_root, tmp_path, monkeypatch):
-    why = "needs nbclient, nbformat and ipykernel (pip install nbclient ipykernel); " \
-          "test_notebook_cells_run_without_jupyter checks the notebook's code without them"
+    why = (
+        "needs nbclient, nbformat and ipykernel (pip install nbclient ipykernel); "
+        "test_notebook_cells_run_without_jupyter checks the notebook's code without them"
+    )
     nbformat = pytest.importorskip("nbformat", reason=why)
     nbclient = pytest.importorskip("nbclient", reason=why)
     pytest.importorskip("ipykernel", reason=why)

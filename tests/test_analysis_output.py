@@ -6,18 +6,27 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+from test_analysis import make_run  # noqa: E402
+
 from analysis.collect import collect  # noqa: E402
 from analysis.tables import perplexity_table, write_tables  # noqa: E402
 from mecefo_exp.registry import REGISTRY  # noqa: E402
-from test_analysis import make_run  # noqa: E402
 
 
 def _one_seed_sweep(root, methods=tuple(REGISTRY), levels=("none", "high")):
     sweep = root / "sweeps" / "one_seed"
     for i, method in enumerate(methods):
         for j, level in enumerate(levels):
-            make_run(sweep, f"{i}{j}_{method}_{level}", method, level, 0, thr=1000 - 100 * j - 10 * i, ppl=100 + j,
-                     age=100 - i * 2 - j)
+            make_run(
+                sweep,
+                f"{i}{j}_{method}_{level}",
+                method,
+                level,
+                0,
+                thr=1000 - 100 * j - 10 * i,
+                ppl=100 + j,
+                age=100 - i * 2 - j,
+            )
     return sweep
 
 
@@ -82,8 +91,17 @@ def test_the_notebook_draws_the_figures_of_a_few_settings_and_reads_make_results
     runs = tmp_path / "runs"
     for n in range(4):  # four settings: four models
         for i, (method, level) in enumerate([("checkpoint", "none"), ("checkpoint", "high")]):
-            make_run(runs / f"s{n}", f"{i}_{method}_{level}", method, level, 0, thr=1000 - 100 * i, ppl=100 + i,
-                     model=f"llama_{n}x", age=10 * n + i)
+            make_run(
+                runs / f"s{n}",
+                f"{i}_{method}_{level}",
+                method,
+                level,
+                0,
+                thr=1000 - 100 * i,
+                ppl=100 + i,
+                model=f"llama_{n}x",
+                age=10 * n + i,
+            )
     monkeypatch.setenv("ANALYSIS_OUT", str(tmp_path / "out"))
     monkeypatch.setenv("ANALYSIS_RUNS", str(runs))
     monkeypatch.setenv("ANALYSIS_MAX_SETTINGS", "2")

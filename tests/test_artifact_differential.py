@@ -46,21 +46,24 @@ def test_all_generated_and_extended_traces():
     check(generated=None, extended=None)
 
 
-@pytest.mark.parametrize("cell,old", [
-    # a node is added at 5134 s and becomes usable at 5179 s, the instant another is removed, while the job is
-    # stopped: the artifact hears the removal first, which opens the rendezvous the node joins (one timeout);
-    # hearing the node first armed a second timeout that stopped the job again (ours was 21% low)
-    (("ext_0003", "bert_large", "oobleck", "freq"), 77.796),
-    # 21 of 22 nodes are removed during Varuna's 581 s start-up: the first configuration holds 1 node and
-    # stops the job until nodes arrive (ours trained on the 22 from 1098 s: train start 1098 s, not 3072 s)
-    (("ext_0006", "gpt3_6_7b", "varuna", "freq"), 1.4782),
-    # Bamboo's step in flight is slowed 1.5x by a removal at 1657 s and ends at 1710.78 s; a second removal
-    # at 1686 s leaves that end alone (ours took the 29 s since as unslowed work: 1696.28 s, 3% high)
-    (("ext_0002", "bert_large", "bamboo", "freq"), 118.41),
-    # Varuna stopped while a checkpoint write passed three restart timeouts: they all fire then (ours left one
-    # pending in the past and the run stopped with "cannot make progress")
-    (("ext_0019", "gpt3_6_7b", "varuna", "freq"), None),
-])
+@pytest.mark.parametrize(
+    "cell,old",
+    [
+        # a node is added at 5134 s and becomes usable at 5179 s, the instant another is removed, while the job is
+        # stopped: the artifact hears the removal first, which opens the rendezvous the node joins (one timeout);
+        # hearing the node first armed a second timeout that stopped the job again (ours was 21% low)
+        (("ext_0003", "bert_large", "oobleck", "freq"), 77.796),
+        # 21 of 22 nodes are removed during Varuna's 581 s start-up: the first configuration holds 1 node and
+        # stops the job until nodes arrive (ours trained on the 22 from 1098 s: train start 1098 s, not 3072 s)
+        (("ext_0006", "gpt3_6_7b", "varuna", "freq"), 1.4782),
+        # Bamboo's step in flight is slowed 1.5x by a removal at 1657 s and ends at 1710.78 s; a second removal
+        # at 1686 s leaves that end alone (ours took the 29 s since as unslowed work: 1696.28 s, 3% high)
+        (("ext_0002", "bert_large", "bamboo", "freq"), 118.41),
+        # Varuna stopped while a checkpoint write passed three restart timeouts: they all fire then (ours left one
+        # pending in the past and the run stopped with "cannot make progress")
+        (("ext_0019", "gpt3_6_7b", "varuna", "freq"), None),
+    ],
+)
 def test_the_behaviours_the_extended_traces_showed(cell, old):
     ref = D.reference()
     _, ours, _ = D.run_cell(cell)

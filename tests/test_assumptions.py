@@ -18,7 +18,9 @@ def test_the_map_failure_model_states_what_each_whole_job_cause_destroys():
 def test_llama3s_cluster_gets_the_maps_failure_model_unless_the_command_names_one():
     assert advise.with_the_maps_failure_model(["experiment=llama3_405b"])[-1] == "failure=llama3_taxonomy"
     assert advise.with_the_maps_failure_model(["experiment=llama3_405b", "failure=llama3"]) == [
-        "experiment=llama3_405b", "failure=llama3"]
+        "experiment=llama3_405b",
+        "failure=llama3",
+    ]
     assert advise.with_the_maps_failure_model(["failure=high"]) == ["failure=high"]
 
 
@@ -33,8 +35,14 @@ def test_the_robustness_line_names_the_first_value_where_the_runner_up_is_ahead(
             method = next(o.split("=")[1] for o in overrides if o.startswith("method="))
             repair = float(next(o.split("=")[1] for o in overrides if o.startswith("failure.replace_s=")))
             ahead = (method == "b") == (repair >= 3600)
-            out.append({"status": "ok", "steps": 100, "sim_time_s": 100 if ahead else 110,
-                        "clock": {"failure_free_step_s": 1.0}})
+            out.append(
+                {
+                    "status": "ok",
+                    "steps": 100,
+                    "sim_time_s": 100 if ahead else 110,
+                    "clock": {"failure_free_step_s": 1.0},
+                }
+            )
         return out
 
     monkeypatch.setattr(advise, "run_all", fake_run_all)

@@ -5,12 +5,11 @@ import json
 
 import pytest
 
-from mecefo_exp.timing.clock import CostModel
-from mecefo_exp.timing.profile import Profile
+from conftest import FIXED_KERNELS, MICRO, compose_cfg, losses_by_step, read_jsonl
 from mecefo_exp.methods.bamboo import FORWARD
 from mecefo_exp.plan import NORMAL
-
-from conftest import FIXED_KERNELS, MICRO, compose_cfg, losses_by_step, read_jsonl
+from mecefo_exp.timing.clock import CostModel
+from mecefo_exp.timing.profile import Profile
 
 FWD, NORM, OPT = FIXED_KERNELS["mb:forward"], FIXED_KERNELS["mb:normal"], FIXED_KERNELS["optimizer"]
 
@@ -19,8 +18,15 @@ def _costs(profile_path, summary, n_workers=4):
     """The cost model the run used (same profile, cluster constants and parameter count)."""
     cfg = compose_cfg(MICRO + [f"cluster.n_workers={n_workers}"])
     kernels = json.loads(open(profile_path).read())["kernels"]
-    return CostModel(Profile(kernels), cfg.cluster, cfg.hardware, summary["n_params"], state_bytes=12 * summary["n_params"],
-                     modes={"normal": NORMAL, "forward": FORWARD}, max_steps=cfg.trainer.max_steps)
+    return CostModel(
+        Profile(kernels),
+        cfg.cluster,
+        cfg.hardware,
+        summary["n_params"],
+        state_bytes=12 * summary["n_params"],
+        modes={"normal": NORMAL, "forward": FORWARD},
+        max_steps=cfg.trainer.max_steps,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +72,8 @@ def test_failure_high_reproduces_failure_free_losses_bit_for_bit(run_exp, fixed_
     if method == "oobleck" and hit["rollbacks"] == 0:  # the stall defaults to cluster.reconfigure_s
         costs = _costs(prof_path, hit)
         assert hit["time_breakdown"]["stall"] == pytest.approx(
-            hit["reconfigurations"] * costs.stall_s(costs.cfg.reconfigure_s))
+            hit["reconfigurations"] * costs.stall_s(costs.cfg.reconfigure_s)
+        )
 
 
 def test_bamboo_pays_exactly_one_redundant_forward_per_failure_free_step(run_exp, fixed_profile, free):
@@ -85,13 +92,20 @@ def test_bamboo_pays_exactly_one_redundant_forward_per_failure_free_step(run_exp
 
 
 @pytest.mark.parametrize("mode", ["eager", "lazy"])
-def test_bamboo_shadow_finishes_the_interrupted_step_and_covers_until_rejoin(run_exp, fixed_profile, free, tmp_path,
-                                                                             mode):
+def test_bamboo_shadow_finishes_the_interrupted_step_and_covers_until_rejoin(
+    run_exp, fixed_profile, free, tmp_path, mode
+):
     prof_path = fixed_profile()
     trace = _trace(tmp_path, "one.csv", "3.5,1,fail\n8,1,recover\n")
     free, free_dir = free
-    hit, hit_dir = run_exp("method=bamboo", f"method.mode={mode}", "failure=trace", "failure.unit=steps", trace,
-                           f"cluster.profile={prof_path}")
+    hit, hit_dir = run_exp(
+        "method=bamboo",
+        f"method.mode={mode}",
+        "failure=trace",
+        "failure.unit=steps",
+        trace,
+        f"cluster.profile={prof_path}",
+    )
     assert losses_by_step(hit_dir) == losses_by_step(free_dir)
     assert hit["interrupted_steps"] == 1 and hit["survived_interruptions"] == 1
     assert hit["rollbacks"] == 0 and hit["lost_steps"] == 0 and hit["time_breakdown"]["lost_work"] == 0
@@ -124,8 +138,9 @@ def test_bamboo_adjacent_failures_are_fatal_and_roll_back(run_exp, fixed_profile
     prof = f"cluster.profile={fixed_profile()}"
     trace = _trace(tmp_path, "adjacent.csv", "3.2,1,fail\n3.6,2,fail\n6,1,recover\n6.5,2,recover\n")
     free, free_dir = free
-    hit, hit_dir = run_exp("method=bamboo", "failure=trace", "failure.unit=steps", trace, prof,
-                           "method.checkpoint_interval=2")
+    hit, hit_dir = run_exp(
+        "method=bamboo", "failure=trace", "failure.unit=steps", trace, prof, "method.checkpoint_interval=2"
+    )
     events = read_jsonl(hit_dir / "events.jsonl")
     kinds = [e["kind"] for e in events]
     assert kinds.index("neighbor") < kinds.index("fatal") < kinds.index("rollback") < kinds.index("restart")
@@ -143,23 +158,31 @@ def test_bamboo_rebalance_restores_redundancy(run_exp, fixed_profile, free, tmp_
     prof_path = fixed_profile()
     trace = _trace(tmp_path, "two.csv", "3.5,1,fail\n6.5,2,fail\n")
     free, free_dir = free
-    hit, hit_dir = run_exp("method=bamboo", "method.rebalance_after_s=0", "failure=trace", "failure.unit=steps", trace,
-                           f"cluster.profile={prof_path}")
+    hit, hit_dir = run_exp(
+        "method=bamboo",
+        "method.rebalance_after_s=0",
+        "failure=trace",
+        "failure.unit=steps",
+        trace,
+        f"cluster.profile={prof_path}",
+    )
     events = read_jsonl(hit_dir / "events.jsonl")
     assert hit["fatal"] == 0 and hit["rollbacks"] == 0 and hit["rebalances"] == 2
     rebalances = [e["detail"] for e in events if e["kind"] == "rebalance"]
     assert [r["reason"] for r in rebalances] == ["timer", "timer"]
     assert rebalances[0]["left_out"] == [1] and rebalances[0]["extra"] == {"2": [1]}  # the ring 0, 2, 3
     assert rebalances[1]["left_out"] == [1, 2] and rebalances[1]["extra"] == {"3": [1], "0": [2]}  # 0, 3
-    neighbors = [(e["worker"], e["detail"]["neighbor"], e["detail"]["owners"])
-                 for e in events if e["kind"] == "neighbor"]
+    neighbors = [
+        (e["worker"], e["detail"]["neighbor"], e["detail"]["owners"]) for e in events if e["kind"] == "neighbor"
+    ]
     assert neighbors == [(1, 2, [1]), (2, 3, [2, 1])]
     costs = _costs(prof_path, hit)
     rows = _committed_rows(hit_dir)
     # the step worker 2 failed in (after the first rebalance's stall): worker 3 finished it with three micro-batches
     three = rows[next(e["step"] for e in events if e["kind"] == "fail" and e["worker"] == 2)]
     assert three["sim_time_s"] - rows[three["step"] - 1]["sim_time_s"] == pytest.approx(
-        rebalances[0]["stall_s"] + 3 * NORM + OPT + costs.allreduce_s(2), rel=1e-9)
+        rebalances[0]["stall_s"] + 3 * NORM + OPT + costs.allreduce_s(2), rel=1e-9
+    )
     # then two workers, two micro-batches each, each also shadowing the other's two forwards
     assert rows[-1]["step_cost_s"] == pytest.approx(2 * NORM + 2 * FWD + OPT + costs.allreduce_s(2), rel=1e-12)
     assert losses_by_step(hit_dir) == losses_by_step(free_dir)
@@ -171,8 +194,15 @@ def test_oobleck_degraded_steps_cost_n_over_alive_micro_batches(run_exp, fixed_p
     # (times in failure-free steps; a degraded step takes about 2, with one worker alive about 4)
     trace = _trace(tmp_path, "oob.csv", "1.5,1,fail\n6,2,fail\n10,3,fail\n20,0,fail\n25,1,recover\n")
     free, free_dir = free
-    hit, hit_dir = run_exp("method=oobleck", "method.reconfigure_s=10", "failure=trace", "failure.unit=steps", trace,
-                           f"cluster.profile={prof_path}", "method.checkpoint_interval=3")
+    hit, hit_dir = run_exp(
+        "method=oobleck",
+        "method.reconfigure_s=10",
+        "failure=trace",
+        "failure.unit=steps",
+        trace,
+        f"cluster.profile={prof_path}",
+        "method.checkpoint_interval=3",
+    )
     costs = _costs(prof_path, hit)
     degraded = [r for r in read_jsonl(hit_dir / "metrics.jsonl") if r["degraded"]]
     assert {r["alive"] for r in degraded} == {3, 2, 1}
@@ -194,17 +224,23 @@ def test_oobleck_degraded_steps_cost_n_over_alive_micro_batches(run_exp, fixed_p
     assert losses_by_step(hit_dir) == losses_by_step(free_dir)
 
 
-@pytest.mark.parametrize("method, kind, count", [("bamboo", "rebalance", "rebalances"),
-                                                 ("oobleck", "reconfigure", "reconfigurations")])
-def test_workers_back_at_one_instant_rejoin_in_one_reconfiguration(run_exp, fixed_profile, tmp_path, method, kind,
-                                                                    count):
+@pytest.mark.parametrize(
+    "method, kind, count", [("bamboo", "rebalance", "rebalances"), ("oobleck", "reconfigure", "reconfigurations")]
+)
+def test_workers_back_at_one_instant_rejoin_in_one_reconfiguration(
+    run_exp, fixed_profile, tmp_path, method, kind, count
+):
     """Workers 0 and 2 (not ring neighbours) fail at different steps and come back together (a
     repair tick): one rebalance (Bamboo) or one reconfiguration (Oobleck) takes both back, with
     one stall, not one per worker."""
     trace = _trace(tmp_path, "tick.csv", "1.5,0,fail\n3.5,2,fail\n6,0,recover\n6,2,recover\n")
-    hit, hit_dir = run_exp(f"method={method}", "failure=trace", "failure.unit=steps", trace,
-                           f"cluster.profile={fixed_profile()}")
-    back = [e for e in read_jsonl(hit_dir / "events.jsonl") if e["kind"] == kind
-            and e["detail"].get("reason") in ("rejoin", "recover")]
+    hit, hit_dir = run_exp(
+        f"method={method}", "failure=trace", "failure.unit=steps", trace, f"cluster.profile={fixed_profile()}"
+    )
+    back = [
+        e
+        for e in read_jsonl(hit_dir / "events.jsonl")
+        if e["kind"] == kind and e["detail"].get("reason") in ("rejoin", "recover")
+    ]
     assert hit["fatal"] == 0 and len(back) == 1 and back[0]["worker"] == 0
     assert hit[count] == (1 if method == "bamboo" else 3)  # Oobleck also re-forms at each failure

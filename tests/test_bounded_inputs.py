@@ -29,11 +29,12 @@ def test_a_regular_file_within_the_bound_reads(tmp_path):
 
 
 def test_a_file_over_the_bound_is_refused_before_it_is_read(tmp_path):
-    path = sparse(tmp_path / "huge.csv", 2 * 1024 ** 3)
+    path = sparse(tmp_path / "huge.csv", 2 * 1024**3)
     with pytest.raises(InputRefused) as e:
-        open_bounded(path, 1024 ** 2, "failure.path=")
-    assert str(e.value) == (f"failure.path={path}: 2.0 GB (2,147,483,648 bytes), larger than the 1.0 MB allowed "
-                            "for this file")
+        open_bounded(path, 1024**2, "failure.path=")
+    assert str(e.value) == (
+        f"failure.path={path}: 2.0 GB (2,147,483,648 bytes), larger than the 1.0 MB allowed for this file"
+    )
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev_zero", "folder"])
@@ -64,15 +65,33 @@ def test_a_file_that_grows_while_read_stops_at_the_bound(tmp_path):
 def a_run(tmp_path, name="run", **fields):
     run = tmp_path / "runs" / name
     run.mkdir(parents=True)
-    summary = {"status": "ok", "method": "checkpoint", "failure": "none", "model": "llama_tiny", "seed": 0,
-               "n_workers": 4, "steps": 12, "throughput_tok_s": 100.0, "sim_time_s": 1.0, **fields}
+    summary = {
+        "status": "ok",
+        "method": "checkpoint",
+        "failure": "none",
+        "model": "llama_tiny",
+        "seed": 0,
+        "n_workers": 4,
+        "steps": 12,
+        "throughput_tok_s": 100.0,
+        "sim_time_s": 1.0,
+        **fields,
+    }
     (run / "summary.json").write_text(json.dumps(summary))
     return run
 
 
-@pytest.mark.parametrize("text, why", [("NaN", "not a finite number"), ("Infinity", "not a finite number"),
-                                       ("-Infinity", "not a finite number"), ("-1", "negative"),
-                                       ("1e308", "above 1e+30"), ("1" * 300, "above 1e+30")])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("NaN", "not a finite number"),
+        ("Infinity", "not a finite number"),
+        ("-Infinity", "not a finite number"),
+        ("-1", "negative"),
+        ("1e308", "above 1e+30"),
+        ("1" * 300, "above 1e+30"),
+    ],
+)
 def test_analysis_lists_a_run_with_an_impossible_number_as_unreadable(tmp_path, text, why):
     from analysis.collect import load_run
 
@@ -107,9 +126,14 @@ def test_python_m_analysis_refuses_a_summary_that_is_not_a_bounded_file(tmp_path
     elif kind == "dev_zero":
         summary.symlink_to("/dev/zero")
     else:
-        sparse(summary, 2 * 1024 ** 3)
-    out = subprocess.run([sys.executable, "-m", "analysis.collect", str(tmp_path / "runs"), "--out",
-                          str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        sparse(summary, 2 * 1024**3)
+    out = subprocess.run(
+        [sys.executable, "-m", "analysis.collect", str(tmp_path / "runs"), "--out", str(tmp_path / "out")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     import pandas as pd
 
@@ -119,7 +143,7 @@ def test_python_m_analysis_refuses_a_summary_that_is_not_a_bounded_file(tmp_path
 
 
 # ------------------------------------------------------------------------ failure traces
-LIMIT_AS = 1536 * 1024 ** 2  # reading a 2 GB trace whole needs more than this; refusing it, far less
+LIMIT_AS = 1536 * 1024**2  # reading a 2 GB trace whole needs more than this; refusing it, far less
 
 
 @pytest.mark.parametrize("kind, header", [("trace", "time,worker,event\n"), ("nodes", "")])
@@ -130,13 +154,17 @@ def test_a_2_gb_failure_trace_is_refused_in_one_line_before_it_is_read(tmp_path,
     path = tmp_path / "trace.csv"
     path.write_text(header + "1,0,fail\n" if kind == "trace" else "0,add,node1\n")
     with open(path, "r+b") as f:
-        f.truncate(2 * 1024 ** 3)
+        f.truncate(2 * 1024**3)
     limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (LIMIT_AS, LIMIT_AS))
-    code = ("import sys; from conftest import compose_cfg, MICRO; from mecefo_exp.config import validate, ConfigError\n"
-            f"try:\n    validate(compose_cfg([*MICRO, 'failure={kind}', 'failure.path={path}']))\n"
-            "except ConfigError as e:\n    print(e); sys.exit(2)\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "tests", capture_output=True, text=True,
-                         timeout=120, preexec_fn=limit)
+    code = (
+        "import sys; from conftest import compose_cfg, MICRO; from mecefo_exp.config import validate, ConfigError\n"
+        f"try:\n    validate(compose_cfg([*MICRO, 'failure={kind}', 'failure.path={path}']))\n"
+        "except ConfigError as e:\n    print(e); sys.exit(2)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT / "tests", capture_output=True, text=True, timeout=120, preexec_fn=limit
+    )
     assert out.returncode == 2, out.stderr[-2000:]
-    assert out.stdout.strip() == (f"failure.path={path}: 2.0 GB (2,147,483,648 bytes), larger than the 32.0 MB "
-                                  "allowed for this file")
+    assert out.stdout.strip() == (
+        f"failure.path={path}: 2.0 GB (2,147,483,648 bytes), larger than the 32.0 MB allowed for this file"
+    )

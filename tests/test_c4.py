@@ -11,12 +11,14 @@ import sys
 
 import pytest
 
-from conftest import MICRO, ROOT, compose_cfg
+from conftest import ROOT, compose_cfg
 
 pytest.importorskip("datasets", reason="data=c4 needs the datasets package (requirements-optional.txt)")
 
-WORDS = ("the harness reads shards of web text from disk and packs them into blocks for "
-         "every worker while failures come and go").split()
+WORDS = (
+    "the harness reads shards of web text from disk and packs them into blocks for "
+    "every worker while failures come and go"
+).split()
 
 
 def _doc(i, marker=""):
@@ -30,13 +32,18 @@ def make_tokenizer(folder):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["</s>"], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["</s>"],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator([_doc(i, "zebra ") for i in range(200)], trainer=trainer)
     folder.mkdir(parents=True, exist_ok=True)
     tok.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "</s>"}))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "</s>"})
+    )
     return folder
 
 
@@ -58,13 +65,23 @@ def shards(tmp_path):
     val = tmp_path / "c4" / "val"
     val.mkdir()
     write_shard(val / "c4-validation.00000-of-00001.json.gz", [(i, _doc(i, "zebra ")) for i in range(100)])
-    return {"path": f"{train}/c4-train.*.json.gz", "val_path": f"{val}/*.json.gz",
-            "tokenizer": str(make_tokenizer(tmp_path / "tok")), "cache": str(tmp_path / "cache")}
+    return {
+        "path": f"{train}/c4-train.*.json.gz",
+        "val_path": f"{val}/*.json.gz",
+        "tokenizer": str(make_tokenizer(tmp_path / "tok")),
+        "cache": str(tmp_path / "cache"),
+    }
 
 
 def c4_overrides(s, *extra):
-    return ["data=c4", f"data.path={s['path']}", f"data.val_path={s['val_path']}", f"data.tokenizer={s['tokenizer']}",
-            f"data.cache_dir={s['cache']}", *extra]
+    return [
+        "data=c4",
+        f"data.path={s['path']}",
+        f"data.val_path={s['val_path']}",
+        f"data.tokenizer={s['tokenizer']}",
+        f"data.cache_dir={s['cache']}",
+        *extra,
+    ]
 
 
 def test_local_glob_streams_stops_at_the_token_budget_and_validates_on_its_own_files(shards):
@@ -98,11 +115,19 @@ def test_the_tokenizer_is_checked_before_any_data_is_read(shards, tmp_path):
     from mecefo_exp.config import ConfigError
     from mecefo_exp.data import load_corpus
 
-    for name, where in [(str(tmp_path / "no-tokenizer-here"), "no folder"),
-                        ("no-such-org/no-such-tokenizer", "hub cache")]:
+    for name, where in [
+        (str(tmp_path / "no-tokenizer-here"), "no folder"),
+        ("no-such-org/no-such-tokenizer", "hub cache"),
+    ]:
         # the training glob is the broken shard alone: reading any data first would fail differently
-        cfg = compose_cfg(["data=c4", f"data.path={tmp_path}/c4/train/*00002*", f"data.tokenizer={name}",
-                           f"data.cache_dir={shards['cache']}"])
+        cfg = compose_cfg(
+            [
+                "data=c4",
+                f"data.path={tmp_path}/c4/train/*00002*",
+                f"data.tokenizer={name}",
+                f"data.cache_dir={shards['cache']}",
+            ]
+        )
         with pytest.raises(ConfigError) as err:
             load_corpus(cfg.data)
         msg = str(err.value)
@@ -111,8 +136,19 @@ def test_the_tokenizer_is_checked_before_any_data_is_read(shards, tmp_path):
 
 
 def test_cli_says_one_line_about_a_missing_tokenizer(shards, tmp_path):
-    out = subprocess.run([sys.executable, "run.py", *c4_overrides(shards), f"data.tokenizer={tmp_path}/nope",
-                          f"hydra.run.dir={tmp_path}/r"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "run.py",
+            *c4_overrides(shards),
+            f"data.tokenizer={tmp_path}/nope",
+            f"hydra.run.dir={tmp_path}/r",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("config error: data.tokenizer=")
@@ -126,6 +162,11 @@ def test_val_path_without_path_is_rejected(shards):
 
 
 def test_a_tiny_run_trains_on_the_local_c4_files(run_exp, shards):
-    summary, _ = run_exp(*c4_overrides(shards, "data.max_train_tokens=4000", "data.max_val_tokens=700"),
-                         "failure=none", "method=checkpoint", "trainer.max_steps=3", "trainer.eval_every=0")
+    summary, _ = run_exp(
+        *c4_overrides(shards, "data.max_train_tokens=4000", "data.max_val_tokens=700"),
+        "failure=none",
+        "method=checkpoint",
+        "trainer.max_steps=3",
+        "trainer.eval_every=0",
+    )
     assert summary["status"] == "ok" and summary["n_params"] > 0 and summary["final_val_ppl"] > 1

@@ -23,8 +23,7 @@ def test_failure_high_reproduces_failure_free_losses_bit_for_bit(run_exp, fixed_
 
 
 def test_rolled_back_steps_are_replayed_with_the_same_samples(run_exp, fixed_profile):
-    _, run_dir = run_exp("method=checkpoint", "failure=high", f"cluster.profile={fixed_profile()}",
-                         "method.interval=4")
+    _, run_dir = run_exp("method=checkpoint", "failure=high", f"cluster.profile={fixed_profile()}", "method.interval=4")
     rows = read_jsonl(run_dir / "metrics.jsonl")
     first = {}
     for r in rows:  # a replayed step has the same loss as its first execution

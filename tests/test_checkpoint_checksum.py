@@ -16,7 +16,7 @@ def flip_exponent_bits(path):
     with zipfile.ZipFile(path) as z:
         info = max(z.infolist(), key=lambda i: i.file_size)
     data = bytearray(path.read_bytes())
-    name_len, extra_len = struct.unpack("<HH", data[info.header_offset + 26:info.header_offset + 30])
+    name_len, extra_len = struct.unpack("<HH", data[info.header_offset + 26 : info.header_offset + 30])
     start = info.header_offset + 30 + name_len + extra_len
     for i in range(start + 3, start + min(info.file_size, 64), 4):  # the high byte of each float32
         data[i] ^= 0x40
@@ -46,8 +46,16 @@ def test_resume_falls_back_from_a_corrupted_newest_checkpoint(tmp_path, fixed_pr
     from mecefo_exp.trainer import Experiment
 
     run_dir = tmp_path / "run"
-    common = [*MICRO, "method=checkpoint", "failure=none", "method.interval=3", "trainer.max_steps=7",
-              "method.keep=3", "trainer.resume_every=0", f"cluster.profile={fixed_profile()}"]
+    common = [
+        *MICRO,
+        "method=checkpoint",
+        "failure=none",
+        "method.interval=3",
+        "trainer.max_steps=7",
+        "method.keep=3",
+        "trainer.resume_every=0",
+        f"cluster.profile={fixed_profile()}",
+    ]
     Experiment(compose_cfg(common), run_dir).run()
     newest = sorted((run_dir / "checkpoints").glob("step_*.pt"))[-1]
     assert newest.name == "step_0000006.pt"

@@ -7,8 +7,18 @@ import pytest
 from omegaconf import OmegaConf
 
 from analysis import closed_forms as cf
-from analysis.anchors import (BASE, CR, KERNELS, checkpoint_restart_agrees, cr_case, harness_form, interval, mecefo_agrees,
-                              runs, write_profile)
+from analysis.anchors import (
+    BASE,
+    CR,
+    KERNELS,
+    checkpoint_restart_agrees,
+    cr_case,
+    harness_form,
+    interval,
+    mecefo_agrees,
+    runs,
+    write_profile,
+)
 from analysis.simulate import compose, effective_time
 
 
@@ -47,8 +57,18 @@ def test_auto_interval_is_the_optimum_of_an_interval_sweep(profile):
     C, R, M = 0.2, 1.0, 10.0
     sweep = {k: cr_case(profile, C, R, M, k, seeds=3, steps=300_000)[0] for k in (40, 80, 120, 160, 240, 360)}
     best = max(sweep, key=lambda k: sweep[k][0])
-    base = compose(BASE + CR + [f"cluster.profile={profile}", f"hardware.checkpoint_s={C}", f"method.restart_s={R}",
-                                f"failure.mtbf={M}", "method.interval=auto", "trainer.max_steps=300000"])
+    base = compose(
+        BASE
+        + CR
+        + [
+            f"cluster.profile={profile}",
+            f"hardware.checkpoint_s={C}",
+            f"method.restart_s={R}",
+            f"failure.mtbf={M}",
+            "method.interval=auto",
+            "trainer.max_steps=300000",
+        ]
+    )
     auto = runs(base, 3)
     k_auto = auto[0]["checkpoint_interval"]
     mean, half = interval([effective_time(s) for s in auto])
@@ -86,8 +106,10 @@ ORIGINAL = {}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("misbooking", ["restart charged twice", "checkpoint write charged half",
-                                        "neighbour pair charged as a normal micro-batch"])
+@pytest.mark.parametrize(
+    "misbooking",
+    ["restart charged twice", "checkpoint write charged half", "neighbour pair charged as a normal micro-batch"],
+)
 def test_a_misbooked_cost_breaks_its_closed_form(profile, monkeypatch, misbooking):
     """Each check above fails when the cost it rests on is booked wrongly."""
     from mecefo_exp.methods.base import RollbackMethod
@@ -110,8 +132,16 @@ def test_a_misbooked_cost_breaks_its_closed_form(profile, monkeypatch, misbookin
 def test_reft_snapshot_overhead_is_its_stall_per_snapshot(profile):
     """REFT without failures: a snapshot every 5 steps stalls (1 - overlap) of a state copy; the useful
     fraction is 5 step / (5 step + stall), exactly."""
-    base = compose(BASE + ["method=reft", f"cluster.profile={profile}", "failure=none", "trainer.max_steps=5000",
-                           "method.checkpoint_interval=100000"])
+    base = compose(
+        BASE
+        + [
+            "method=reft",
+            f"cluster.profile={profile}",
+            "failure=none",
+            "trainer.max_steps=5000",
+            "method.checkpoint_interval=100000",
+        ]
+    )
     s = runs(base, 1)[0]
     step, snapshot_s = s["clock"]["failure_free_step_s"], s["snapshot_charge_s"]
     assert snapshot_s == pytest.approx((1 - 0.9) * KERNELS["state_copy"], rel=1e-9)
@@ -125,9 +155,21 @@ def test_failure_counts_and_time_with_k_down_are_the_renewal_expectations():
     its Poisson interval, and the time with k units down is Binomial(U, p) to a few per cent."""
     from mecefo_exp.failures import make_trace
 
-    cfg = OmegaConf.create({"name": "poisson", "kind": "poisson", "mtbf": 19.0, "mttr": 1.0, "unit": "seconds",
-                            "process": "per_worker", "unit_gpus": 1, "repair": "fixed", "workers": None,
-                            "horizon_factor": 1.0, "replace_s": 0.0})
+    cfg = OmegaConf.create(
+        {
+            "name": "poisson",
+            "kind": "poisson",
+            "mtbf": 19.0,
+            "mttr": 1.0,
+            "unit": "seconds",
+            "process": "per_worker",
+            "unit_gpus": 1,
+            "repair": "fixed",
+            "workers": None,
+            "horizon_factor": 1.0,
+            "replace_s": 0.0,
+        }
+    )
     U, run_s = 32, 20_000.0
     trace = make_trace(cfg, U, 1.0, int(run_s), seed=5, real_time=True)
     fails = sum(1 for e in trace.events if e.kind == "fail")

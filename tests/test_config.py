@@ -6,10 +6,9 @@ import sys
 import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
+from conftest import ROOT, compose_cfg
 from mecefo_exp.config import ConfigError, validate
 from mecefo_exp.methods import REGISTRY
-
-from conftest import ROOT, compose_cfg
 
 METHODS = list(REGISTRY)
 FAILURES = ["none", "low", "medium", "high", "poisson", "asymmetric"]
@@ -23,8 +22,9 @@ def test_every_method_and_failure_composes_and_validates(method, failure):
     assert cfg.method.name == method and cfg.failure.name == failure
 
 
-@pytest.mark.parametrize("model", ["llama_tiny", "llama_20m", "llama_60m", "llama_130m", "llama_350m", "llama_1b", "llama_7b",
-                                   "llama_405b"])
+@pytest.mark.parametrize(
+    "model", ["llama_tiny", "llama_20m", "llama_60m", "llama_130m", "llama_350m", "llama_1b", "llama_7b", "llama_405b"]
+)
 def test_model_presets(model):
     cfg = compose_cfg([f"model={model}"])
     validate(cfg)
@@ -33,7 +33,13 @@ def test_model_presets(model):
 def test_galore_shapes():
     cfg = compose_cfg(["model=llama_1b"])
     m = cfg.model
-    assert (m.hidden_size, m.intermediate_size, m.num_attention_heads, m.num_hidden_layers, m.vocab_size) == (2048, 5461, 32, 24, 32000)
+    assert (m.hidden_size, m.intermediate_size, m.num_attention_heads, m.num_hidden_layers, m.vocab_size) == (
+        2048,
+        5461,
+        32,
+        24,
+        32000,
+    )
 
 
 def test_typo_in_a_key_fails_at_compose_time():
@@ -50,17 +56,20 @@ def test_unknown_option_lists_the_valid_ones():
         assert name in str(err.value)
 
 
-@pytest.mark.parametrize("override, needle", [
-    ("cluster.n_workers=0", "cluster.n_workers=0"),
-    ("data.micro_batch=0", "data.micro_batch=0"),
-    ("data.seq_len=4096", "exceeds model.max_position_embeddings"),
-    ("trainer.max_steps=0", "trainer.max_steps=0"),
-    ("trainer.lr=-1", "trainer.lr=-1"),
-    ("failure=poisson", None),
-    ("cluster.detection_s=-5", "cluster.detection_s=-5"),
-    ("method.rank=0", "method.rank=0"),
-    ("failure.every_h=-1", "failure.every_h=-1"),
-])
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("cluster.n_workers=0", "cluster.n_workers=0"),
+        ("data.micro_batch=0", "data.micro_batch=0"),
+        ("data.seq_len=4096", "exceeds model.max_position_embeddings"),
+        ("trainer.max_steps=0", "trainer.max_steps=0"),
+        ("trainer.lr=-1", "trainer.lr=-1"),
+        ("failure=poisson", None),
+        ("cluster.detection_s=-5", "cluster.detection_s=-5"),
+        ("method.rank=0", "method.rank=0"),
+        ("failure.every_h=-1", "failure.every_h=-1"),
+    ],
+)
 def test_impossible_values_are_rejected_with_one_line(override, needle):
     overrides = [override]
     if override == "failure=poisson":
@@ -74,20 +83,35 @@ def test_impossible_values_are_rejected_with_one_line(override, needle):
 
 
 def test_cli_bad_value_exits_with_one_line_before_compute(tmp_path):
-    out = subprocess.run([sys.executable, "run.py", "cluster.n_workers=0", f"hydra.run.dir={tmp_path}/r"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "run.py", "cluster.n_workers=0", f"hydra.run.dir={tmp_path}/r"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == ["config error: cluster.n_workers=0: must be >= 1"]
     assert not (tmp_path / "r").exists()  # refused before Hydra writes the folder: nothing to collect
 
 
 def test_a_key_added_with_plus_and_a_printed_config_are_refused_before_any_folder(tmp_path):
-    out = subprocess.run([sys.executable, "run.py", "+foo=1", f"hydra.run.dir={tmp_path}/r"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "run.py", "+foo=1", f"hydra.run.dir={tmp_path}/r"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and out.stderr.startswith("config error: foo: no such setting")
     assert not (tmp_path / "r").exists()
-    out = subprocess.run([sys.executable, "run.py", "--cfg", "job", "trainer.max_steps=-5"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "run.py", "--cfg", "job", "trainer.max_steps=-5"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and out.stderr == "config error: trainer.max_steps=-5: must be >= 1\n"
 
 
@@ -100,8 +124,13 @@ def test_experiment_preset_overrides_the_defaults():
 STUDY_PRESETS = {"paper_table3": 63, "mecefo_ablation": 18, "mecefo_asymmetric": 9, "mecefo_frequency": 12}
 
 
-@pytest.mark.parametrize("preset,n_jobs", [
-    pytest.param(p, n, marks=() if p == "paper_table3" else pytest.mark.slow) for p, n in sorted(STUDY_PRESETS.items())])
+@pytest.mark.parametrize(
+    "preset,n_jobs",
+    [
+        pytest.param(p, n, marks=() if p == "paper_table3" else pytest.mark.slow)
+        for p, n in sorted(STUDY_PRESETS.items())
+    ],
+)
 def test_study_presets_expand_to_valid_jobs(preset, n_jobs):
     """Every job of the convergence presets composes and validates (before any compute), and
     each preset has the number of jobs its header promises."""
@@ -136,36 +165,62 @@ def _hydra_cfg(overrides):
         return compose("config", overrides=list(overrides), return_hydra_config=True).hydra
 
 
-@pytest.mark.parametrize("overrides, needle", [
-    (["cluster=torchft", "cluster.n_workers=1"], "need >= 2 workers"),
-    (["cluster=torchft", "hardware=measured"], "each process would measure its own clock"),
-    (["cluster=torchft", "logger=wandb"], "logger=wandb with cluster=torchft"),
-    (["cluster=torchft", "cluster.lighthouse=127.0.0.1:29510"], "http://host:port"),
-    (["cluster=torchft", "cluster.heartbeat_timeout_ms=0"], "cluster.heartbeat_timeout_ms=0"),
-    (["cluster=torchft", "method=checkpoint", "method.backend=dcp"], "only torch"),
-    (["failure.kill=true"], "cluster=torchft (any method)"),
-    # one launcher per machine
-    (["cluster=torchft", "cluster.n_workers=4", "cluster.machines=2", "cluster.machine_rank=2",
-      "cluster.coordinator=127.0.0.1:29510"], "cluster.machine_rank=2 with cluster.machines=2: must be in 0..1"),
-    (["cluster=torchft", "cluster.n_workers=3", "cluster.machines=2", "cluster.coordinator=127.0.0.1:29510"],
-     "n_workers must be a multiple of machines"),
-    (["cluster=torchft", "cluster.n_workers=4", "cluster.machines=2"], "give cluster.coordinator=host:port"),
-    (["cluster=torchft", "cluster.coordinator=node001"], "give host:port"),
-    (["cluster=torchft", "cluster.coordinator=node001:70000"], "a port in 1..65535"),
-    # nothing listens beyond loopback unless cluster.bind says so
-    (["cluster=torchft", "cluster.n_workers=4", "cluster.machines=2", "cluster.coordinator=node001:29510"],
-     "machine 0 listens on loopback only"),
-    (["cluster=torchft", "cluster.advertise=node001"], "the servers listen on loopback only"),
-    (["cluster=torchft", "cluster.bind=eth0"], "give an address of this machine"),
-    (["cluster=torchft", "cluster.bind=0.0.0.0"], "also give cluster.advertise"),
-    # torchft 0.2.0 builds its Manager's URI as http://host:port: an IPv6 host failed in every worker
-    (["cluster=torchft", "cluster.bind=::1"], "cluster.bind='::1': an IPv6 address"),
-    (["cluster=torchft", "cluster.bind=::", "cluster.advertise=node001"], "cluster.bind='::': an IPv6 address"),
-    (["cluster=torchft", "cluster.n_workers=4", "cluster.machines=2", "cluster.bind=10.0.0.5",
-      "cluster.coordinator='[fd00::5]:29510'"], "cluster.coordinator='[fd00::5]:29510': an IPv6 address"),
-    (["cluster=torchft", "cluster.bind=0.0.0.0", "cluster.advertise=fd00::5"], "cluster.advertise='fd00::5': an IPv6"),
-    (["cluster.machines=2"], "one launcher per machine is cluster=torchft's"),
-])
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["cluster=torchft", "cluster.n_workers=1"], "need >= 2 workers"),
+        (["cluster=torchft", "hardware=measured"], "each process would measure its own clock"),
+        (["cluster=torchft", "logger=wandb"], "logger=wandb with cluster=torchft"),
+        (["cluster=torchft", "cluster.lighthouse=127.0.0.1:29510"], "http://host:port"),
+        (["cluster=torchft", "cluster.heartbeat_timeout_ms=0"], "cluster.heartbeat_timeout_ms=0"),
+        (["cluster=torchft", "method=checkpoint", "method.backend=dcp"], "only torch"),
+        (["failure.kill=true"], "cluster=torchft (any method)"),
+        # one launcher per machine
+        (
+            [
+                "cluster=torchft",
+                "cluster.n_workers=4",
+                "cluster.machines=2",
+                "cluster.machine_rank=2",
+                "cluster.coordinator=127.0.0.1:29510",
+            ],
+            "cluster.machine_rank=2 with cluster.machines=2: must be in 0..1",
+        ),
+        (
+            ["cluster=torchft", "cluster.n_workers=3", "cluster.machines=2", "cluster.coordinator=127.0.0.1:29510"],
+            "n_workers must be a multiple of machines",
+        ),
+        (["cluster=torchft", "cluster.n_workers=4", "cluster.machines=2"], "give cluster.coordinator=host:port"),
+        (["cluster=torchft", "cluster.coordinator=node001"], "give host:port"),
+        (["cluster=torchft", "cluster.coordinator=node001:70000"], "a port in 1..65535"),
+        # nothing listens beyond loopback unless cluster.bind says so
+        (
+            ["cluster=torchft", "cluster.n_workers=4", "cluster.machines=2", "cluster.coordinator=node001:29510"],
+            "machine 0 listens on loopback only",
+        ),
+        (["cluster=torchft", "cluster.advertise=node001"], "the servers listen on loopback only"),
+        (["cluster=torchft", "cluster.bind=eth0"], "give an address of this machine"),
+        (["cluster=torchft", "cluster.bind=0.0.0.0"], "also give cluster.advertise"),
+        # torchft 0.2.0 builds its Manager's URI as http://host:port: an IPv6 host failed in every worker
+        (["cluster=torchft", "cluster.bind=::1"], "cluster.bind='::1': an IPv6 address"),
+        (["cluster=torchft", "cluster.bind=::", "cluster.advertise=node001"], "cluster.bind='::': an IPv6 address"),
+        (
+            [
+                "cluster=torchft",
+                "cluster.n_workers=4",
+                "cluster.machines=2",
+                "cluster.bind=10.0.0.5",
+                "cluster.coordinator='[fd00::5]:29510'",
+            ],
+            "cluster.coordinator='[fd00::5]:29510': an IPv6 address",
+        ),
+        (
+            ["cluster=torchft", "cluster.bind=0.0.0.0", "cluster.advertise=fd00::5"],
+            "cluster.advertise='fd00::5': an IPv6",
+        ),
+        (["cluster.machines=2"], "one launcher per machine is cluster=torchft's"),
+    ],
+)
 def test_torchft_settings_are_checked_before_anything_starts(overrides, needle):
     cfg = compose_cfg(overrides)
     with pytest.raises(ConfigError) as err:
@@ -181,14 +236,26 @@ def test_torchft_default_config_is_valid():
 
 def test_torchft_across_machines_is_valid_with_an_address_to_listen_on():
     for machine in (0, 1):
-        validate(compose_cfg(["cluster=torchft", "cluster.n_workers=4", "cluster.machines=2",
-                              f"cluster.machine_rank={machine}", "cluster.coordinator=node001:29510",
-                              "cluster.bind=10.0.0.5"]))
+        validate(
+            compose_cfg(
+                [
+                    "cluster=torchft",
+                    "cluster.n_workers=4",
+                    "cluster.machines=2",
+                    f"cluster.machine_rank={machine}",
+                    "cluster.coordinator=node001:29510",
+                    "cluster.bind=10.0.0.5",
+                ]
+            )
+        )
     # every interface, by choice, with the name the other machines use
     validate(compose_cfg(["cluster=torchft", "cluster.bind=0.0.0.0", "cluster.advertise=node001"]))
     # two launchers on one host (the tests): loopback throughout
-    validate(compose_cfg(["cluster=torchft", "cluster.n_workers=4", "cluster.machines=2",
-                          "cluster.coordinator=127.0.0.1:29510"]))
+    validate(
+        compose_cfg(
+            ["cluster=torchft", "cluster.n_workers=4", "cluster.machines=2", "cluster.coordinator=127.0.0.1:29510"]
+        )
+    )
 
 
 def _is_local(address: str) -> bool:
@@ -223,8 +290,15 @@ def test_launchers_of_other_machines_lock_and_record_apart(tmp_path):
     from mecefo_exp.cli import lock_folder
     from mecefo_exp.hydra_glue import hydra_output_subdir
 
-    one = compose_cfg(["cluster=torchft", "cluster.n_workers=4", "cluster.machines=2", "cluster.machine_rank=1",
-                       "cluster.coordinator=127.0.0.1:29510"])
+    one = compose_cfg(
+        [
+            "cluster=torchft",
+            "cluster.n_workers=4",
+            "cluster.machines=2",
+            "cluster.machine_rank=1",
+            "cluster.coordinator=127.0.0.1:29510",
+        ]
+    )
     assert lock_folder(tmp_path, one) == tmp_path / "torchft" / "machine-1"
     assert lock_folder(tmp_path, compose_cfg(["cluster=torchft"])) == tmp_path
     assert hydra_output_subdir("false", str(tmp_path), 1) == ".hydra/machine-1"

@@ -29,10 +29,9 @@ import math
 import sys
 
 import pytest
-
-from conftest import (MICRO, VOLATILE_SUMMARY, StrictRun, compose_cfg, losses_by_step, read_jsonl,
-                      run_records)
 from test_event_driven import assert_same_run
+
+from conftest import MICRO, VOLATILE_SUMMARY, StrictRun, compose_cfg, losses_by_step, read_jsonl, run_records
 from mecefo_exp.methods import REGISTRY, method_class
 
 METHODS = tuple(REGISTRY)
@@ -40,8 +39,13 @@ REFERENCE = "checkpoint"  # the failure-free losses every method is held to: pla
 STEPS = 10
 # a tiny numerics run: evaluations and a harness checkpoint (trainer.resume_every) inside it
 # (one thread: on a busy machine two threads of a tiny model mostly wait for each other, 5x slower)
-NUMERICS = [f"trainer.max_steps={STEPS}", "trainer.eval_every=5", "trainer.resume_every=4", "trainer.threads=1",
-            "seed=0"]
+NUMERICS = [
+    f"trainer.max_steps={STEPS}",
+    "trainer.eval_every=5",
+    "trainer.resume_every=4",
+    "trainer.threads=1",
+    "seed=0",
+]
 # in failure-free step times: worker 1 down, then back at the instant worker 2 fails; worker 3 fails
 # late, after the resume point of the killed run (all but checkpoint-restart, whose rollback replays)
 TRACE = [(2.5, 1, "fail"), (5.5, 1, "recover"), (5.5, 2, "fail"), (8.5, 2, "recover"), (12.5, 3, "fail")]
@@ -50,8 +54,18 @@ KILL_AFTER_STEP = 6  # the killed run dies once the row of this step is written
 # (a ring's fatal case, two losses in one parity group), everyone back, a recovery and a failure
 # at one instant
 NF_STEPS = 80
-NF_TRACE = [(5.5, 1, "fail"), (15.5, 1, "recover"), (20.5, 2, "fail"), (20.5, 3, "fail"), (30.5, 2, "recover"),
-            (30.5, 3, "recover"), (40.5, 0, "fail"), (50.5, 0, "recover"), (50.5, 1, "fail"), (60.5, 1, "recover")]
+NF_TRACE = [
+    (5.5, 1, "fail"),
+    (15.5, 1, "recover"),
+    (20.5, 2, "fail"),
+    (20.5, 3, "fail"),
+    (30.5, 2, "recover"),
+    (30.5, 3, "recover"),
+    (40.5, 0, "fail"),
+    (50.5, 0, "recover"),
+    (50.5, 1, "fail"),
+    (60.5, 1, "recover"),
+]
 NUMERICS_FREE = ["trainer.numerics=false", f"trainer.max_steps={NF_STEPS}", "trainer.eval_every=0"]
 
 
@@ -196,8 +210,9 @@ def check_exact(runs, method, extra=()):
 def check_resume(runs, method, extra=()):
     """A run killed after step KILL_AFTER_STEP and resumed is the uninterrupted run."""
     whole, whole_dir, _ = with_failures(runs, method, extra)
-    resumed, run_dir, _ = runs.killed_and_resumed(f"method={method}", *extra, *NUMERICS, *runs.trace(TRACE),
-                                                  after_step=KILL_AFTER_STEP)
+    resumed, run_dir, _ = runs.killed_and_resumed(
+        f"method={method}", *extra, *NUMERICS, *runs.trace(TRACE), after_step=KILL_AFTER_STEP
+    )
     assert resumed["status"] == "ok"
     (resume,) = resumed["resumes"]
     assert 0 < resume["from_step"] <= KILL_AFTER_STEP + 1  # from a checkpoint inside the run
@@ -223,8 +238,9 @@ def check_event_driven(runs, method, extra=()):
     assert stepped["status"] == "ok" and stepped["steps"] == NF_STEPS
     assert stepped["failures"] == sum(k == "fail" for _, _, k in NF_TRACE)
     try:
-        assert_same_run(stepped, driven, read_jsonl(stepped_dir / "events.jsonl"),
-                        read_jsonl(driven_dir / "events.jsonl"))
+        assert_same_run(
+            stepped, driven, read_jsonl(stepped_dir / "events.jsonl"), read_jsonl(driven_dir / "events.jsonl")
+        )
     except AssertionError as e:
         raise AssertionError(f"method={method}: the event-driven run differs from the step-by-step one: {e}") from e
     covered = set()
@@ -242,7 +258,7 @@ def check_one_instant(runs, method, extra=()):
     fails = [e for e in events if e["kind"] == "fail"]
     recovers = [e for e in events if e["kind"] == "recover"]
     # the trace's events in its order, up to its late failure (which a quick method may not live to see)
-    assert [e["worker"] for e in fails] == [w for _, w, k in TRACE if k == "fail"][:max(2, len(fails))]
+    assert [e["worker"] for e in fails] == [w for _, w, k in TRACE if k == "fail"][: max(2, len(fails))]
     assert len(fails) == summary["failures"]
     assert [e["worker"] for e in recovers] == [w for _, w, k in TRACE if k == "recover"]
     at = lambda es: {e["detail"]["trace_time_s"] for e in es}  # noqa: E731 - when the trace has it happen
@@ -320,8 +336,11 @@ def check_refused_settings(method, capsys, tmp_path, extra=()):
     key, (bad, message, _) = sorted(refused.items())[0]
     run_dir = tmp_path / f"refused_{method}"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sys, "argv", ["run.py", *MICRO, f"method={method}", *extra, f"method.{key}={bad}",
-                                 f"hydra.run.dir={run_dir}"])
+        mp.setattr(
+            sys,
+            "argv",
+            ["run.py", *MICRO, f"method={method}", *extra, f"method.{key}={bad}", f"hydra.run.dir={run_dir}"],
+        )
         with pytest.raises(SystemExit) as exit_:
             cli.entry()
     assert exit_.value.code == 2
@@ -372,8 +391,13 @@ def test_a_refused_setting_is_one_line_before_any_compute(method, capsys, tmp_pa
 KNOWN_GAPS: dict = {}  # method -> what it does not refuse yet (a strict xfail: fixing it fails until removed)
 
 
-@pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[m]))
-                                    if m in KNOWN_GAPS else m for m in METHODS])
+@pytest.mark.parametrize(
+    "method",
+    [
+        pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[m])) if m in KNOWN_GAPS else m
+        for m in METHODS
+    ],
+)
 def test_every_number_and_word_setting_refuses_a_bad_value(method):
     check_every_setting_refuses_a_bad_value(method)
 
@@ -421,12 +445,16 @@ class ReadsTheWholeRun(Oobleck):
         self.whole_config = self.run.cfg
 
 
-@pytest.mark.parametrize("check, broken_method, says", [
-    (check_exact, AveragesOverTheSurvivors, "method=oobleck is exact: its losses are the failure-free ones"),
-    (check_resume, ForgetsWhoIsDown, "the resumed run differs from the uninterrupted one"),
-    (check_event_driven, ChargesQuietStepsAgain, "the event-driven run differs from the step-by-step one"),
-    (check_strict_context, ReadsTheWholeRun, "run.cfg, which RunContext does not declare"),
-], ids=["exact", "resume", "event_driven", "strict_context"])
+@pytest.mark.parametrize(
+    "check, broken_method, says",
+    [
+        (check_exact, AveragesOverTheSurvivors, "method=oobleck is exact: its losses are the failure-free ones"),
+        (check_resume, ForgetsWhoIsDown, "the resumed run differs from the uninterrupted one"),
+        (check_event_driven, ChargesQuietStepsAgain, "the event-driven run differs from the step-by-step one"),
+        (check_strict_context, ReadsTheWholeRun, "run.cfg, which RunContext does not declare"),
+    ],
+    ids=["exact", "resume", "event_driven", "strict_context"],
+)
 def test_the_suite_catches_a_broken_method(runs, check, broken_method, says):
     check(runs, "oobleck")  # the method itself passes (its run is shared with the tests above)
     with pytest.raises(AssertionError, match=says):

@@ -119,11 +119,18 @@ def test_help_hides_the_schema_groups():
     text = user_groups()
     assert "schema" not in text and "local" not in text.split(":")[0]
     experiments = next(line for line in text.splitlines() if line.startswith("experiment: "))
-    assert {"debug", "paper_mini", "paper_table2", "paper_table3"} <= set(experiments[len("experiment: "):].split(", "))
+    assert {"debug", "paper_mini", "paper_table2", "paper_table3"} <= set(
+        experiments[len("experiment: ") :].split(", ")
+    )
 
 
-@pytest.mark.parametrize("bad,needle", [("trainer.log_events=-1", "trainer.log_events=-1: must be >= 0"),
-                                        ("logger.mode=sometimes", "logger.mode='sometimes': allowed: online")])
+@pytest.mark.parametrize(
+    "bad,needle",
+    [
+        ("trainer.log_events=-1", "trainer.log_events=-1: must be >= 0"),
+        ("logger.mode=sometimes", "logger.mode='sometimes': allowed: online"),
+    ],
+)
 def test_new_keys_are_validated(bad, needle):
     from mecefo_exp.config import ConfigError, validate
 

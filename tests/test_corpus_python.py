@@ -37,9 +37,10 @@ def test_the_corpus_does_not_read_the_running_interpreter(monkeypatch, tmp_path)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(platform.python_implementation() != "CPython"
-                    or platform.python_version() != local_corpus.PYTHON_TEXTS_VERSION,
-                    reason="the shipped texts come from CPython 3.11.7")
+@pytest.mark.skipif(
+    platform.python_implementation() != "CPython" or platform.python_version() != local_corpus.PYTHON_TEXTS_VERSION,
+    reason="the shipped texts come from CPython 3.11.7",
+)
 def test_the_shipped_texts_are_what_cpython_3_11_7_gives():
     assert local_corpus.live_python_texts() == local_corpus.python_texts()
 
@@ -60,8 +61,10 @@ def test_the_default_corpus_built_here_is_the_reference_one():
     if not stamp.exists():
         pytest.skip("the default corpus is not built here (make setup builds it)")
     built = stamp.read_text().strip()
-    assert built == local_corpus.REFERENCE_FINGERPRINT, local_corpus.why_fingerprint_differs(
-        built, local_corpus.REFERENCE_FINGERPRINT) + f" [Python {sys.version.split()[0]}]"
+    assert built == local_corpus.REFERENCE_FINGERPRINT, (
+        local_corpus.why_fingerprint_differs(built, local_corpus.REFERENCE_FINGERPRINT)
+        + f" [Python {sys.version.split()[0]}]"
+    )
 
 
 def test_a_different_package_version_is_named_as_the_cause(monkeypatch):

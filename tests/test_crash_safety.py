@@ -28,6 +28,7 @@ def committed_rows(path):
         return []
     return text.split("\n")[:-1]
 
+
 pytestmark = pytest.mark.slow
 
 STEPS = 40
@@ -44,8 +45,16 @@ METHODS = {
 
 
 def _common(method, prof):
-    return [f"method={method}", *METHODS[method], "failure=high", "seed=3", f"trainer.max_steps={STEPS}",
-            "trainer.eval_every=10", "trainer.threads=1", f"cluster.profile={prof}"]
+    return [
+        f"method={method}",
+        *METHODS[method],
+        "failure=high",
+        "seed=3",
+        f"trainer.max_steps={STEPS}",
+        "trainer.eval_every=10",
+        "trainer.threads=1",
+        f"cluster.profile={prof}",
+    ]
 
 
 @pytest.fixture
@@ -55,8 +64,9 @@ def one_thread_back_to_two():
 
 
 @pytest.mark.parametrize("method", list(METHODS))
-def test_sigkill_at_a_random_step_and_resume_is_the_uninterrupted_run(method, run_exp, fixed_profile, tmp_path,
-                                                                      one_thread_back_to_two):
+def test_sigkill_at_a_random_step_and_resume_is_the_uninterrupted_run(
+    method, run_exp, fixed_profile, tmp_path, one_thread_back_to_two
+):
     tag = "[sa=1,rc=1,lr=1,r=4]"  # MeCeFO's kernels, named by its switches
     prof = fixed_profile({f"mb:mecefo{tag}": 0.012, f"neighbor_pair{tag}": 0.016, f"mecefo_svd{tag}": 0.004})
     common = _common(method, prof)
@@ -79,8 +89,13 @@ def test_sigkill_at_a_random_step_and_resume_is_the_uninterrupted_run(method, ru
     proc.stderr.close()
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "running", why
 
-    out = subprocess.run([sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, f"{why}\n{out.stderr[-3000:]}"
     resumed = json.loads((run_dir / "summary.json").read_text())
     assert resumed["status"] == "ok", why

@@ -57,8 +57,8 @@ def test_validation_split_is_deterministic_and_by_document():
 
 
 def test_local_corpus_loads_offline_and_is_cached():
-    from mecefo_exp.data import load_corpus
     from conftest import compose_cfg
+    from mecefo_exp.data import load_corpus
 
     cfg = compose_cfg([SMALL_CORPUS])
     a = load_corpus(cfg.data)
@@ -73,8 +73,8 @@ def test_c4_path_reads_local_json_files_with_a_local_tokenizer(tmp_path):
     import json
     import shutil
 
-    from mecefo_exp.data import load_corpus
     from conftest import compose_cfg
+    from mecefo_exp.data import load_corpus
 
     local = compose_cfg([SMALL_CORPUS])
     load_corpus(local.data)  # the cached local BPE tokenizer doubles as a transformers tokenizer
@@ -82,15 +82,30 @@ def test_c4_path_reads_local_json_files_with_a_local_tokenizer(tmp_path):
     tok_dir = tmp_path / "tok"
     tok_dir.mkdir()
     shutil.copy(tok_json, tok_dir / "tokenizer.json")
-    (tok_dir / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>"}))
+    (tok_dir / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>"})
+    )
     shard = tmp_path / "c4-train.00000-of-00001.json"
     with open(shard, "w") as f:
         for i in range(300):
-            f.write(json.dumps({"text": f"Document {i} says that the harness reads C4 shards from disk. " * 3,
-                                "url": f"https://example.org/{i}"}) + "\n")
-    cfg = compose_cfg(["data=c4", f"data.path={tmp_path}/c4-*.json", f"data.tokenizer={tok_dir}",
-                       f"data.cache_dir={tmp_path}/cache", "data.val_fraction=0.1"])
+            f.write(
+                json.dumps(
+                    {
+                        "text": f"Document {i} says that the harness reads C4 shards from disk. " * 3,
+                        "url": f"https://example.org/{i}",
+                    }
+                )
+                + "\n"
+            )
+    cfg = compose_cfg(
+        [
+            "data=c4",
+            f"data.path={tmp_path}/c4-*.json",
+            f"data.tokenizer={tok_dir}",
+            f"data.cache_dir={tmp_path}/cache",
+            "data.val_fraction=0.1",
+        ]
+    )
     corpus = load_corpus(cfg.data)
     assert corpus.train.size > 10_000 and corpus.val.size > 500
     assert corpus.vocab_size == 4096 and corpus.train.max() < 4096

@@ -1,22 +1,31 @@
 """The decision map and advise: winners and margins from seeds, each cell's settings, bad input."""
 
-import math
 import time
 
 import pandas as pd
 import pytest
 
+from analysis import advise
+from analysis import decision_map as dm
 from mecefo_exp.methods.intervals import daly_interval
-
-from analysis import advise, decision_map as dm
 
 
 def _runs(values):
     rows = []
     for method, effs in values.items():
         for seed, e in enumerate(effs):
-            rows.append({"model": "7b", "gpus": 64, "rate_x": 1, "repair_s": 600, "method": method, "seed": seed,
-                         "effective_time": e, "censored": False})
+            rows.append(
+                {
+                    "model": "7b",
+                    "gpus": 64,
+                    "rate_x": 1,
+                    "repair_s": 600,
+                    "method": method,
+                    "seed": seed,
+                    "effective_time": e,
+                    "censored": False,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -80,8 +89,13 @@ def test_advise_answers_for_llama3_in_under_30_s():
     # the decision map's failure model, its assumptions stated, and what would change the winner
     assert a["failure"].startswith("failure=llama3_taxonomy")
     keys = [x.key for x in a["assumptions"]]
-    assert {"failure.job_faults.Dependency", "failure.job_faults.Unknown", "failure.replace_s",
-            "cluster.collective_timeout_s", "method.checkpoint_write"} <= set(keys)
+    assert {
+        "failure.job_faults.Dependency",
+        "failure.job_faults.Unknown",
+        "failure.replace_s",
+        "cluster.collective_timeout_s",
+        "method.checkpoint_write",
+    } <= set(keys)
     assert a["robustness"]["winner"] == a["results"][0]["method"] and set(a["robustness"]["flips"]) == set(keys)
     text = advise.report(a, 3)
     assert "failure model: failure=llama3_taxonomy" in text and "robustness:" in text

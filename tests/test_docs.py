@@ -15,22 +15,32 @@ from mecefo_exp.registry import REGISTRY
 
 README = (ROOT / "README.md").read_text()
 #: how README and --help name each registry method in prose
-DISPLAY = {"checkpoint": "checkpoint-restart", "jit": "JIT checkpointing", "reft": "REFT", "baft": "BAFT",
-           "bamboo": "Bamboo", "oobleck": "Oobleck", "mecefo": "MeCeFO"}
+DISPLAY = {
+    "checkpoint": "checkpoint-restart",
+    "jit": "JIT checkpointing",
+    "reft": "REFT",
+    "baft": "BAFT",
+    "bamboo": "Bamboo",
+    "oobleck": "Oobleck",
+    "mecefo": "MeCeFO",
+}
 
 
 def section(title: str) -> str:
     start = README.index(f"\n{title}")
     level = "\n" + title.split(" ")[0] + " "
     ends = [e for e in (README.find("\n## ", start + 1), README.find(level, start + 1)) if e > 0]
-    return README[start:min(ends) if ends else len(README)]
+    return README[start : min(ends) if ends else len(README)]
 
 
 def table_rows(text: str):
     """The cells of each body row of the markdown tables in text."""
     rows = [line for line in text.splitlines() if line.startswith("| ")]
-    return [[c.strip() for c in row.strip("|").split("|")] for row in rows
-            if not set(row) <= set("|-: ") and not re.match(r"\|\s*(group|key|method|what)\s*\|", row)]
+    return [
+        [c.strip() for c in row.strip("|").split("|")]
+        for row in rows
+        if not set(row) <= set("|-: ") and not re.match(r"\|\s*(group|key|method|what)\s*\|", row)
+    ]
 
 
 def options(group: str):
@@ -44,13 +54,15 @@ def test_the_config_group_table_lists_every_option_of_conf():
     assert sorted(rows) == sorted(groups)
     for group in groups:
         listed = set(re.findall(r"[\w/]+", re.sub(r"\(.*?\)", "", rows[group])))
-        assert listed == options(group), f"README's {group}: {sorted(listed ^ options(group))} differ from conf/{group}/"
+        assert listed == options(group), (
+            f"README's {group}: {sorted(listed ^ options(group))} differ from conf/{group}/"
+        )
 
 
 def test_every_registered_method_is_in_the_methods_table_the_intro_and_the_help():
     methods = section("## The methods")
     assert {r[0].strip("`") for r in table_rows(methods)} == set(REGISTRY)
-    intro = README[:README.index("## First steps")]
+    intro = README[: README.index("## First steps")]
     assert all(DISPLAY[m] in intro for m in REGISTRY), [m for m in REGISTRY if DISPLAY[m] not in intro]
     assert set(DISPLAY) == set(REGISTRY)
     sweep = re.search(r"run\.py -m method=([\w,]+) failure=none,low,medium,high", README)[1]

@@ -34,7 +34,8 @@ def test_n_worker_gradient_equals_single_process_gradient_on_the_concatenated_ba
     model, stream = _model(), _stream()
     reference = copy.deepcopy(model)
     result = LocalCluster(model, stream, {"normal": NORMAL}, torch.device("cpu")).execute(
-        _plan(5, {w: [w] for w in range(N)}))
+        _plan(5, {w: [w] for w in range(N)})
+    )
     simulated = _grads(model)
 
     batch = torch.cat([stream.micro_batch(5, w) for w in range(N)])  # [N*B, T+1]
@@ -62,7 +63,8 @@ def test_chunked_execution_matches_one_batch():
     m1, m2 = _model(), _model()
     LocalCluster(m1, stream, {"normal": NORMAL}, torch.device("cpu")).execute(_plan(0, {w: [w] for w in range(N)}))
     LocalCluster(m2, stream, {"normal": NORMAL}, torch.device("cpu"), chunk_microbatches=1).execute(
-        _plan(0, {w: [w] for w in range(N)}))
+        _plan(0, {w: [w] for w in range(N)})
+    )
     for (name, a), b in zip(_grads(m1).items(), _grads(m2).values()):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7, msg=name)
 
@@ -73,8 +75,15 @@ def test_contributor_counts_average_each_parameter_over_its_own_contributors():
     stream = _stream()
     no_attn = Mode("no_attn", contributes=lambda name: "self_attn" not in name)
     model, only_normal = _model(), _model()
-    plan = Plan(1, {0: [WorkItem(Sample(1, 0))], 1: [WorkItem(Sample(1, 1), "no_attn")],
-                    2: [WorkItem(Sample(1, 2))], 3: [WorkItem(Sample(1, 3), "no_attn")]})
+    plan = Plan(
+        1,
+        {
+            0: [WorkItem(Sample(1, 0))],
+            1: [WorkItem(Sample(1, 1), "no_attn")],
+            2: [WorkItem(Sample(1, 2))],
+            3: [WorkItem(Sample(1, 3), "no_attn")],
+        },
+    )
     result = LocalCluster(model, stream, {"normal": NORMAL, "no_attn": no_attn}, torch.device("cpu")).execute(plan)
     assert result.contributors["model.layers.0.self_attn.q_proj.weight"] == 2
     assert result.contributors["model.layers.0.mlp.up_proj.weight"] == 4

@@ -16,17 +16,35 @@ from mecefo_exp.methods import REGISTRY
 METHODS = tuple(REGISTRY)
 READINGS = {
     "per_worker": [],  # the default reading: each GPU fails on its own, back after recover_h
-    "machines": ["failure.process=cluster", "failure.unit_gpus=8", "failure.repair=replace",
-                 "failure.replace_s=300"],
+    "machines": ["failure.process=cluster", "failure.unit_gpus=8", "failure.repair=replace", "failure.replace_s=300"],
 }
 # numerics-free, 16 workers on the paper's cluster, paper time scaled: a 400-step run sees the paper run's failures
 # (one paper hour is this run's failure-free duration / cluster.paper_run_h)
-SHAPE = ["model=llama_350m", "model.vocab_size=512", "hardware=a100_32", "hardware.paper_time=scaled",
-         "cluster.n_workers=16", "data.micro_batch=8", "data.seq_len=256", "trainer.numerics=false",
-         "trainer.max_steps=400",
-         "trainer.eval_every=0", "trainer.progress=none", "trainer.log_events=0", "seed=1"]
-EXACT = ("status", "steps", "tokens_committed", "tokens_processed", "failures", "rollbacks", "lost_steps",
-         "interrupted_steps")
+SHAPE = [
+    "model=llama_350m",
+    "model.vocab_size=512",
+    "hardware=a100_32",
+    "hardware.paper_time=scaled",
+    "cluster.n_workers=16",
+    "data.micro_batch=8",
+    "data.seq_len=256",
+    "trainer.numerics=false",
+    "trainer.max_steps=400",
+    "trainer.eval_every=0",
+    "trainer.progress=none",
+    "trainer.log_events=0",
+    "seed=1",
+]
+EXACT = (
+    "status",
+    "steps",
+    "tokens_committed",
+    "tokens_processed",
+    "failures",
+    "rollbacks",
+    "lost_steps",
+    "interrupted_steps",
+)
 
 
 def close(a, b, rel=1e-9):
@@ -36,8 +54,9 @@ def close(a, b, rel=1e-9):
 def same_value(a, b, scale):
     """Equal, floats within 1e-9 relative (or 1e-9 of `scale` for sums that cancel to about 0)."""
     if isinstance(a, float) or isinstance(b, float):
-        return isinstance(a, (int, float)) and isinstance(b, (int, float)) and \
-            (close(a, b) or abs(a - b) <= 1e-9 * scale)
+        return (
+            isinstance(a, (int, float)) and isinstance(b, (int, float)) and (close(a, b) or abs(a - b) <= 1e-9 * scale)
+        )
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same_value(a[k], b[k], scale) for k in a)
     if isinstance(a, list) and isinstance(b, list):
@@ -48,8 +67,14 @@ def same_value(a, b, scale):
 def both_loops(run_exp, *overrides):
     stepped, stepped_dir = run_exp(*SHAPE, *overrides, "trainer.event_driven=false", micro=False)
     driven, driven_dir = run_exp(*SHAPE, *overrides, micro=False)
-    return stepped, driven, read_jsonl(stepped_dir / "events.jsonl"), read_jsonl(driven_dir / "events.jsonl"), \
-        read_jsonl(stepped_dir / "metrics.jsonl"), read_jsonl(driven_dir / "metrics.jsonl")
+    return (
+        stepped,
+        driven,
+        read_jsonl(stepped_dir / "events.jsonl"),
+        read_jsonl(driven_dir / "events.jsonl"),
+        read_jsonl(stepped_dir / "metrics.jsonl"),
+        read_jsonl(driven_dir / "metrics.jsonl"),
+    )
 
 
 def assert_same_run(stepped, driven, ev_stepped, ev_driven):
@@ -71,8 +96,9 @@ def assert_same_run(stepped, driven, ev_stepped, ev_driven):
 @pytest.mark.parametrize("reading", sorted(READINGS))
 @pytest.mark.parametrize("method", METHODS)
 def test_event_driven_equals_step_by_step(run_exp, method, reading):
-    stepped, driven, ev_s, ev_d, rows_s, rows_d = both_loops(run_exp, f"method={method}", "failure=high",
-                                                             *READINGS[reading])
+    stepped, driven, ev_s, ev_d, rows_s, rows_d = both_loops(
+        run_exp, f"method={method}", "failure=high", *READINGS[reading]
+    )
     assert stepped["failures"] > 5  # the trace bites
     assert_same_run(stepped, driven, ev_s, ev_d)
     # the event-driven record: one row per run of equal steps, covering every committed step
@@ -87,8 +113,9 @@ def test_event_driven_equals_step_by_step(run_exp, method, reading):
 
 def test_time_triggered_rebalance_and_svd_refreshes_land_on_the_same_steps(run_exp):
     # Bamboo rebalances once a cover is rebalance_after_s paper seconds old: a timer on the clock
-    stepped, driven, ev_s, ev_d, *_ = both_loops(run_exp, "method=bamboo", "failure=high",
-                                                 "method.rebalance_after_s=600", "method.checkpoint_interval=50")
+    stepped, driven, ev_s, ev_d, *_ = both_loops(
+        run_exp, "method=bamboo", "failure=high", "method.rebalance_after_s=600", "method.checkpoint_interval=50"
+    )
     assert stepped["rebalances"] > 0
     assert_same_run(stepped, driven, ev_s, ev_d)
     stepped, driven, ev_s, ev_d, *_ = both_loops(run_exp, "method=mecefo", "failure=high", "method.svd_every=7")
@@ -127,13 +154,16 @@ def test_a_run_of_steps_books_and_rolls_back_as_its_steps_one_by_one():
     assert runs._runs == [[0, 350, cost.as_dict()]]  # the rest of the first run and the others are gone
 
 
-@pytest.mark.parametrize("now, t, ending, starting", [
-    (0.0, None, math.inf, math.inf),
-    (0.0, 10.5, 10, 11),   # the failure falls in step 10: steps 0..9 end before it; steps 0..10 start before it
-    (0.0, 10.0, 9, 10),    # exactly on a boundary: the step ending there is taken alone
-    (5.0, 4.0, 0, 0),      # already past
-    (0.0, 0.5, 0, 1),
-])
+@pytest.mark.parametrize(
+    "now, t, ending, starting",
+    [
+        (0.0, None, math.inf, math.inf),
+        (0.0, 10.5, 10, 11),  # the failure falls in step 10: steps 0..9 end before it; steps 0..10 start before it
+        (0.0, 10.0, 9, 10),  # exactly on a boundary: the step ending there is taken alone
+        (5.0, 4.0, 0, 0),  # already past
+        (0.0, 0.5, 0, 1),
+    ],
+)
 def test_how_many_steps_fit_before_a_time(now, t, ending, starting):
     from mecefo_exp.timing.clock import steps_ending_by, steps_starting_before
 

@@ -31,8 +31,9 @@ BROKEN = {
 
 
 def test_every_kind_of_the_schema_is_a_registered_model_and_every_model_has_a_preset():
-    from mecefo_exp.config import FailureConfig
     import dataclasses
+
+    from mecefo_exp.config import FailureConfig
 
     kind = next(f for f in dataclasses.fields(FailureConfig) if f.name == "kind")
     assert set(kind.metadata["choices"]) == set(MODELS)

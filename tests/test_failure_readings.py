@@ -148,8 +148,13 @@ def test_cluster_process_draws_one_arrival_every_every_h():
     big = make_trace(f, 32, 0.01, 1000, seed=7)
     assert abs(len(replay(big.events, 32)) - arrivals) < 0.25 * arrivals
     # a repair shorter than any gap: nothing is dropped, every arrival is a failure
-    quick = make_trace(failure_cfg("failure=low", "failure.process=cluster", "failure.repair=replace",
-                                   "failure.replace_s=1"), 8, 0.01, 1000, seed=7)
+    quick = make_trace(
+        failure_cfg("failure=low", "failure.process=cluster", "failure.repair=replace", "failure.replace_s=1"),
+        8,
+        0.01,
+        1000,
+        seed=7,
+    )
     assert abs(len(replay(quick.events, 8)) - arrivals) < 0.25 * arrivals
 
 
@@ -159,7 +164,7 @@ def test_cluster_process_never_fails_a_unit_that_is_down():
     for seed in range(5):
         trace = make_trace(f, 8, 0.01, 300, seed)
         instants = replay(trace.events, 8)  # asserts fail only while up
-        for t, ws in by_instant(trace.events, FAIL).items():
+        for ws in by_instant(trace.events, FAIL).values():
             assert ws in ([0, 1, 2, 3], [4, 5, 6, 7])
         assert len(instants) < 0.7 * 12.4 * 50 / 0.5  # dropped arrivals
     assert make_trace(f, 8, 0.01, 300, 3).events == make_trace(f, 8, 0.01, 300, 3).events
@@ -226,16 +231,19 @@ def empirical(f, n, run_s, seeds):
     return (sum(s["failures"] for s in stats) / seeds, sum(s["mean_workers_down"] for s in stats) / seeds)
 
 
-@pytest.mark.parametrize("overrides, tol", [
-    (["failure.repair=fixed"], 0.05),
-    (["failure.repair=replace", "failure.replace_s=1800"], 0.05),
-    (["failure.repair=tick"], 0.05),
-    (["failure.repair=fixed", "failure.unit_gpus=4"], 0.08),
-    (["failure.process=cluster"], 0.05),
-    (["failure.process=cluster", "failure.repair=replace", "failure.replace_s=5400"], 0.05),
-    (["failure.process=cluster", "failure.repair=tick"], 0.05),
-    (["failure.process=cluster", "failure.unit_gpus=2"], 0.05),
-])
+@pytest.mark.parametrize(
+    "overrides, tol",
+    [
+        (["failure.repair=fixed"], 0.05),
+        (["failure.repair=replace", "failure.replace_s=1800"], 0.05),
+        (["failure.repair=tick"], 0.05),
+        (["failure.repair=fixed", "failure.unit_gpus=4"], 0.08),
+        (["failure.process=cluster"], 0.05),
+        (["failure.process=cluster", "failure.repair=replace", "failure.replace_s=5400"], 0.05),
+        (["failure.process=cluster", "failure.repair=tick"], 0.05),
+        (["failure.process=cluster", "failure.unit_gpus=2"], 0.05),
+    ],
+)
 def test_expected_matches_the_long_run_average(overrides, tol):
     f = failure_cfg("failure=high", "failure.horizon_factor=1", *overrides)
     run_s = 4000 * HOUR  # per worker ~200 failures; real time so the rates do not rescale
@@ -260,8 +268,8 @@ def test_tick_expectation_is_exact_over_a_short_run():
         down = [s["mean_workers_down"] for s in stats]
         sd_f = (sum((x - exp["failures"]) ** 2 for x in fails) / seeds) ** 0.5
         sd_d = (sum((x - exp["mean_workers_down"]) ** 2 for x in down) / seeds) ** 0.5
-        assert sum(fails) / seeds == pytest.approx(exp["failures"], abs=4 * sd_f / seeds ** 0.5)
-        assert sum(down) / seeds == pytest.approx(exp["mean_workers_down"], abs=4 * sd_d / seeds ** 0.5)
+        assert sum(fails) / seeds == pytest.approx(exp["failures"], abs=4 * sd_f / seeds**0.5)
+        assert sum(down) / seeds == pytest.approx(exp["mean_workers_down"], abs=4 * sd_d / seeds**0.5)
     # the mean wait to the next tick is about recover_h / 2 when failures per interval are rare
     f.process = "per_worker"
     exp = make_trace(f, 1, 1.0, int(2000 * HOUR), seed=0, real_time=True).expected
@@ -269,9 +277,14 @@ def test_tick_expectation_is_exact_over_a_short_run():
     assert mean_down_h == pytest.approx(2.0 / 2, rel=0.05)
 
 
-@pytest.mark.parametrize("down", [["failure.repair=replace", "failure.replace_s=1e12"],
-                                  ["failure.repair=replace", "failure.replace_s=144000"],
-                                  ["failure.repair=replace", "failure.replace_s=1e12", "failure.process=cluster"]])
+@pytest.mark.parametrize(
+    "down",
+    [
+        ["failure.repair=replace", "failure.replace_s=1e12"],
+        ["failure.repair=replace", "failure.replace_s=144000"],
+        ["failure.repair=replace", "failure.replace_s=1e12", "failure.process=cluster"],
+    ],
+)
 def test_a_down_time_as_long_as_the_run_gives_the_failures_that_happen(down):
     """Per worker with a down time at least the run's (replace_s=1e12; 40 h here): a unit fails at
     most once. The stationary formula said 0.076 failures where 4,576 happened."""
@@ -282,7 +295,7 @@ def test_a_down_time_as_long_as_the_run_gives_the_failures_that_happen(down):
     for key in ("failures", "mean_workers_down"):
         values = [s[key] for s in stats]
         sd = (sum((x - exp[key]) ** 2 for x in values) / seeds) ** 0.5
-        assert sum(values) / seeds == pytest.approx(exp[key], abs=4 * sd / seeds ** 0.5 + 1e-9), (key, exp)
+        assert sum(values) / seeds == pytest.approx(exp[key], abs=4 * sd / seeds**0.5 + 1e-9), (key, exp)
 
 
 # ------------------------------------------------------------------ the Llama 3 preset
@@ -299,7 +312,7 @@ def test_the_llama3_preset_is_a_per_gpu_rate():
     run_s = 54 * 24 * HOUR
     trace = make_trace(f, 16384, 1.0, int(run_s), seed=0, real_time=True)
     assert trace.expected["failures"] == pytest.approx(419, rel=1e-3)
-    assert abs(trace.stats_until(run_s)["failures"] - 419) < 5 * 419 ** 0.5
+    assert abs(trace.stats_until(run_s)["failures"] - 419) < 5 * 419**0.5
     # each failed GPU is replaced 600 s later
     mine = defaultdict(list)
     for e in trace.events:
@@ -325,5 +338,7 @@ def test_a_trace_csv_time_must_be_finite_and_not_negative(tmp_path, bad):
 def test_a_trace_csv_going_backwards_names_both_times(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("time,worker,event\n5,0,fail\n3,0,recover\n")
-    with pytest.raises(TraceError, match=r"line 3: time 3.0 is before the previous row's time 5.0 \(rows must be in time order\)"):
+    with pytest.raises(
+        TraceError, match=r"line 3: time 3.0 is before the previous row's time 5.0 \(rows must be in time order\)"
+    ):
         read_trace_csv(str(path), n_workers=2, unit_s=1.0)

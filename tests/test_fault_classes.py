@@ -19,8 +19,14 @@ def job_trace(tmp_path, fault: str, at: float = 6.5):
 
 
 def run_with(run_exp, tmp_path, method, fault, *more):
-    return run_exp(f"method={method}", "failure=trace", "failure.unit=steps", f"failure.path={job_trace(tmp_path, fault)}",
-                   "trainer.numerics=false", *more)
+    return run_exp(
+        f"method={method}",
+        "failure=trace",
+        "failure.unit=steps",
+        f"failure.path={job_trace(tmp_path, fault)}",
+        "trainer.numerics=false",
+        *more,
+    )
 
 
 def restarts(run_dir):
@@ -66,10 +72,24 @@ def test_a_job_row_without_a_class_is_everything_but_storage_as_before(run_exp, 
 
 
 def test_a_hang_is_found_by_the_collective_timeout_not_the_heartbeat(run_exp, tmp_path):
-    crash, _ = run_with(run_exp, tmp_path, "checkpoint", "processes", "cluster.scale_stalls=false",
-                        "cluster.collective_timeout_s=100", "cluster.detection_s=10")
-    hang, _ = run_with(run_exp, tmp_path, "checkpoint", "progress", "cluster.scale_stalls=false",
-                       "cluster.collective_timeout_s=100", "cluster.detection_s=10")
+    crash, _ = run_with(
+        run_exp,
+        tmp_path,
+        "checkpoint",
+        "processes",
+        "cluster.scale_stalls=false",
+        "cluster.collective_timeout_s=100",
+        "cluster.detection_s=10",
+    )
+    hang, _ = run_with(
+        run_exp,
+        tmp_path,
+        "checkpoint",
+        "progress",
+        "cluster.scale_stalls=false",
+        "cluster.collective_timeout_s=100",
+        "cluster.detection_s=10",
+    )
     assert hang["time_breakdown"]["stall"] - crash["time_breakdown"]["stall"] == pytest.approx(90.0)
 
 
@@ -90,7 +110,8 @@ def test_a_classed_trace_round_trips_through_trace_csv(tmp_path):
     assert faults == {"processes", "progress"}, faults
     trace.write_csv(tmp_path / "trace.csv")
     assert read_trace_csv(str(tmp_path / "trace.csv"), 16384, 1.0) == [
-        type(e)(float(f"{e.time:.6f}"), e.worker, e.kind, e.fault) for e in trace.events]
+        type(e)(float(f"{e.time:.6f}"), e.worker, e.kind, e.fault) for e in trace.events
+    ]
 
 
 def test_a_job_fault_class_names_a_whole_job_category_and_a_class(tmp_path):
@@ -106,19 +127,28 @@ def test_a_job_fault_class_names_a_whole_job_category_and_a_class(tmp_path):
 def test_a_failure_inside_a_synchronous_write_cuts_it_and_the_checkpoint_does_not_stand(run_exp, tmp_path):
     """Daly's model: the write a failure falls into is lost with it. With checkpoint_write=async
     (copied to memory at once, persisted behind training) the checkpoint stands."""
-    clean, clean_dir = run_exp("method=checkpoint", "method.interval=4", "failure=none", "trainer.numerics=false",
-                               "cluster.scale_stalls=false")
-    write = next(r for r in read_jsonl(clean_dir / "events.jsonl") if r["kind"] == "checkpoint"
-                 and r["detail"]["step"] == 4)
+    clean, clean_dir = run_exp(
+        "method=checkpoint", "method.interval=4", "failure=none", "trainer.numerics=false", "cluster.scale_stalls=false"
+    )
+    write = next(
+        r for r in read_jsonl(clean_dir / "events.jsonl") if r["kind"] == "checkpoint" and r["detail"]["step"] == 4
+    )
     began = write["sim_time_s"] - write["detail"]["cost_s"]
     inside = began + write["detail"]["cost_s"] / 2
     trace = tmp_path / "inside_the_write.csv"
     trace.write_text(f"time,worker,event\n{inside!r},1,fail\n{inside + 1.0!r},1,recover\n")
     runs = {}
     for mode in ("sync", "async"):
-        runs[mode] = run_exp("method=checkpoint", "method.interval=4", "failure=trace", "failure.unit=seconds",
-                             f"failure.path={trace}", "trainer.numerics=false", "cluster.scale_stalls=false",
-                             f"method.checkpoint_write={mode}")
+        runs[mode] = run_exp(
+            "method=checkpoint",
+            "method.interval=4",
+            "failure=trace",
+            "failure.unit=seconds",
+            f"failure.path={trace}",
+            "trainer.numerics=false",
+            "cluster.scale_stalls=false",
+            f"method.checkpoint_write={mode}",
+        )
     (sync, sync_dir), (lazy, lazy_dir) = runs["sync"], runs["async"]
     assert sync["checkpoint_writes_cut"] == 1 and restarts(sync_dir)[0]["from_step"] == 0
     assert lazy["checkpoint_writes_cut"] == 0 and restarts(lazy_dir)[0]["from_step"] == 4

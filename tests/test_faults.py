@@ -64,8 +64,11 @@ def test_every_method_of_a_sweep_sees_the_same_trace(tmp_path):
     assert on_disk["failures_expected"] == pytest.approx(4 * 12.4 / cycle)
     assert on_disk["mean_workers_down_expected"] == pytest.approx(4 * recover / cycle)
     assert on_disk["mean_workers_down"] >= 0
-    fails = [line for line in texts["checkpoint"].splitlines()[1:]
-             if line.endswith(",fail") and float(line.split(",")[0]) < on_disk["sim_time_s"]]
+    fails = [
+        line
+        for line in texts["checkpoint"].splitlines()[1:]
+        if line.endswith(",fail") and float(line.split(",")[0]) < on_disk["sim_time_s"]
+    ]
     assert on_disk["failures"] == len(fails)
 
 
@@ -76,15 +79,21 @@ def write(tmp_path, text):
     return str(path)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("time,worker,event\n1.0,0,fail\n2.0,4,recover\n", "line 3: worker 4 does not exist"),
-    ("time,worker,event\n1.0,0,fail\n3.0,1,fail\n2.0,0,recover\n", "line 4: time 2.0 is before the previous row.s time 3.0 \\(rows must be in time order\\)"),
-    ("time,worker,event\n1.0,0,fail\n2.0,1,recover\n", "line 3: worker 1 recovers while alive"),
-    ("time,worker,event\n1.0,0,fail\n2.0,0,fail\n", "line 3: worker 0 fails while already down"),
-    ("when,who,what\n1.0,0,fail\n", "line 1: header must be time,worker,event"),
-    ("time,worker,event\n1.0,0,crash\n", "line 2: event 'crash' unknown"),
-    ("time,worker,event\nsoon,0,fail\n", "line 2: time must be a number"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("time,worker,event\n1.0,0,fail\n2.0,4,recover\n", "line 3: worker 4 does not exist"),
+        (
+            "time,worker,event\n1.0,0,fail\n3.0,1,fail\n2.0,0,recover\n",
+            "line 4: time 2.0 is before the previous row.s time 3.0 \\(rows must be in time order\\)",
+        ),
+        ("time,worker,event\n1.0,0,fail\n2.0,1,recover\n", "line 3: worker 1 recovers while alive"),
+        ("time,worker,event\n1.0,0,fail\n2.0,0,fail\n", "line 3: worker 0 fails while already down"),
+        ("when,who,what\n1.0,0,fail\n", "line 1: header must be time,worker,event"),
+        ("time,worker,event\n1.0,0,crash\n", "line 2: event 'crash' unknown"),
+        ("time,worker,event\nsoon,0,fail\n", "line 2: time must be a number"),
+    ],
+)
 def test_a_bad_trace_csv_is_rejected_with_its_line(tmp_path, text, message):
     with pytest.raises(TraceError, match=message):
         read_trace_csv(write(tmp_path, text), n_workers=4, unit_s=1.0)
@@ -95,7 +104,10 @@ def test_a_good_trace_csv_is_replayed_in_the_configs_unit(tmp_path):
     f = failure_cfg("failure=trace", f"failure.path={path}", "failure.unit=steps")
     trace = make_trace(f, 4, step_s=0.02, max_steps=10, seed=0)
     assert [(e.time, e.worker, e.kind) for e in trace.events] == [
-        (pytest.approx(0.03), 2, FAIL), (pytest.approx(0.08), 2, RECOVER), (pytest.approx(0.08), 0, FAIL)]
+        (pytest.approx(0.03), 2, FAIL),
+        (pytest.approx(0.08), 2, RECOVER),
+        (pytest.approx(0.08), 0, FAIL),
+    ]
     with pytest.raises(TraceError, match="line 2: worker 2 does not exist"):
         make_trace(f, 2, step_s=0.02, max_steps=10, seed=0)
 
@@ -107,6 +119,7 @@ def renewal_expectation(rate, repair, t_end, grid=400):
     Up periods are exponential (rate), down periods fixed (repair): the k-th failure is at
     Gamma(k, rate) + (k - 1) * repair, and the worker is down at t iff some k-th failure lies in
     (t - repair, t]. The docstring's formula is the stationary limit of the same process."""
+
     def gamma_cdf(k, x):
         if x <= 0:
             return 0.0
@@ -119,8 +132,13 @@ def renewal_expectation(rate, repair, t_end, grid=400):
     ks = range(1, int(3 * rate * t_end) + 30)
     failures = sum(gamma_cdf(k, t_end - (k - 1) * repair) for k in ks)
     h = t_end / grid
-    down = sum(sum(gamma_cdf(k, t - (k - 1) * repair) - gamma_cdf(k, t - k * repair) for k in ks)
-               for t in ((i + 0.5) * h for i in range(grid))) * h
+    down = (
+        sum(
+            sum(gamma_cdf(k, t - (k - 1) * repair) - gamma_cdf(k, t - k * repair) for k in ks)
+            for t in ((i + 0.5) * h for i in range(grid))
+        )
+        * h
+    )
     return failures, down / t_end
 
 
@@ -143,8 +161,8 @@ def test_paper_presets_match_the_formula_and_the_average_of_many_seeds(preset):
     fails = [s["failures"] for s in stats]
     down = [s["mean_workers_down"] for s in stats]
     exact_fail, exact_down = renewal_expectation(1 / (32 * every), recover, 12.4)
-    tol_f = 4 * statistics.stdev(fails) / seeds ** 0.5
-    tol_d = 4 * statistics.stdev(down) / seeds ** 0.5
+    tol_f = 4 * statistics.stdev(fails) / seeds**0.5
+    tol_d = 4 * statistics.stdev(down) / seeds**0.5
     # the empirical average is the process's exact expectation (every worker starts up) ...
     assert statistics.mean(fails) == pytest.approx(n * exact_fail, abs=tol_f)
     assert statistics.mean(down) == pytest.approx(n * exact_down, abs=tol_d)
@@ -167,8 +185,9 @@ def test_the_asymmetric_preset_fails_only_the_listed_workers():
     assert exp["failures"] == pytest.approx(exp_high["failures"] * 2 / 8)
     assert exp["mean_workers_down"] == pytest.approx(exp_high["mean_workers_down"] * 2 / 8)
     # the listed workers' own traces are those of failure=high with the same seed
-    assert make_trace(f, 8, 0.01, 300, 3).events == [e for e in make_trace(high, 8, 0.01, 300, 3).events
-                                                     if e.worker in (0, 1)]
+    assert make_trace(f, 8, 0.01, 300, 3).events == [
+        e for e in make_trace(high, 8, 0.01, 300, 3).events if e.worker in (0, 1)
+    ]
 
 
 def test_no_failures_and_a_missing_trace_file():
@@ -216,10 +235,18 @@ with tempfile.TemporaryDirectory() as d:
 trace.next_failure_time()
 print(len(trace.events), (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
 """
-    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         env={**__import__("os").environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"})
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     events, peak = map(int, out.stdout.split())
     assert events > 300_000
-    print(f"\n{events} events: {peak / events:.0f} bytes per event at the peak (budget assumes {TRACE_BYTES_PER_EVENT})")
+    print(
+        f"\n{events} events: {peak / events:.0f} bytes per event at the peak (budget assumes {TRACE_BYTES_PER_EVENT})"
+    )
     assert peak / events <= TRACE_BYTES_PER_EVENT

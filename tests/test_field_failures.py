@@ -15,9 +15,20 @@ from mecefo_exp.failures import field as ff
 from mecefo_exp.methods import REGISTRY
 
 DAYS54 = 54 * 86400.0
-HYBRID = ["model=llama_60m", "hardware=h100_8", "cluster.n_workers=16", "parallel.tp=2", "parallel.pp=2",
-          "parallel.microbatches=4", "trainer.numerics=false", "data.micro_batch=1", "data.seq_len=256",
-          "trainer.eval_every=0", "trainer.max_steps=40", "hardware.storage_GBps=1e6"]
+HYBRID = [
+    "model=llama_60m",
+    "hardware=h100_8",
+    "cluster.n_workers=16",
+    "parallel.tp=2",
+    "parallel.pp=2",
+    "parallel.microbatches=4",
+    "trainer.numerics=false",
+    "data.micro_batch=1",
+    "data.seq_len=256",
+    "trainer.eval_every=0",
+    "trainer.max_steps=40",
+    "hardware.storage_GBps=1e6",
+]
 
 
 def preset(**over):
@@ -101,8 +112,17 @@ def test_a_whole_job_fault_is_one_fall_back_for_every_method(run_exp, tmp_path, 
     for name, rows in [("workers", per_worker), ("job", down + ["10.5,job,fail", "10.5,job,recover"] + back)]:
         path = tmp_path / f"{name}.csv"
         path.write_text("time,worker,event\n" + "\n".join(rows) + "\n")
-        runs.append(run_exp(*HYBRID, f"method={method}", "failure=trace", "failure.unit=steps",
-                            f"failure.path={path}", *interval, micro=False))
+        runs.append(
+            run_exp(
+                *HYBRID,
+                f"method={method}",
+                "failure=trace",
+                "failure.unit=steps",
+                f"failure.path={path}",
+                *interval,
+                micro=False,
+            )
+        )
     (summary, _), (job, job_dir) = runs
     assert summary["status"] == "ok" and summary["steps"] == 40
     restarts = issubclass(method_class(method), RollbackMethod)  # the group's failure is a restart too
@@ -113,8 +133,13 @@ def test_a_whole_job_fault_is_one_fall_back_for_every_method(run_exp, tmp_path, 
     assert json.dumps({k: job.get(k) for k in same}, sort_keys=True) == json.dumps(same, sort_keys=True)  # NaN too
     rows = [r for r in read_jsonl(job_dir / "events.jsonl") if r["kind"] in ("fail", "recover")]
     assert [(r["kind"], r["worker"], r["detail"].get("workers")) for r in rows] == [
-        ("fail", 0, None), ("fail", 1, None), ("fail", None, 14), ("recover", None, 14),
-        ("recover", 0, None), ("recover", 1, None)]
+        ("fail", 0, None),
+        ("fail", 1, None),
+        ("fail", None, 14),
+        ("recover", None, 14),
+        ("recover", 0, None),
+        ("recover", 1, None),
+    ]
     assert job["failures"] == 16
 
 
@@ -122,8 +147,8 @@ def test_a_job_wide_fault_is_two_events_whatever_the_cluster():
     """At 65,536 GPUs a job-wide fault is one fail and one recover in the trace (not 131,072), trace.csv
     names it `job` and reads back as it was written, and the failure count still counts every worker up."""
     from mecefo_exp.failures import Trace, make_trace
-    from mecefo_exp.failures.trace_file import read_trace_csv
     from mecefo_exp.failures.events import JOB
+    from mecefo_exp.failures.trace_file import read_trace_csv
 
     cfg = preset(horizon_factor=1)
     trace = make_trace(cfg, 65536, 1.0, int(DAYS54), seed=0, real_time=True)  # 54 days: ~252 job-wide faults
@@ -136,19 +161,23 @@ def test_a_job_wide_fault_is_two_events_whatever_the_cluster():
     trace.write_csv(path)
     assert "job" in path.read_text()
     again = Trace(read_trace_csv(str(path), 65536, 1.0), 65536, trace.horizon_s, trace.expected)
-    assert [(round(e.time, 6), e.worker, e.kind) for e in again.events] == \
-        [(round(e.time, 6), e.worker, e.kind) for e in trace.events]
+    assert [(round(e.time, 6), e.worker, e.kind) for e in again.events] == [
+        (round(e.time, 6), e.worker, e.kind) for e in trace.events
+    ]
 
 
-@pytest.mark.parametrize("rows, says", [
-    (["1.0,job,fail"], "line 2: the `job` fail"),
-    (["1.0,job,fail", "2.0,job,recover"], "line 3: the `job` fail of line 2"),
-    (["1.0,job,fail", "1.0,3,fail"], "line 3: the `job` fail of line 2"),
-    (["1.0,job,recover"], "line 2: a `job` recover row must follow"),
-])
+@pytest.mark.parametrize(
+    "rows, says",
+    [
+        (["1.0,job,fail"], "line 2: the `job` fail"),
+        (["1.0,job,fail", "2.0,job,recover"], "line 3: the `job` fail of line 2"),
+        (["1.0,job,fail", "1.0,3,fail"], "line 3: the `job` fail of line 2"),
+        (["1.0,job,recover"], "line 2: a `job` recover row must follow"),
+    ],
+)
 def test_a_job_row_without_its_recovery_is_one_clear_line(tmp_path, rows, says):
-    from mecefo_exp.failures.trace_file import read_trace_csv
     from mecefo_exp.failures.events import TraceError
+    from mecefo_exp.failures.trace_file import read_trace_csv
 
     path = tmp_path / "t.csv"
     path.write_text("time,worker,event\n" + "\n".join(rows) + "\n")

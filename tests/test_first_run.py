@@ -53,8 +53,9 @@ def test_a_run_without_overrides_gets_a_folder_name_without_a_trailing_underscor
     assert re.fullmatch(rf"runs/\d{{4}}-\d{{2}}-\d{{2}}/{stamp}", _run_dir([]))
     assert re.fullmatch(rf"runs/\d{{4}}-\d{{2}}-\d{{2}}/{stamp}", _run_dir(["seed=3"]))  # seed is not in the name
     # with overrides, the name is as it always was: <time>_<overrides>
-    assert re.fullmatch(rf"runs/\d{{4}}-\d{{2}}-\d{{2}}/{stamp}_failure=none,method=bamboo",
-                        _run_dir(["method=bamboo", "failure=none"]))
+    assert re.fullmatch(
+        rf"runs/\d{{4}}-\d{{2}}-\d{{2}}/{stamp}_failure=none,method=bamboo", _run_dir(["method=bamboo", "failure=none"])
+    )
     assert re.fullmatch(rf"runs/debug/\d{{4}}-\d{{2}}-\d{{2}}/{stamp}_experiment=debug", _run_dir(["experiment=debug"]))
 
 

@@ -25,8 +25,17 @@ def tables(tmp_path_factory):
     root = tmp_path_factory.mktemp("first_sweep")
     for method in METHODS:
         for level in LEVELS:
-            cfg = compose_cfg(MICRO + ["experiment=paper_mini", f"method={method}", f"failure={level}",
-                                       "trainer.max_steps=6", "trainer.eval_every=6", "trainer.threads=1"])
+            cfg = compose_cfg(
+                MICRO
+                + [
+                    "experiment=paper_mini",
+                    f"method={method}",
+                    f"failure={level}",
+                    "trainer.max_steps=6",
+                    "trainer.eval_every=6",
+                    "trainer.threads=1",
+                ]
+            )
             validate(cfg)
             Experiment(cfg, root / f"{method}_{level}").run()
     runs = collect([root])

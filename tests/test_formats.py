@@ -7,15 +7,20 @@ import pytest
 
 
 def _table():
-    return pd.DataFrame({"method": ["mecefo", "checkpoint"], "throughput_tok_s": [1234.5, math.nan],
-                         "drop_%": [2.98, 17.6]})
+    return pd.DataFrame(
+        {"method": ["mecefo", "checkpoint"], "throughput_tok_s": [1234.5, math.nan], "drop_%": [2.98, 17.6]}
+    )
 
 
 def test_latex_is_booktabs_escaped_and_says_na():
     from analysis.formats import to_latex
 
-    tex = to_latex(_table(), columns={"method": "method", "throughput_tok_s": "tokens/s", "drop_%": "drop (%)"},
-                   caption="Throughput", label="tab:t")
+    tex = to_latex(
+        _table(),
+        columns={"method": "method", "throughput_tok_s": "tokens/s", "drop_%": "drop (%)"},
+        caption="Throughput",
+        label="tab:t",
+    )
     assert "\\toprule" in tex and "\\midrule" in tex and "\\bottomrule" in tex
     assert "1234.50" in tex and "n/a" in tex
     assert "drop (\\%)" in tex  # % would start a LaTeX comment

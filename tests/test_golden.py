@@ -29,8 +29,10 @@ RUNS = {
 
 
 def record(run_dir):
-    return [{"step": r["step"], "loss": r["loss"], "sim_time_s": r["sim_time_s"]}
-            for r in read_jsonl(run_dir / "metrics.jsonl")]
+    return [
+        {"step": r["step"], "loss": r["loss"], "sim_time_s": r["sim_time_s"]}
+        for r in read_jsonl(run_dir / "metrics.jsonl")
+    ]
 
 
 #: the fingerprint of the corpus the golden runs were made with
@@ -43,12 +45,19 @@ def corpus_message(got: str, want: str) -> str:
 
     differs = version_differences()
     if differs:
-        cause = ("installed versions differ from the pinned ones: " + ", ".join(differs)
-                 + " (`make setup` installs the pinned ones)")
+        cause = (
+            "installed versions differ from the pinned ones: "
+            + ", ".join(differs)
+            + " (`make setup` installs the pinned ones)"
+        )
     else:
-        cause = ("the packages have the pinned versions, so the difference is elsewhere: the Lee corpus "
-                 "(.cache/corpus/), the shipped CPython texts or the code that builds the corpus")
-    return f"the golden runs' corpus has fingerprint {got} here, not {want} (the one tests/golden/ was made with): {cause}"
+        cause = (
+            "the packages have the pinned versions, so the difference is elsewhere: the Lee corpus "
+            "(.cache/corpus/), the shipped CPython texts or the code that builds the corpus"
+        )
+    return (
+        f"the golden runs' corpus has fingerprint {got} here, not {want} (the one tests/golden/ was made with): {cause}"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))
@@ -62,8 +71,10 @@ def test_golden(run_exp, name):
     want = CORPUS.read_text().strip()
     assert summary["data_fingerprint"] == want, corpus_message(summary["data_fingerprint"], want)
     golden = read_jsonl(path)
-    changed = (f"{name}: a numeric change to the model, data, methods or clock; if it is meant, update the golden "
-               "files (UPDATE_GOLDEN=1, see this file's docstring) and say why in the commit")
+    changed = (
+        f"{name}: a numeric change to the model, data, methods or clock; if it is meant, update the golden "
+        "files (UPDATE_GOLDEN=1, see this file's docstring) and say why in the commit"
+    )
     assert [r["step"] for r in rows] == [g["step"] for g in golden], changed
     assert [r["sim_time_s"] for r in rows] == [g["sim_time_s"] for g in golden], changed
     for r, g in zip(rows, golden):

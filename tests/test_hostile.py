@@ -30,8 +30,14 @@ class _Marker:
 @pytest.mark.slow  # two runs in subprocesses (~8-20 s)
 def test_resuming_a_folder_with_a_planted_pickle_runs_no_code(tmp_path):
     run_dir = tmp_path / "run"
-    common = [*MICRO, "method=checkpoint", "failure=none", "method.interval=3", "trainer.max_steps=6",
-              f"hydra.run.dir={run_dir}"]
+    common = [
+        *MICRO,
+        "method=checkpoint",
+        "failure=none",
+        "method.interval=3",
+        "trainer.max_steps=6",
+        f"hydra.run.dir={run_dir}",
+    ]
     out = subprocess.run([sys.executable, "run.py", *common], cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]
     marker = tmp_path / "code_ran"
@@ -40,8 +46,13 @@ def test_resuming_a_folder_with_a_planted_pickle_runs_no_code(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     summary["status"] = "running"
     (run_dir / "summary.json").write_text(json.dumps(summary))
-    out = subprocess.run([sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=180)
+    out = subprocess.run(
+        [sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert not marker.exists(), "loading the checkpoint ran code from the run folder"
     assert out.returncode == 0, out.stderr[-2000:]  # resumed from the older, plain checkpoint instead
     assert f"{newest} cannot be loaded (Weights only load failed" in out.stdout + out.stderr
@@ -51,14 +62,26 @@ def test_resuming_a_folder_with_a_planted_pickle_runs_no_code(tmp_path):
 @pytest.mark.slow  # two runs in subprocesses (~8-20 s)
 def test_a_truncated_newest_checkpoint_falls_back_to_the_previous_one(tmp_path):
     run_dir = tmp_path / "run"
-    common = [*MICRO, "method=checkpoint", "failure=none", "method.interval=3", "trainer.max_steps=7",
-              "method.keep=3", f"hydra.run.dir={run_dir}"]
+    common = [
+        *MICRO,
+        "method=checkpoint",
+        "failure=none",
+        "method.interval=3",
+        "trainer.max_steps=7",
+        "method.keep=3",
+        f"hydra.run.dir={run_dir}",
+    ]
     out = subprocess.run([sys.executable, "run.py", *common], cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]
     newest = sorted((run_dir / "checkpoints").glob("step_*.pt"))[-1]
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])  # a write cut short
-    out = subprocess.run([sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=180)
+    out = subprocess.run(
+        [sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["steps"] == 7 and summary["resumes"][0]["from_step"] == 3
@@ -80,8 +103,20 @@ def test_a_zero_length_outage_is_a_failure_then_a_recovery(method, run_exp, tmp_
 def test_a_trace_path_that_is_not_a_regular_file_is_refused_before_it_blocks(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    out = subprocess.run([sys.executable, "run.py", *MICRO, "failure=trace", f"failure.path={fifo}",
-                          f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "run.py",
+            *MICRO,
+            "failure=trace",
+            f"failure.path={fifo}",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and out.stderr.strip().endswith("not a regular file"), out.stderr
 
 
@@ -97,8 +132,13 @@ def test_trace_times_that_overflow_after_scaling_are_refused(tmp_path):
 
 @pytest.mark.parametrize("override", ["experiment=debgu", "scenario=oobleck_artifact/bert", "local=foo"])
 def test_an_unknown_preset_is_one_line_not_ignored(override, tmp_path):
-    out = subprocess.run([sys.executable, "run.py", override, f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "run.py", override, f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
     assert out.returncode == 2 and len(lines) == 1 and "no such preset" in lines[0] and "allowed:" in lines[0]
     assert not (tmp_path / "run").exists()
@@ -107,11 +147,18 @@ def test_an_unknown_preset_is_one_line_not_ignored(override, tmp_path):
 def test_hydras_own_sweep_syntax_for_a_group_is_checked_not_refused():
     from mecefo_exp.cli import unknown_preset
 
-    for ok in ("method=choice(checkpoint,mecefo)", "method=glob(*)", "method=glob(c*)", "method=checkpoint,mecefo",
-               "failure=glob(*,exclude=none)"):
+    for ok in (
+        "method=choice(checkpoint,mecefo)",
+        "method=glob(*)",
+        "method=glob(c*)",
+        "method=checkpoint,mecefo",
+        "failure=glob(*,exclude=none)",
+    ):
         assert unknown_preset(["-m", ok]) is None, ok
-    for bad, says in (("method=choice(checkpoint,mecefoo)", "method=mecefoo: no such preset"),
-                      ("method=glob(zz*)", "method=glob(zz*): matches no preset")):
+    for bad, says in (
+        ("method=choice(checkpoint,mecefoo)", "method=mecefoo: no such preset"),
+        ("method=glob(zz*)", "method=glob(zz*): matches no preset"),
+    ):
         said = unknown_preset(["-m", bad])
         assert said is not None and says in said and "allowed: baft, bamboo" in said, said
 
@@ -143,11 +190,14 @@ def test_a_misspelt_key_in_a_sweep_is_one_line_before_any_job():
     assert check_overrides(["-m", "method=mecefo,checkpoint", "method.rank=8"]) is None
 
 
-@pytest.mark.parametrize("override, says", [
-    ("failure.horizon_factor=inf", "failure.horizon_factor=inf: must be a finite number"),
-    ("trainer.lr=inf", "trainer.lr=inf: must be a finite number"),
-    ("trainer.weight_decay=nan", "trainer.weight_decay=nan: must be a finite number"),
-])
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        ("failure.horizon_factor=inf", "failure.horizon_factor=inf: must be a finite number"),
+        ("trainer.lr=inf", "trainer.lr=inf: must be a finite number"),
+        ("trainer.weight_decay=nan", "trainer.weight_decay=nan: must be a finite number"),
+    ],
+)
 def test_non_finite_settings_are_refused(override, says):
     from conftest import compose_cfg
     from mecefo_exp.config import ConfigError, validate
@@ -160,7 +210,6 @@ def test_a_non_finite_value_inside_a_dict_valued_setting_is_refused():
     """A dict with number keys ({30: 1e400}) used to be skipped by the check, and the run ended
     with sim_time_s: null."""
     from conftest import compose_cfg
-
     from mecefo_exp.config import ConfigError, validate
 
     cfg = compose_cfg(["method=checkpoint", "method.restart_on=survivors", "++method.restart_s_by_nodes={30:1e400}"])
@@ -171,8 +220,21 @@ def test_a_non_finite_value_inside_a_dict_valued_setting_is_refused():
 @pytest.mark.slow  # two runs in subprocesses (~8-20 s)
 def test_a_failure_rate_that_would_exhaust_memory_is_one_line_before_any_step(tmp_path):
     run_dir = tmp_path / "run"
-    out = subprocess.run([sys.executable, "run.py", *MICRO, "failure=poisson", "failure.mtbf=1e-7", "failure.mttr=1",
-                          f"hydra.run.dir={run_dir}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "run.py",
+            *MICRO,
+            "failure=poisson",
+            "failure.mtbf=1e-7",
+            "failure.mttr=1",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = [ln for ln in out.stderr.splitlines() if ln.strip() and not ln.startswith("[")]
     assert out.returncode == 2 and len(lines) == 1 and "at most 1 GB" in lines[0], out.stderr[-2000:]
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -190,9 +252,22 @@ def test_a_frontier_trace_over_the_memory_budget_is_one_line_within_seconds_unde
         pytest.skip("needs prlimit (util-linux)")
     run_dir = tmp_path / "run"
     started = time.time()
-    out = subprocess.run(["prlimit", "--as=2000000000", sys.executable, "run.py", "experiment=llama3_405b",
-                          "method=mecefo", "failure.every_h=0.03", f"hydra.run.dir={run_dir}"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            "prlimit",
+            "--as=2000000000",
+            sys.executable,
+            "run.py",
+            "experiment=llama3_405b",
+            "method=mecefo",
+            "failure.every_h=0.03",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     seconds = time.time() - started
     # the error is one line (besides the note that a study's experiment without -m runs one job of it)
     lines = [ln for ln in out.stderr.splitlines() if ln.strip() and not ln.startswith(("[", "note: "))]
@@ -204,9 +279,22 @@ def test_a_frontier_trace_over_the_memory_budget_is_one_line_within_seconds_unde
 @pytest.mark.slow  # a run in a subprocess (~10 s)
 def test_a_diverged_loss_is_one_line_on_the_console_and_its_traceback_in_the_log(tmp_path):
     run_dir = tmp_path / "run"
-    out = subprocess.run([sys.executable, "run.py", *MICRO, "method=checkpoint", "failure=none", "trainer.lr=1e30",
-                          "trainer.warmup_steps=1", f"hydra.run.dir={run_dir}"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "run.py",
+            *MICRO,
+            "method=checkpoint",
+            "failure=none",
+            "trainer.lr=1e30",
+            "trainer.warmup_steps=1",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = [ln for ln in out.stderr.splitlines() if ln.strip() and not ln.startswith("[")]
     assert out.returncode == 1 and len(lines) == 1, out.stderr[-2000:]
     assert lines[0].startswith("failed: step 1: the training loss is nan") and str(run_dir) in lines[0], lines[0]
@@ -225,22 +313,41 @@ def test_a_diverged_loss_ends_the_run_failed_at_its_step(run_exp, tmp_path):
 @pytest.mark.slow  # two runs in subprocesses (~8-20 s)
 def test_a_resumed_run_says_the_same_about_its_clock(tmp_path):
     run_dir = tmp_path / "run"
-    common = [*MICRO, "method=checkpoint", "failure=none", "method.interval=3", "trainer.max_steps=6",
-              f"hydra.run.dir={run_dir}"]
-    assert subprocess.run([sys.executable, "run.py", *common], cwd=ROOT, capture_output=True, timeout=180).returncode == 0
+    common = [
+        *MICRO,
+        "method=checkpoint",
+        "failure=none",
+        "method.interval=3",
+        "trainer.max_steps=6",
+        f"hydra.run.dir={run_dir}",
+    ]
+    assert (
+        subprocess.run([sys.executable, "run.py", *common], cwd=ROOT, capture_output=True, timeout=180).returncode == 0
+    )
     before = json.loads((run_dir / "summary.json").read_text())["clock"]
-    out = subprocess.run([sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=180)
+    out = subprocess.run(
+        [sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     after = json.loads((run_dir / "summary.json").read_text())["clock"]
     assert after["compute"] == before["compute"] == "flops"
     assert after["efficiency"] == before["efficiency"] and after["fingerprint"] == before["fingerprint"]
 
 
-@pytest.mark.parametrize("override, says", [
-    ("model.num_key_value_heads=3", "model.num_key_value_heads=3: must be >= 1 and divide model.num_attention_heads"),
-    ("cluster.n_workers=2000000", "cluster.n_workers=2000000: must be in 1..1,048,576"),
-])
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        (
+            "model.num_key_value_heads=3",
+            "model.num_key_value_heads=3: must be >= 1 and divide model.num_attention_heads",
+        ),
+        ("cluster.n_workers=2000000", "cluster.n_workers=2000000: must be in 1..1,048,576"),
+    ],
+)
 def test_sizes_that_cannot_run_are_refused_before_anything_is_built(override, says):
     from conftest import compose_cfg
     from mecefo_exp.config import ConfigError, validate
@@ -279,12 +386,17 @@ def test_ctrl_c_is_one_line_and_the_traceback_goes_to_the_log_file(tmp_path):
     import time
 
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "run.py", *MICRO, "trainer.max_steps=100000", "failure=none",
-                             f"hydra.run.dir={run_dir}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "run.py", *MICRO, "trainer.max_steps=100000", "failure=none", f"hydra.run.dir={run_dir}"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
-    while time.time() < deadline and not ((run_dir / "metrics.jsonl").exists()
-                                          and (run_dir / "metrics.jsonl").read_text().count("\n") >= 2):
+    while time.time() < deadline and not (
+        (run_dir / "metrics.jsonl").exists() and (run_dir / "metrics.jsonl").read_text().count("\n") >= 2
+    ):
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
@@ -302,10 +414,14 @@ def _edit_summary(run_dir, **fields):
 
 
 def test_runs_timed_by_different_profile_files_are_different_configurations(tmp_path):
-    from analysis.collect import collect
     from test_analysis import make_run
 
-    for name, fingerprint, throughput in (("slow_profile", "aaaaaaaaaaaa", 1000), ("fast_profile", "bbbbbbbbbbbb", 10000)):
+    from analysis.collect import collect
+
+    for name, fingerprint, throughput in (
+        ("slow_profile", "aaaaaaaaaaaa", 1000),
+        ("fast_profile", "bbbbbbbbbbbb", 10000),
+    ):
         run = make_run(tmp_path, name, "mecefo", "none", seed=0, thr=throughput, ppl=100)
         _edit_summary(run, clock={"compute": "profile_file", "fingerprint": fingerprint})
     df = collect([tmp_path])
@@ -317,12 +433,16 @@ def test_runs_timed_by_different_profile_files_are_different_configurations(tmp_
 def test_runs_of_different_profile_clocks_are_different_configurations(tmp_path):
     """A measured profile or a profile file is not determined by the config: two seeds timed by one
     file and one by a file with every kernel x10 were once averaged as three seeds (47.3k +- 488.0k)."""
-    from analysis.collect import collect
     from test_analysis import make_run
 
+    from analysis.collect import collect
+
     for compute in ("profile_file", "measured"):
-        for name, fingerprint, seed, throughput in (("a0", "aaaaaaaaaaaa", 0, 1000), ("a1", "aaaaaaaaaaaa", 1, 1100),
-                                                    ("b0", "bbbbbbbbbbbb", 0, 100)):
+        for name, fingerprint, seed, throughput in (
+            ("a0", "aaaaaaaaaaaa", 0, 1000),
+            ("a1", "aaaaaaaaaaaa", 1, 1100),
+            ("b0", "bbbbbbbbbbbb", 0, 100),
+        ):
             run = make_run(tmp_path / compute, name, "mecefo", "none", seed=seed, thr=throughput, ppl=100)
             _edit_summary(run, clock={"compute": compute, "fingerprint": fingerprint})
         df = collect([tmp_path / compute])
@@ -335,8 +455,9 @@ def test_runs_of_different_profile_clocks_are_different_configurations(tmp_path)
 def test_a_flop_clocks_fingerprint_does_not_split_the_methods_of_one_sweep(tmp_path):
     """A FLOP clock follows from the config; its fingerprint also counts a method's own kernels
     (MeCeFO's neighbour pass), and counting it once put MeCeFO alone in a setting of its own."""
-    from analysis.collect import collect
     from test_analysis import make_run
+
+    from analysis.collect import collect
 
     for method, fingerprint in (("mecefo", "aaaaaaaaaaaa"), ("checkpoint", "bbbbbbbbbbbb")):
         for seed in (0, 1):
@@ -351,8 +472,9 @@ def test_a_flop_clocks_fingerprint_does_not_split_the_methods_of_one_sweep(tmp_p
 def test_a_run_timed_by_a_profile_file_says_so_and_keeps_what_made_the_file(run_exp, tmp_path):
     first, first_dir = run_exp("failure=none", "trainer.max_steps=2", "trainer.numerics=false")
     assert first["clock"]["compute"] == "flops"
-    second, _ = run_exp("failure=none", "trainer.max_steps=2", "trainer.numerics=false",
-                        f"cluster.profile={first_dir / 'profile.json'}")
+    second, _ = run_exp(
+        "failure=none", "trainer.max_steps=2", "trainer.numerics=false", f"cluster.profile={first_dir / 'profile.json'}"
+    )
     clock = second["clock"]
     assert clock["compute"] == "profile_file" and "efficiency_source" not in clock, clock
     assert clock["profile_file"]["compute"] == "flops" and clock["profile_file"]["efficiency_source"] == "preset"
@@ -365,8 +487,13 @@ def test_a_summary_with_a_non_numeric_value_is_skipped_with_one_line_naming_it(t
     make_run(tmp_path / "runs", "good", "checkpoint", "high", seed=0, thr=800, ppl=100)
     bad = make_run(tmp_path / "runs", "hand_edited", "checkpoint", "high", seed=1, thr=900, ppl=100)
     _edit_summary(bad, throughput_tok_s="fast")
-    out = subprocess.run([sys.executable, "-m", "analysis", str(tmp_path / "runs"), "--out", str(tmp_path / "out"),
-                          "--no-figures"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "analysis", str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--no-figures"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     named = [line for line in out.stdout.splitlines() if "hand_edited" in line]
     assert len(named) == 1 and "throughput_tok_s is 'fast', not a number" in named[0], out.stdout
@@ -405,8 +532,15 @@ def _wait_for(condition, timeout=120.0):
     return False
 
 
-SWEEP = [sys.executable, "run.py", "-m", *MICRO, "trainer.max_steps=100000", "trainer.eval_every=0",
-         "hydra.callbacks.collect.figures=false"]
+SWEEP = [
+    sys.executable,
+    "run.py",
+    "-m",
+    *MICRO,
+    "trainer.max_steps=100000",
+    "trainer.eval_every=0",
+    "hydra.callbacks.collect.figures=false",
+]
 
 
 @pytest.mark.slow  # a sweep in a subprocess (~15-30 s)
@@ -414,9 +548,19 @@ def test_a_terminated_joblib_sweep_stops_its_workers_and_marks_every_unfinished_
     import signal
 
     sweep = tmp_path / "sweep"
-    proc = subprocess.Popen([*SWEEP, "method=checkpoint,mecefo,bamboo", "hydra/launcher=joblib",
-                             "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            *SWEEP,
+            "method=checkpoint,mecefo,bamboo",
+            "hydra/launcher=joblib",
+            "hydra.launcher.n_jobs=2",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert _wait_for(lambda: len(list(sweep.glob("*/metrics.jsonl"))) == 2), "the two jobs never started"
         workers = _children(proc.pid)
@@ -442,12 +586,17 @@ def test_a_second_sweep_into_a_busy_sweep_folder_is_refused_in_one_line(tmp_path
     import signal
 
     sweep = tmp_path / "sweep"
-    first = subprocess.Popen([*SWEEP, "method=checkpoint,mecefo", f"hydra.sweep.dir={sweep}"], cwd=ROOT,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = subprocess.Popen(
+        [*SWEEP, "method=checkpoint,mecefo", f"hydra.sweep.dir={sweep}"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         assert _wait_for(lambda: len(list(sweep.glob("*/metrics.jsonl"))) == 1)
-        second = subprocess.run([*SWEEP, "method=bamboo", f"hydra.sweep.dir={sweep}"], cwd=ROOT,
-                                capture_output=True, text=True, timeout=120)
+        second = subprocess.run(
+            [*SWEEP, "method=bamboo", f"hydra.sweep.dir={sweep}"], cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
         assert second.returncode == 2, second.stderr[-2000:]
         lines = [line for line in second.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and f"sweep folder {sweep} is in use by pid {first.pid}" in lines[0], lines
@@ -473,24 +622,46 @@ def test_a_refused_resume_leaves_the_folders_record_as_it_was(tmp_path):
     import hashlib
 
     run_dir = tmp_path / "run"
-    out = subprocess.run([sys.executable, "run.py", *MICRO, "method=checkpoint", "failure=none", "method.interval=3",
-                          "trainer.max_steps=6", f"hydra.run.dir={run_dir}"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=180)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "run.py",
+            *MICRO,
+            "method=checkpoint",
+            "failure=none",
+            "method.interval=3",
+            "trainer.max_steps=6",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     for checkpoint in (run_dir / "checkpoints").glob("step_*.pt"):
         checkpoint.write_bytes(checkpoint.read_bytes()[:100])  # every write cut short: nothing to resume from
     _edit_summary(run_dir, status="running")  # as a killed run leaves it
 
     def files():
-        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in run_dir.iterdir()
-                if p.is_file() and p.name not in ("run.log", ".run.owner", ".run.lock")}
+        return {
+            p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in run_dir.iterdir()
+            if p.is_file() and p.name not in ("run.log", ".run.owner", ".run.lock")
+        }
 
     before = files()
-    out = subprocess.run([sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=180)
+    out = subprocess.run(
+        [sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 2
     assert [line for line in out.stderr.splitlines() if line.strip()] == [
-        f"config error: resume=true: no checkpoint in {run_dir} can be loaded (2 tried)"]
+        f"config error: resume=true: no checkpoint in {run_dir} can be loaded (2 tried)"
+    ]
     assert files() == before
 
 
@@ -498,8 +669,13 @@ def test_a_refused_resume_leaves_the_folders_record_as_it_was(tmp_path):
 def test_a_file_given_as_the_run_folder_is_one_line(tmp_path):
     where = tmp_path / "a_file"
     where.write_text("not a folder")
-    out = subprocess.run([sys.executable, "run.py", *MICRO, f"hydra.run.dir={where}"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "run.py", *MICRO, f"hydra.run.dir={where}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
     assert out.returncode == 2 and len(lines) == 1 and "cannot hold a run: File exists" in lines[0], out.stderr[-2000:]
     assert where.read_text() == "not a folder"
@@ -528,8 +704,13 @@ def test_a_run_folder_that_cannot_be_written_is_one_line(inside):
     if folder is None:
         pytest.skip("no folder here refuses new files to this user (sysfs on Linux does, even to root)")
     where = folder / "mecefo_run" if inside else folder
-    out = subprocess.run([sys.executable, "run.py", *MICRO, f"hydra.run.dir={where}"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "run.py", *MICRO, f"hydra.run.dir={where}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
     assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]
     assert lines[0].startswith(f"error: hydra.run.dir={where} cannot hold a run: "), lines
@@ -557,8 +738,14 @@ def _resume_in_process(run_dir, overrides):
     return Experiment(compose_cfg([*MICRO, *overrides, "resume=true"]), run_dir).run()
 
 
-RESUMABLE = ["method=checkpoint", "failure=none", "method.interval=2", "trainer.max_steps=4", "method.keep=3",
-             "trainer.eval_every=0"]
+RESUMABLE = [
+    "method=checkpoint",
+    "failure=none",
+    "method.interval=2",
+    "trainer.max_steps=4",
+    "method.keep=3",
+    "trainer.eval_every=0",
+]
 
 
 def test_a_checkpoint_that_loads_but_does_not_fit_falls_back_to_the_previous_one(run_exp, caplog):
@@ -582,8 +769,11 @@ def test_when_no_checkpoint_fits_the_resume_is_refused_and_the_record_left_as_it
     _edit_summary(run_dir, status="running")  # as a killed run leaves it
 
     def files():
-        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in run_dir.iterdir()
-                if p.is_file() and p.name not in ("run.log", ".run.owner", ".run.lock")}
+        return {
+            p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in run_dir.iterdir()
+            if p.is_file() and p.name not in ("run.log", ".run.owner", ".run.lock")
+        }
 
     before = files()
     with pytest.raises(ConfigError, match=f"no checkpoint in {run_dir} can be loaded .3 tried") as e:
@@ -612,8 +802,14 @@ def test_a_torchft_worker_that_fails_leaves_its_traceback_in_its_own_log(tmp_pat
     (run_dir / "torchft").mkdir(parents=True)
     (run_dir / "config.yaml").write_text("seed: 0\n")  # a config no worker can run: it fails at once
     env = {**os.environ, "MECEFO_TORCHFT_WORKER": "1", "MECEFO_TORCHFT_INCARNATION": "0", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-m", "mecefo_exp.torchft_worker", str(run_dir)], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "mecefo_exp.torchft_worker", str(run_dir)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode != 0
     logged = (run_dir / "torchft" / "worker-1.log").read_text()
     assert "worker 1 (process " in logged and "Traceback (most recent call last)" in logged, logged[-2000:]
@@ -622,8 +818,9 @@ def test_a_torchft_worker_that_fails_leaves_its_traceback_in_its_own_log(tmp_pat
 def test_non_utf8_record_files_are_unreadable_runs_not_a_crash(tmp_path):
     """One summary.json or config.yaml in another encoding stopped `make figures` and a sweep's
     collection with a UnicodeDecodeError."""
-    from analysis.collect import collect
     from test_analysis import make_run
+
+    from analysis.collect import collect
 
     make_run(tmp_path, "good", "checkpoint", "high", seed=0, thr=800, ppl=100)
     bad_summary = make_run(tmp_path, "latin1_summary", "checkpoint", "high", seed=1, thr=900, ppl=100)
@@ -643,8 +840,13 @@ def test_time_settings_that_overflow_the_clock_end_the_run_failed_in_one_line(ru
     from mecefo_exp.timing.clock import ClockOverflow
 
     with pytest.raises(ClockOverflow) as e:
-        run_exp("method=checkpoint", "failure=high", "trainer.numerics=false", "cluster.restart_s=1e308",
-                "cluster.scale_stalls=false")
+        run_exp(
+            "method=checkpoint",
+            "failure=high",
+            "trainer.numerics=false",
+            "cluster.restart_s=1e308",
+            "cluster.scale_stalls=false",
+        )
     assert "\n" not in str(e.value) and "stall" in str(e.value) and "too large" in str(e.value)
     summary = json.loads((tmp_path / "run1" / "summary.json").read_text())
     assert summary["status"] == "failed" and "ClockOverflow" in summary["error"]
@@ -673,12 +875,26 @@ def test_a_config_error_under_torchrun_is_said_once_and_its_restarts_end_at_once
     run_id = f"test-{os.getpid()}-{time.time_ns()}"
 
     def rank(r, round_):
-        env = {**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2", "PYTHONPATH": str(ROOT),
-               "TORCHELASTIC_RESTART_COUNT": str(round_), "TORCHELASTIC_RUN_ID": run_id,
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}  # nothing listens: reaching it would hang, then fail
+        env = {
+            **os.environ,
+            "RANK": str(r),
+            "LOCAL_RANK": str(r),
+            "WORLD_SIZE": "2",
+            "PYTHONPATH": str(ROOT),
+            "TORCHELASTIC_RESTART_COUNT": str(round_),
+            "TORCHELASTIC_RUN_ID": run_id,
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": "1",
+        }  # nothing listens: reaching it would hang, then fail
         started = time.time()
-        out = subprocess.run([sys.executable, "run.py", "cluster=torchrun", "trainer.max_stesp=3"], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "run.py", "cluster=torchrun", "trainer.max_stesp=3"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         return out.returncode, [ln for ln in out.stderr.splitlines() if ln.strip()], time.time() - started
 
     import tempfile

@@ -24,10 +24,24 @@ def test_the_largest_seed_runs(run_exp):
 
 
 def test_a_huge_seed_on_the_command_line_is_one_line_and_no_traceback(tmp_path):
-    out = subprocess.run([sys.executable, "run.py", "experiment=debug", "seed=18446744073709551616",
-                          f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "run.py",
+            "experiment=debug",
+            "seed=18446744073709551616",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2
-    assert out.stderr.strip() == "config error: seed=18446744073709551616: must be a whole number in 0..4,294,967,295 (2^32 - 1)"
+    assert (
+        out.stderr.strip()
+        == "config error: seed=18446744073709551616: must be a whole number in 0..4,294,967,295 (2^32 - 1)"
+    )
 
 
 @pytest.fixture
@@ -44,11 +58,14 @@ def broken_local():
 @pytest.mark.parametrize("how", ["run", "sweep", "help"])
 def test_a_malformed_personal_settings_file_is_one_line_naming_file_line_and_column(tmp_path, broken_local, how):
     name, path = broken_local
-    args = {"run": ["experiment=debug", f"hydra.run.dir={tmp_path / 'run'}"],
-            "sweep": ["-m", "experiment=debug", "method=checkpoint,mecefo", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-            "help": ["--help"]}[how]
-    out = subprocess.run([sys.executable, "run.py", f"local={name}", *args], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
+    args = {
+        "run": ["experiment=debug", f"hydra.run.dir={tmp_path / 'run'}"],
+        "sweep": ["-m", "experiment=debug", "method=checkpoint,mecefo", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+        "help": ["--help"],
+    }[how]
+    out = subprocess.run(
+        [sys.executable, "run.py", f"local={name}", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 2, out.stderr[-2000:]
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]

@@ -27,15 +27,23 @@ def test_a_measured_optimizer_step_times_clipping_and_adamw_alone(run_exp, monke
                     fn()
                 finally:
                     inside["kernel"] = None
+
             if hasattr(fn, "prepare"):
                 call.prepare = fn.prepare
             return call
+
         return real_time_kernels({k: timed(k, f) for k, f in fns.items()}, warmup, repeats, device)
 
     monkeypatch.setattr(KernelBench, "run_mode", counting)
     monkeypatch.setattr(profile_mod, "time_kernels", watched)
-    summary, run_dir = run_exp("hardware=measured", "cluster.profile=fresh", "cluster.profile_warmup=1",
-                               "cluster.profile_repeats=2", "trainer.max_steps=2", "failure=none")
+    summary, run_dir = run_exp(
+        "hardware=measured",
+        "cluster.profile=fresh",
+        "cluster.profile_warmup=1",
+        "cluster.profile_repeats=2",
+        "trainer.max_steps=2",
+        "failure=none",
+    )
     assert summary["status"] == "ok"
     assert micro_batches.get("mb:forward", 0) > 0  # the watch works: the micro-batch kernels run one each
     assert micro_batches.get("optimizer", 0) == 0, micro_batches

@@ -5,25 +5,44 @@ per-layer counting against the whole model; the layout's settings refused in one
 import pytest
 import torch
 
+from conftest import compose_cfg, read_jsonl
 from mecefo_exp.config import AttrDict, ConfigError, stage_layers, validate
 from mecefo_exp.methods import REGISTRY
 from mecefo_exp.timing.layout import LayerParts, layout_memory, layout_step, parts_from_counts
 
-from conftest import compose_cfg, read_jsonl
-
 #: a cluster whose numbers make the arithmetic easy: 1 TFLOP/s reached in full, links in round GB/s
-HW = AttrDict(peak_tflops=1.0, compute_dtype="bf16", grad_dtype="fp32", shard="none", overlap=True, bucket_MB=25.0,
-              gpus_per_node=8, intra_node_GBps=2.097152, inter_node_GBps=2.097152, intra_latency_s=0.0,
-              inter_latency_s=0.0, hbm_GBps=1e12, memory_GB=80.0)
+HW = AttrDict(
+    peak_tflops=1.0,
+    compute_dtype="bf16",
+    grad_dtype="fp32",
+    shard="none",
+    overlap=True,
+    bucket_MB=25.0,
+    gpus_per_node=8,
+    intra_node_GBps=2.097152,
+    inter_node_GBps=2.097152,
+    intra_latency_s=0.0,
+    inter_latency_s=0.0,
+    hbm_GBps=1e12,
+    memory_GB=80.0,
+)
 #: one micro-batch of 1 x 1024 tokens at hidden 1024 in bf16: 2 MiB of activations = 1 ms on the links above
 ACT = dict(micro_batch=1, seq_len=1024, hidden=1024)
 
 
 def parts(layer_flops=1e12, rest_flops=0.0, layer_params=0, embed=0, head=0, layer_saved=0.0, rest_saved=0.0):
     # forward = a third of forward + backward (backward does twice the forward's matmuls)
-    return LayerParts(layer_flops=layer_flops, layer_forward_flops=layer_flops / 3, layer_saved=layer_saved,
-                      layer_params=layer_params, rest_flops=rest_flops, rest_forward_flops=rest_flops / 3,
-                      rest_saved=rest_saved, embed_params=embed, head_params=head)
+    return LayerParts(
+        layer_flops=layer_flops,
+        layer_forward_flops=layer_flops / 3,
+        layer_saved=layer_saved,
+        layer_params=layer_params,
+        rest_flops=rest_flops,
+        rest_forward_flops=rest_flops / 3,
+        rest_saved=rest_saved,
+        embed_params=embed,
+        head_params=head,
+    )
 
 
 def test_stage_split():
@@ -72,8 +91,7 @@ def test_data_parallel_exchange_by_hand():
     8 TP groups share it): 2 x 1/2 x 4 MiB / (2 MiB/ms / 8) = 16 ms. The last micro-batch's backward
     (2/3 x 1e12 FLOPs / 8 GPUs at 1 TFLOP/s = 83 ms) would hide it, but the last bucket (here all of
     it: 4 MiB < 25 MB) is exchanged after backward ends (comm.py): 16 ms stay exposed."""
-    step = layout_step(parts(layer_params=8 * 2**20 // 1), 1, HW, dict(tp=8, pp=1, dp=2, microbatches=1), 1.0,
-                       **ACT)
+    step = layout_step(parts(layer_params=8 * 2**20 // 1), 1, HW, dict(tp=8, pp=1, dp=2, microbatches=1), 1.0, **ACT)
     (stage,) = step["stages"]
     assert stage["params_per_gpu"] == 2**20
     assert stage["dp_comm_s"] == pytest.approx(0.016)
@@ -98,9 +116,16 @@ def test_memory_of_405b_at_tp8_pp16_by_hand():
     """
     layer, vocab = 3_187_703_808, 128_256 * 16_384
     hw = AttrDict(HW, shard="optimizer")
-    step = layout_step(parts(layer_params=layer, embed=vocab, head=vocab + 16_384, layer_saved=4_563_402_752),
-                       126, hw, dict(tp=8, pp=16, dp=128, microbatches=16, split="llama3"), 1.0, micro_batch=1,
-                       seq_len=8192, hidden=16384)
+    step = layout_step(
+        parts(layer_params=layer, embed=vocab, head=vocab + 16_384, layer_saved=4_563_402_752),
+        126,
+        hw,
+        dict(tp=8, pp=16, dp=128, microbatches=16, split="llama3"),
+        1.0,
+        micro_batch=1,
+        seq_len=8192,
+        hidden=16384,
+    )
     assert step["stages"][0]["params_per_gpu"] == 3_051_909_120
     assert step["stages"][1]["params_per_gpu"] == 3_187_703_808
     mem = layout_memory(step, hw, 128)
@@ -123,9 +148,9 @@ def test_memory_of_405b_at_tp8_pp16_by_hand():
 
 def test_405b_preset_parts_counted_on_the_meta_device():
     """The preset's shape, counted: per layer and the embedding and head as worked out by hand above."""
-    from mecefo_exp.model import build_model
-
     from omegaconf import OmegaConf
+
+    from mecefo_exp.model import build_model
 
     cfg = compose_cfg(["model=llama_405b"]).model
 
@@ -154,8 +179,10 @@ def test_a_layer_times_the_layers_plus_the_rest_is_the_whole_model():
     for n in (1, 2, 4):
         model = build_model_on_meta(OmegaConf.merge(base, {"num_hidden_layers": n}), 512, 0, torch.bfloat16)
         bench = KernelBench(model, modes, torch.device("meta"), 2, 64)
-        counts[n] = count_kernels({"mb:normal": micro_batch_kernel(bench, modes["normal"]),
-                                   "mb:forward": micro_batch_kernel(bench, FORWARD)}, model)
+        counts[n] = count_kernels(
+            {"mb:normal": micro_batch_kernel(bench, modes["normal"]), "mb:forward": micro_batch_kernel(bench, FORWARD)},
+            model,
+        )
         params[n] = sum(p.numel() for p in model.parameters())
     p = parts_from_counts(counts[1], counts[2], params[1], params[2], 512 * 128)
     assert 4 * p.layer_flops + p.rest_flops == counts[4]["mb:normal"]["flops"]
@@ -163,34 +190,52 @@ def test_a_layer_times_the_layers_plus_the_rest_is_the_whole_model():
     assert 4 * p.layer_saved + p.rest_saved == counts[4]["mb:normal"]["saved_bytes"]
     assert 4 * p.layer_params + p.embed_params + p.head_params == params[4]
     # grouped-query attention keeps K and V at their own width: a layer saves less than with 4 KV heads
-    mha = build_model_on_meta(OmegaConf.merge(base, {"num_hidden_layers": 1, "num_key_value_heads": 4}), 512, 0,
-                              torch.bfloat16)
+    mha = build_model_on_meta(
+        OmegaConf.merge(base, {"num_hidden_layers": 1, "num_key_value_heads": 4}), 512, 0, torch.bfloat16
+    )
     bench = KernelBench(mha, modes, torch.device("meta"), 2, 64)
     full = count_kernels({"mb:normal": micro_batch_kernel(bench, modes["normal"])}, mha)["mb:normal"]
     assert full["saved_bytes"] > counts[1]["mb:normal"]["saved_bytes"]
     assert full["flops"] > counts[1]["mb:normal"]["flops"]  # K and V projections are wider; attention the same
 
 
-HYBRID = ["model=llama_60m", "hardware=h100_8", "cluster.n_workers=16", "parallel.tp=2", "parallel.pp=2",
-          "parallel.microbatches=4", "trainer.numerics=false", "failure=none", "method=checkpoint"]
+HYBRID = [
+    "model=llama_60m",
+    "hardware=h100_8",
+    "cluster.n_workers=16",
+    "parallel.tp=2",
+    "parallel.pp=2",
+    "parallel.microbatches=4",
+    "trainer.numerics=false",
+    "failure=none",
+    "method=checkpoint",
+]
 
 
-@pytest.mark.parametrize("override, needle", [
-    ("parallel.tp=3", "parallel.tp=3 x pp=2 x dp=auto: tp x pp = 6 must divide cluster.n_workers=16"),
-    ("parallel.dp=2", "tp x pp x dp = 8 must equal cluster.n_workers=16"),
-    ("model=llama_tiny", None),  # valid layouts pass: 4 heads, 4 layers
-    ("parallel.pp=8", None),  # 8 stages of one layer, dp=1
-    ("parallel.split=llama3", None),  # 8 + 2 layers over 2 stages: 4 and 4
-    ("failure=high", "failure.unit_gpus=1 with parallel.tp=2 x pp=2 x dp=auto: a failure takes out whole "
-                     "tensor-parallel groups"),
-    ("method=bamboo", None),  # its shadow is the previous stage
-    ("parallel.pp=1", None),  # tp x dp only
-    ("method=bamboo parallel.pp=1", "method=bamboo with parallel.tp=2 x pp=1 x dp=auto: Bamboo's shadow is the "
-                                    "previous pipeline stage: needs parallel.pp >= 2"),
-    ("trainer.numerics=true", "trainer.numerics=false"),
-    ("parallel.microbatches=0", "parallel.microbatches=0: must be >= 1"),
-    ("parallel.schedule=gpipe", "parallel.schedule='gpipe': allowed: 1f1b"),
-])
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("parallel.tp=3", "parallel.tp=3 x pp=2 x dp=auto: tp x pp = 6 must divide cluster.n_workers=16"),
+        ("parallel.dp=2", "tp x pp x dp = 8 must equal cluster.n_workers=16"),
+        ("model=llama_tiny", None),  # valid layouts pass: 4 heads, 4 layers
+        ("parallel.pp=8", None),  # 8 stages of one layer, dp=1
+        ("parallel.split=llama3", None),  # 8 + 2 layers over 2 stages: 4 and 4
+        (
+            "failure=high",
+            "failure.unit_gpus=1 with parallel.tp=2 x pp=2 x dp=auto: a failure takes out whole tensor-parallel groups",
+        ),
+        ("method=bamboo", None),  # its shadow is the previous stage
+        ("parallel.pp=1", None),  # tp x dp only
+        (
+            "method=bamboo parallel.pp=1",
+            "method=bamboo with parallel.tp=2 x pp=1 x dp=auto: Bamboo's shadow is the "
+            "previous pipeline stage: needs parallel.pp >= 2",
+        ),
+        ("trainer.numerics=true", "trainer.numerics=false"),
+        ("parallel.microbatches=0", "parallel.microbatches=0: must be >= 1"),
+        ("parallel.schedule=gpipe", "parallel.schedule='gpipe': allowed: 1f1b"),
+    ],
+)
 def test_layout_settings_are_refused_in_one_line(override, needle):
     cfg = compose_cfg(HYBRID + override.split())
     if needle is None:
@@ -201,14 +246,22 @@ def test_layout_settings_are_refused_in_one_line(override, needle):
     assert needle in str(err.value) and "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("overrides, needle", [
-    (["model=llama_350m", "parallel.tp=16", "cluster.n_workers=32", "parallel.pp=1"], "must fit in a node"),
-    (["model=llama_20m", "parallel.tp=8", "cluster.n_workers=16", "parallel.pp=1"],
-     "parallel.tp=8: must divide model.num_attention_heads=4"),
-    (["parallel.pp=3", "cluster.n_workers=12"], "parallel.pp=3: must divide model.num_hidden_layers=8"),
-    (["parallel.tp=1", "parallel.pp=1"], "parallel.microbatches=4 with tp=pp=1"),
-    (["parallel.split=llama3", "parallel.pp=4"], "parallel.split=llama3 with parallel.pp=4: needs pp >= 2 dividing"),
-])
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["model=llama_350m", "parallel.tp=16", "cluster.n_workers=32", "parallel.pp=1"], "must fit in a node"),
+        (
+            ["model=llama_20m", "parallel.tp=8", "cluster.n_workers=16", "parallel.pp=1"],
+            "parallel.tp=8: must divide model.num_attention_heads=4",
+        ),
+        (["parallel.pp=3", "cluster.n_workers=12"], "parallel.pp=3: must divide model.num_hidden_layers=8"),
+        (["parallel.tp=1", "parallel.pp=1"], "parallel.microbatches=4 with tp=pp=1"),
+        (
+            ["parallel.split=llama3", "parallel.pp=4"],
+            "parallel.split=llama3 with parallel.pp=4: needs pp >= 2 dividing",
+        ),
+    ],
+)
 def test_layout_rules_between_settings(overrides, needle):
     cfg = compose_cfg(HYBRID + overrides)
     with pytest.raises(ConfigError) as err:
@@ -235,12 +288,21 @@ def test_explicit_pure_data_parallelism_gives_the_golden_clock(run_exp):
     import json
     from pathlib import Path
 
-    from conftest import MICRO, compose_cfg as compose, read_jsonl
+    from conftest import MICRO, read_jsonl
+    from conftest import compose_cfg as compose
 
     n = compose(MICRO).cluster.n_workers
     golden = read_jsonl(Path(__file__).parent / "golden" / "failure_free.jsonl")
-    _, run_dir = run_exp("method=checkpoint", "failure=none", "trainer.max_steps=12", "parallel.tp=1",
-                         "parallel.pp=1", f"parallel.dp={n}", "trainer.numerics=false", "trainer.event_driven=false")
+    _, run_dir = run_exp(
+        "method=checkpoint",
+        "failure=none",
+        "trainer.max_steps=12",
+        "parallel.tp=1",
+        "parallel.pp=1",
+        f"parallel.dp={n}",
+        "trainer.numerics=false",
+        "trainer.event_driven=false",
+    )
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     times = {r["step"]: r["sim_time_s"] for r in rows if "sim_time_s" in r and "val_loss" not in r}
     assert len(golden) == 12
@@ -294,8 +356,16 @@ def test_a_degraded_pipeline_by_hand():
 
 # TP2 x PP2 x DP4 of llama_60m; a failure takes out a node of 2 GPUs (one tensor-parallel group)
 FAILING = [o for o in HYBRID if not o.startswith(("failure=", "method="))] + [
-    "hardware.gpus_per_node=2", "failure=high", "failure.unit_gpus=2", "hardware.paper_time=scaled",
-    "trainer.max_steps=300", "data.micro_batch=1", "data.seq_len=256", "trainer.eval_every=0", "seed=3"]
+    "hardware.gpus_per_node=2",
+    "failure=high",
+    "failure.unit_gpus=2",
+    "hardware.paper_time=scaled",
+    "trainer.max_steps=300",
+    "data.micro_batch=1",
+    "data.seq_len=256",
+    "trainer.eval_every=0",
+    "seed=3",
+]
 
 
 @pytest.mark.parametrize("method", list(REGISTRY))
@@ -307,8 +377,7 @@ def test_every_method_runs_under_failures_in_a_hybrid_layout(run_exp, method):
     stepped, stepped_dir = run_exp(*FAILING, f"method={method}", "trainer.event_driven=false", micro=False)
     driven, driven_dir = run_exp(*FAILING, f"method={method}", micro=False)
     assert stepped["status"] == "ok" and stepped["failures"] >= 4
-    assert_same_run(stepped, driven, read_jsonl(stepped_dir / "events.jsonl"),
-                    read_jsonl(driven_dir / "events.jsonl"))
+    assert_same_run(stepped, driven, read_jsonl(stepped_dir / "events.jsonl"), read_jsonl(driven_dir / "events.jsonl"))
     layout = stepped["clock"]["layout"]
     step_s = layout["step_s"]
     breakdown = stepped["time_breakdown"]
@@ -326,8 +395,11 @@ def test_every_method_runs_under_failures_in_a_hybrid_layout(run_exp, method):
         assert stepped["bubble_s"] == pytest.approx(layout["bubble_s"])
         assert stepped["bubble_fraction"] == pytest.approx(layout["bubble_s"] / step_s)
     if method == "bamboo":  # the shadow is the previous stage's slot of the same replica, same tensor rank
-        pairs = [(e["worker"], e["detail"]["neighbor"]) for e in read_jsonl(stepped_dir / "events.jsonl")
-                 if e["kind"] == "neighbor"]
+        pairs = [
+            (e["worker"], e["detail"]["neighbor"])
+            for e in read_jsonl(stepped_dir / "events.jsonl")
+            if e["kind"] == "neighbor"
+        ]
         assert pairs and all(nb == (failed - 8) % 16 for failed, nb in pairs)
     if method == "mecefo":
         events = read_jsonl(stepped_dir / "events.jsonl")
@@ -346,13 +418,21 @@ def test_mecefo_degraded_step_in_a_layout_by_hand(run_exp, tmp_path):
     it and each of stage 0's pipeline slots runs pair / normal times longer, until it is back."""
     from mecefo_exp.timing.layout import degraded_pipeline_s
 
-    trace = "time,worker,event\n" + "".join(f"{t},{w},{e}\n" for t, e in ((10.5, "fail"), (20.5, "recover"))
-                                            for w in (2, 3))
+    trace = "time,worker,event\n" + "".join(
+        f"{t},{w},{e}\n" for t, e in ((10.5, "fail"), (20.5, "recover")) for w in (2, 3)
+    )
     path = tmp_path / "node.csv"
     path.write_text(trace)
-    summary, run_dir = run_exp(*[o for o in FAILING if not o.startswith(("failure", "trainer.max_steps"))],
-                               "failure=trace", "failure.unit=steps", f"failure.path={path}", "method=mecefo",
-                               "trainer.max_steps=30", "hardware.storage_GBps=1e6", micro=False)  # no long first checkpoint
+    summary, run_dir = run_exp(
+        *[o for o in FAILING if not o.startswith(("failure", "trainer.max_steps"))],
+        "failure=trace",
+        "failure.unit=steps",
+        f"failure.path={path}",
+        "method=mecefo",
+        "trainer.max_steps=30",
+        "hardware.storage_GBps=1e6",
+        micro=False,
+    )  # no long first checkpoint
     events = read_jsonl(run_dir / "events.jsonl")
     assert sorted((e["worker"], e["detail"]["neighbor"]) for e in events if e["kind"] == "neighbor") == [(2, 4), (3, 5)]
     profile = __import__("json").loads((run_dir / "profile.json").read_text())["kernels"]
@@ -409,16 +489,24 @@ def test_a_trace_that_splits_a_tensor_parallel_group_is_refused(run_exp, tmp_pat
     path = tmp_path / "half.csv"
     path.write_text("time,worker,event\n3.5,2,fail\n")  # GPU 2 without GPU 3, its tensor-parallel partner
     with pytest.raises(TraceError, match=r"takes workers \[2\]: with parallel.tp=2 a failure takes out whole"):
-        run_exp(*[o for o in FAILING if not o.startswith(("failure", "trainer.max_steps"))], "failure=trace",
-                "failure.unit=steps", f"failure.path={path}", "method=mecefo", "trainer.max_steps=5", micro=False)
+        run_exp(
+            *[o for o in FAILING if not o.startswith(("failure", "trainer.max_steps"))],
+            "failure=trace",
+            "failure.unit=steps",
+            f"failure.path={path}",
+            "method=mecefo",
+            "trainer.max_steps=5",
+            micro=False,
+        )
 
 
 def test_the_llama3_405b_experiment_lands_in_the_reported_mfu_band(run_exp):
     """experiment=llama3_405b: TP8 x PP16 x DP128 of 16,384 H100, 16M tokens per step; its calibrated
     efficiency puts the failure-free step in Llama 3's reported BF16 MFU band (38-43%), and its
     step count is 54 days of failure-free steps."""
-    summary, _ = run_exp("experiment=llama3_405b", "method=checkpoint", "failure=none", "trainer.max_steps=2",
-                         micro=False)
+    summary, _ = run_exp(
+        "experiment=llama3_405b", "method=checkpoint", "failure=none", "trainer.max_steps=2", micro=False
+    )
     clock = summary["clock"]
     layout = clock["layout"]
     assert (layout["tp"], layout["pp"], layout["dp"]) == (8, 16, 128)
@@ -434,8 +522,9 @@ def test_the_llama3_405b_experiment_lands_in_the_reported_mfu_band(run_exp):
 def test_a_hybrid_run_reports_the_neighbour_flop_ratio_of_one_micro_batch(run_exp):
     """clock.flop_ratio_neighbour_normal is the neighbour pair's FLOPs over one normal micro-batch's,
     in a hybrid layout too (not over a GPU's share of a step: that read 13.3 at 405B)."""
-    summary, run_dir = run_exp(*HYBRID[:-1], "method=mecefo", "trainer.max_steps=1", "data.micro_batch=1",
-                               "data.seq_len=256", micro=False)
+    summary, run_dir = run_exp(
+        *HYBRID[:-1], "method=mecefo", "trainer.max_steps=1", "data.micro_batch=1", "data.seq_len=256", micro=False
+    )
     flops = __import__("json").loads((run_dir / "profile.json").read_text())["meta"]["flops"]
     pair = next(v for k, v in flops.items() if k.startswith("neighbor_pair"))
     assert summary["clock"]["flop_ratio_neighbour_normal"] == pytest.approx(pair / flops["mb:normal"])
@@ -449,9 +538,16 @@ def test_reft_restores_a_lost_server_from_memory_in_a_layout(run_exp, tmp_path):
     fall in group [0, 1, 2, 3]: two erasures, a fatal fall-back to disk."""
     path = tmp_path / "server.csv"
     path.write_text("time,worker,event\n10.5,2,fail\n10.5,3,fail\n20.5,2,recover\n20.5,3,recover\n")
-    summary, run_dir = run_exp(*[o for o in FAILING if not o.startswith(("failure", "trainer.max_steps"))],
-                               "failure=trace", "failure.unit=steps", f"failure.path={path}", "method=reft",
-                               "trainer.max_steps=30", "hardware.storage_GBps=1e6", micro=False)
+    summary, run_dir = run_exp(
+        *[o for o in FAILING if not o.startswith(("failure", "trainer.max_steps"))],
+        "failure=trace",
+        "failure.unit=steps",
+        f"failure.path={path}",
+        "method=reft",
+        "trainer.max_steps=30",
+        "hardware.storage_GBps=1e6",
+        micro=False,
+    )
     assert (summary["memory_restores"], summary["fatal"], summary["shards_rebuilt"]) == (1, 0, 2)
     restarts = [e for e in read_jsonl(run_dir / "events.jsonl") if e["kind"] == "restart"]
     assert len(restarts) == 1 and restarts[0]["detail"]["source"] == "memory"
@@ -464,8 +560,13 @@ def test_bamboo_redundant_forward_and_shadow_by_hand():
     stage 0 that also does stage 1's work runs (1.0 + 1.2) / 1.0 = 2.2x; of stage 1, 2.2 / 1.2."""
     from mecefo_exp.timing.layout import redundant_forward_s, shadow_factor
 
-    kernels = {"layout:slots": 5.0, "layout:stage0": 1.0, "layout:stage1": 1.2, "layout:forward0": 0.4,
-               "layout:forward1": 0.5}
+    kernels = {
+        "layout:slots": 5.0,
+        "layout:stage0": 1.0,
+        "layout:stage1": 1.2,
+        "layout:forward0": 0.4,
+        "layout:forward1": 0.5,
+    }
     assert redundant_forward_s(kernels) == pytest.approx(0.4)
     assert redundant_forward_s({**kernels, "layout:forward0": 0.3}) == 0.0  # 1.2 s fits in 1.2 s
     assert shadow_factor(kernels, 0) == pytest.approx(2.2)
@@ -479,7 +580,11 @@ def _node_trace(tmp_path, rows):
 
 
 NODE_RUN = [o for o in FAILING if not o.startswith(("failure", "trainer.max_steps"))] + [
-    "failure=trace", "failure.unit=steps", "trainer.max_steps=30", "hardware.storage_GBps=1e6"]
+    "failure=trace",
+    "failure.unit=steps",
+    "trainer.max_steps=30",
+    "hardware.storage_GBps=1e6",
+]
 
 
 def test_bamboo_in_a_layout_by_hand(run_exp, tmp_path):
@@ -492,7 +597,10 @@ def test_bamboo_in_a_layout_by_hand(run_exp, tmp_path):
     path = _node_trace(tmp_path, [(10.5, w, "fail") for w in (2, 3)] + [(20.5, w, "recover") for w in (2, 3)])
     summary, run_dir = run_exp(*NODE_RUN, f"failure.path={path}", "method=bamboo", micro=False)
     events = read_jsonl(run_dir / "events.jsonl")
-    assert sorted((e["worker"], e["detail"]["neighbor"]) for e in events if e["kind"] == "neighbor") == [(2, 10), (3, 11)]
+    assert sorted((e["worker"], e["detail"]["neighbor"]) for e in events if e["kind"] == "neighbor") == [
+        (2, 10),
+        (3, 11),
+    ]
     kernels = __import__("json").loads((run_dir / "profile.json").read_text())["kernels"]
     extra = degraded_pipeline_s(kernels, {1: shadow_factor(kernels, 1)})
     assert extra > 0
@@ -513,8 +621,17 @@ def test_bamboo_in_a_layout_fails_on_a_node_and_its_shadow(run_exp, tmp_path):
     """GPUs 2, 3 fail at step 10 (covered by 10, 11); their shadows fail at step 12 while covering:
     the stage is lost, a fatal restart from the checkpoint. A failure of another replica's node
     (GPUs 4, 5 at step 11) is covered by its own shadow and is not fatal."""
-    path = _node_trace(tmp_path, [(10.5, 2, "fail"), (10.5, 3, "fail"), (11.5, 4, "fail"), (11.5, 5, "fail"),
-                                  (12.5, 10, "fail"), (12.5, 11, "fail")])
+    path = _node_trace(
+        tmp_path,
+        [
+            (10.5, 2, "fail"),
+            (10.5, 3, "fail"),
+            (11.5, 4, "fail"),
+            (11.5, 5, "fail"),
+            (12.5, 10, "fail"),
+            (12.5, 11, "fail"),
+        ],
+    )
     summary, run_dir = run_exp(*NODE_RUN, f"failure.path={path}", "method=bamboo", micro=False)
     fatal = [e for e in read_jsonl(run_dir / "events.jsonl") if e["kind"] == "fatal"]
     assert summary["neighbor_assignments"] == 4 and summary["fatal"] == 1
@@ -528,5 +645,7 @@ def test_oobleck_reconfigures_once_for_a_whole_node(run_exp, tmp_path):
     summary, run_dir = run_exp(*NODE_RUN, f"failure.path={path}", "method=oobleck", micro=False)
     events = [e for e in read_jsonl(run_dir / "events.jsonl") if e["kind"] == "reconfigure"]
     assert summary["reconfigurations"] == 2
-    assert [(e["detail"]["reason"], e["detail"]["workers"]) for e in events] == [("failure", [2, 3]),
-                                                                                 ("recover", [2, 3])]
+    assert [(e["detail"]["reason"], e["detail"]["workers"]) for e in events] == [
+        ("failure", [2, 3]),
+        ("recover", [2, 3]),
+    ]

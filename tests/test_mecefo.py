@@ -1,19 +1,22 @@
 """MeCeFO: the three approximations do what the paper says, and nothing while nobody fails."""
 
-import copy
 import json
 
 import pytest
 import torch
 import torch.nn.functional as F
-
-from mecefo_exp.approx import (LowRankProjections, LowRankWeightGradLinear, approximations,
-                               is_attention_parameter, top_right_singular_vectors)
-from mecefo_exp.executor import LocalCluster
-from mecefo_exp.plan import NORMAL, Mode, Plan, Sample, WorkItem
+from test_engine import N, _grads, _model, _plan, _stream
 
 from conftest import MECEFO_RANK_8, losses_by_step, read_jsonl
-from test_engine import N, _grads, _model, _plan, _stream
+from mecefo_exp.approx import (
+    LowRankProjections,
+    LowRankWeightGradLinear,
+    approximations,
+    is_attention_parameter,
+    top_right_singular_vectors,
+)
+from mecefo_exp.executor import LocalCluster
+from mecefo_exp.plan import NORMAL, Mode, Plan, Sample, WorkItem
 
 
 def _loss(model, batch):
@@ -98,10 +101,20 @@ def test_neighbor_aggregation_averages_attention_over_the_others_only():
     """Worker 1 failed, worker 2 covers: attention = mean over workers 0 and 3 exactly."""
     stream = _stream()
     model, reference = _model(), _model()
-    mode = Mode("mecefo", contributes=lambda n: not is_attention_parameter(n),
-                context=lambda m: approximations(m, True, True, None))
-    plan = Plan(3, {0: [WorkItem(Sample(3, 0))], 3: [WorkItem(Sample(3, 3))],
-                    2: [WorkItem(Sample(3, 2), "mecefo"), WorkItem(Sample(3, 1), "mecefo")]}, degraded=True)
+    mode = Mode(
+        "mecefo",
+        contributes=lambda n: not is_attention_parameter(n),
+        context=lambda m: approximations(m, True, True, None),
+    )
+    plan = Plan(
+        3,
+        {
+            0: [WorkItem(Sample(3, 0))],
+            3: [WorkItem(Sample(3, 3))],
+            2: [WorkItem(Sample(3, 2), "mecefo"), WorkItem(Sample(3, 1), "mecefo")],
+        },
+        degraded=True,
+    )
     result = LocalCluster(model, stream, {"normal": NORMAL, "mecefo": mode}, torch.device("cpu")).execute(plan)
     q = "model.layers.0.self_attn.q_proj.weight"
     assert result.contributors[q] == N - 2 and result.contributors["model.layers.0.mlp.up_proj.weight"] == N
@@ -115,8 +128,13 @@ def test_neighbor_aggregation_averages_attention_over_the_others_only():
 
 
 def test_no_failure_is_the_plain_engine_bit_for_bit(run_exp, fixed_profile):
-    prof = fixed_profile({"mb:mecefo[sa=1,rc=1,lr=1,r=64]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=64]": 0.016,
-                          "mecefo_svd[sa=1,rc=1,lr=1,r=64]": 0.004})
+    prof = fixed_profile(
+        {
+            "mb:mecefo[sa=1,rc=1,lr=1,r=64]": 0.012,
+            "neighbor_pair[sa=1,rc=1,lr=1,r=64]": 0.016,
+            "mecefo_svd[sa=1,rc=1,lr=1,r=64]": 0.004,
+        }
+    )
     _, plain = run_exp("method=checkpoint", "failure=none", f"cluster.profile={prof}")
     summary, mecefo = run_exp("method=mecefo", "failure=none", f"cluster.profile={prof}")
     assert losses_by_step(mecefo) == losses_by_step(plain)
@@ -126,8 +144,14 @@ def test_no_failure_is_the_plain_engine_bit_for_bit(run_exp, fixed_profile):
 def test_failure_high_run_assigns_neighbors_and_measures_the_gradient_error(run_exp, fixed_profile):
     prof = fixed_profile(MECEFO_RANK_8)
     free, _ = run_exp("method=mecefo", "method.rank=8", "failure=none", f"cluster.profile={prof}")
-    summary, run_dir = run_exp("method=mecefo", "method.rank=8", "method.grad_error_every=1", "failure=high",
-                               f"cluster.profile={prof}", "trainer.max_steps=24")
+    summary, run_dir = run_exp(
+        "method=mecefo",
+        "method.rank=8",
+        "method.grad_error_every=1",
+        "failure=high",
+        f"cluster.profile={prof}",
+        "trainer.max_steps=24",
+    )
     events = read_jsonl(run_dir / "events.jsonl")
     neighbors = [e for e in events if e["kind"] == "neighbor"]
     assert summary["failures"] >= 1 and neighbors and summary["degraded_steps"] > 0
@@ -146,10 +170,22 @@ def test_failure_high_run_assigns_neighbors_and_measures_the_gradient_error(run_
 def test_no_eligible_neighbor_falls_back_to_rollback(run_exp, fixed_profile, tmp_path):
     trace = tmp_path / "both.csv"
     trace.write_text("time,worker,event\n3.2,0,fail\n3.5,1,fail\n6,0,recover\n6.5,1,recover\n")
-    prof = fixed_profile({"mb:mecefo[sa=1,rc=1,lr=1,r=64]": 0.012, "neighbor_pair[sa=1,rc=1,lr=1,r=64]": 0.016,
-                          "mecefo_svd[sa=1,rc=1,lr=1,r=64]": 0.004})
-    summary, run_dir = run_exp("method=mecefo", "cluster.n_workers=2", "failure=trace", "failure.unit=steps",
-                               f"failure.path={trace}", f"cluster.profile={prof}", "method.checkpoint_interval=2")
+    prof = fixed_profile(
+        {
+            "mb:mecefo[sa=1,rc=1,lr=1,r=64]": 0.012,
+            "neighbor_pair[sa=1,rc=1,lr=1,r=64]": 0.016,
+            "mecefo_svd[sa=1,rc=1,lr=1,r=64]": 0.004,
+        }
+    )
+    summary, run_dir = run_exp(
+        "method=mecefo",
+        "cluster.n_workers=2",
+        "failure=trace",
+        "failure.unit=steps",
+        f"failure.path={trace}",
+        f"cluster.profile={prof}",
+        "method.checkpoint_interval=2",
+    )
     kinds = [e["kind"] for e in read_jsonl(run_dir / "events.jsonl")]
     assert "neighbor" in kinds and "fatal" in kinds and "rollback" in kinds
     assert summary["fatal"] == 1 and summary["rollbacks"] == 1 and summary["status"] == "ok"
@@ -190,7 +226,7 @@ def test_the_refresh_flop_formulas():
 
     m, n, r = 11008, 4096, 64  # a 7B FFN weight at rank 64
     full, rand = full_svd_flops(m, n), randomized_svd_flops(m, n, r, 8, 2)
-    assert full == 4 * m * n * n + 8 * n ** 3 and full_svd_flops(n, m) == full
+    assert full == 4 * m * n * n + 8 * n**3 and full_svd_flops(n, m) == full
     gemms = 2 * m * n * (r + 8) * 6
     assert gemms < rand < 1.1 * gemms  # GEMM work, almost all of it
     assert rand < full / 30  # 40 against 1,288 GFLOP
@@ -198,9 +234,18 @@ def test_the_refresh_flop_formulas():
 
 
 def test_a_randomized_refresh_is_its_own_kernel_charged_at_rsvd_efficiency(run_exp):
-    common = ["method=mecefo", "method.rank=8", "trainer.numerics=false", "failure=none", "trainer.max_steps=1",
-              "trainer.eval_every=0", "hardware=a100_32", "cluster.n_workers=32", "hardware.svd_efficiency=0.001",
-              "hardware.rsvd_efficiency=0.05"]
+    common = [
+        "method=mecefo",
+        "method.rank=8",
+        "trainer.numerics=false",
+        "failure=none",
+        "trainer.max_steps=1",
+        "trainer.eval_every=0",
+        "hardware=a100_32",
+        "cluster.n_workers=32",
+        "hardware.svd_efficiency=0.001",
+        "hardware.rsvd_efficiency=0.05",
+    ]
     summaries = {}
     for svd in ("full", "randomized"):
         summary, run_dir = run_exp(*common, f"method.svd={svd}")

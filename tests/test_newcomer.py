@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+
 import tomllib
 
 from conftest import ROOT
@@ -33,8 +34,13 @@ def test_every_python_package_folder_is_a_listed_package():
 
 
 def test_building_the_package_prints_no_setuptools_warning(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w",
-                          str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     warnings = [line for line in (out.stdout + out.stderr).splitlines() if re.search(r"[a-z]Warning\b|!!", line)]
     assert warnings == [], "\n".join(warnings[:10])
@@ -54,8 +60,13 @@ def _fake_venv(tmp_path, spec):
 
 
 def _make(venv, *args):
-    return subprocess.run(["make", "-s", f"VENV={venv}", f"{venv}/.installed", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["make", "-s", f"VENV={venv}", f"{venv}/.installed", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_make_setup_with_another_torch_spec_reinstalls_torch(tmp_path):
@@ -87,10 +98,16 @@ def test_the_sbatch_scripts_hand_their_cpus_to_srun(tmp_path):
     for script in ("scripts/sbatch_torchrun.sh", "scripts/sbatch_torchft.sh"):
         asked = re.search(r"#SBATCH --cpus-per-task=(\d+)", (ROOT / script).read_text())[1]
         env = {k: v for k, v in os.environ.items() if k != "MECEFO_CACHE"}
-        env.update(SLURM_NNODES="2", SLURM_JOB_NUM_NODES="2", SLURM_JOB_ID="1", SLURM_CPUS_PER_TASK=asked,
-                   PATH=f"{tmp_path}:{env['PATH']}")
-        out = subprocess.run(["bash", script, "method=mecefo"], cwd=ROOT, capture_output=True, text=True, env=env,
-                             timeout=60)
+        env.update(
+            SLURM_NNODES="2",
+            SLURM_JOB_NUM_NODES="2",
+            SLURM_JOB_ID="1",
+            SLURM_CPUS_PER_TASK=asked,
+            PATH=f"{tmp_path}:{env['PATH']}",
+        )
+        out = subprocess.run(
+            ["bash", script, "method=mecefo"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=60
+        )
         assert out.returncode == 0, out.stderr
         assert f"SRUN_CPUS_PER_TASK={asked}" in out.stdout.splitlines(), (script, out.stdout)
 
@@ -98,8 +115,13 @@ def test_the_sbatch_scripts_hand_their_cpus_to_srun(tmp_path):
 def test_a_command_that_only_prints_leaves_no_folder(tmp_path):
     """`run.py ... --cfg job hydra.run.dir=D` shows the config; it neither creates D nor locks it."""
     folder = tmp_path / "would_be_run"
-    out = subprocess.run([sys.executable, "run.py", "method=bamboo", f"hydra.run.dir={folder}", "--cfg", "job"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "run.py", "method=bamboo", f"hydra.run.dir={folder}", "--cfg", "job"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "name: bamboo" in out.stdout
     assert not folder.exists()
@@ -131,8 +153,9 @@ def test_make_results_says_what_it_did_not_regenerate(tmp_path, monkeypatch, cap
     assert "Table 3" in note and "make oobleck-artifact" in note
     assert "study" not in published.not_regenerated_note(list(published.STUDIES)).split("\n", 2)[1]
     # the command prints it after the comparison (a finished sweep stands in for the runs)
-    monkeypatch.setattr(published, "regenerate", lambda study, out, given=None: ({}, published.Fingerprints(
-        "d", "c", {})))
+    monkeypatch.setattr(
+        published, "regenerate", lambda study, out, given=None: ({}, published.Fingerprints("d", "c", {}))
+    )
     monkeypatch.setattr(published, "check", lambda text, tables, prints: True)
     assert published.main(["regenerate", "paper_mini", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out

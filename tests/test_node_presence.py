@@ -14,10 +14,24 @@ import pytest
 from conftest import compose_cfg
 
 TABLE = "{4: 40, 3: 30, 2: 20, 1: 10}"
-COMMON = ["hardware=table", "hardware.samples_per_step=100", "failure=nodes", "failure.node_ready_s=1",
-          "cluster.n_workers=4", "cluster.detection_s=0", "cluster.restart_s=1", "cluster.reconfigure_s=1",
-          "trainer.numerics=false", "trainer.max_steps=1000", "trainer.eval_every=0", "trainer.progress=none",
-          "model=llama_tiny", "model.vocab_size=512", "data.micro_batch=1", "data.seq_len=16"]
+COMMON = [
+    "hardware=table",
+    "hardware.samples_per_step=100",
+    "failure=nodes",
+    "failure.node_ready_s=1",
+    "cluster.n_workers=4",
+    "cluster.detection_s=0",
+    "cluster.restart_s=1",
+    "cluster.reconfigure_s=1",
+    "trainer.numerics=false",
+    "trainer.max_steps=1000",
+    "trainer.eval_every=0",
+    "trainer.progress=none",
+    "model=llama_tiny",
+    "model.vocab_size=512",
+    "data.micro_batch=1",
+    "data.seq_len=16",
+]
 METHODS = ["mecefo", "oobleck", "jit", "reft", "checkpoint", "baft"]
 GONE_S, BACK_S = 16.0, 31.0  # every node gone; the added node usable
 
@@ -110,8 +124,10 @@ def test_a_job_that_starts_with_empty_slots_computes_on_the_nodes_there(tmp_path
     no method computes on the empty slots from the first step on (MeCeFO planned all four until its
     first membership event; the invariant ends such a run failed)."""
     path = tmp_path / "near.csv"
-    path.write_text("0,add,node1\n5000,remove,node1\n5000,add,node2\n9000,remove,node2\n20000,add,node3\n"
-                    "20000,remove,node3\n25000,add,node4\n60000,add,node5\n")
+    path.write_text(
+        "0,add,node1\n5000,remove,node1\n5000,add,node2\n9000,remove,node2\n20000,add,node3\n"
+        "20000,remove,node3\n25000,add,node4\n60000,add,node5\n"
+    )
     summary, run_dir = run(tmp_path, path, f"method={method}")
     assert summary["status"] == "ok" and summary["steps"] > 0
     assert all(row["alive"] <= 1 for row in rows(run_dir))

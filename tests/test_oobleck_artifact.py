@@ -17,10 +17,22 @@ from mecefo_exp.failures import FAIL, RECOVER, TraceError
 from mecefo_exp.failures.nodes import read_node_trace
 
 TABLE = "{4: 40, 3: 30, 2: 20}"
-COMMON = ["hardware=table", "hardware.samples_per_step=100", "failure=nodes", "failure.node_ready_s=1",
-          "cluster.n_workers=4", "cluster.detection_s=0", "trainer.numerics=false", "trainer.max_steps=1000",
-          "trainer.eval_every=0", "trainer.progress=none", "model=llama_tiny", "model.vocab_size=512",
-          "data.micro_batch=1", "data.seq_len=16"]
+COMMON = [
+    "hardware=table",
+    "hardware.samples_per_step=100",
+    "failure=nodes",
+    "failure.node_ready_s=1",
+    "cluster.n_workers=4",
+    "cluster.detection_s=0",
+    "trainer.numerics=false",
+    "trainer.max_steps=1000",
+    "trainer.eval_every=0",
+    "trainer.progress=none",
+    "model=llama_tiny",
+    "model.vocab_size=512",
+    "data.micro_batch=1",
+    "data.seq_len=16",
+]
 
 #: Bamboo with pipelines and idle spares (the Oobleck authors' model; its options are the variant's)
 PIPELINES = "method.variant=mecefo_exp.replay.bamboo_pipelines:BambooPipelines"
@@ -34,8 +46,11 @@ def trace_file(tmp_path, rows):
 
 @pytest.fixture
 def two_removals(tmp_path):
-    rows = [(0, "add", f"node{i}") for i in range(1, 5)] + [(10000, "remove", "node2"), (20000, "remove", "node4"),
-                                                             (40000, "remove", "node1")]
+    rows = [(0, "add", f"node{i}") for i in range(1, 5)] + [
+        (10000, "remove", "node2"),
+        (20000, "remove", "node4"),
+        (40000, "remove", "node1"),
+    ]
     return trace_file(tmp_path, rows)
 
 
@@ -52,7 +67,9 @@ def test_oobleck_by_hand(tmp_path, two_removals):
     # start: nodes ready at 1 s + a 1 s reconfiguration = 2 s. 4 nodes: steps end 4.5, 7, 9.5; the
     # step in flight at 10 s is lost; reconfigure to 11; 3 nodes: 14.33, 17.67, lost at 20;
     # reconfigure to 21; 2 nodes: 26, 31, 36 (41 > the hard stop at 40). 8 steps in [2, 36].
-    s, _ = run(tmp_path, two_removals, "method=oobleck", "method.reconfigure_s=1", "method.charge_initial_checkpoint=false")
+    s, _ = run(
+        tmp_path, two_removals, "method=oobleck", "method.reconfigure_s=1", "method.charge_initial_checkpoint=false"
+    )
     w = s["window"]
     assert s["steps"] == 8 and w["credited_samples"] == 800
     assert w["train_start_s"] == pytest.approx(2.0) and w["last_step_end_s"] == pytest.approx(36.0)
@@ -67,9 +84,17 @@ def test_varuna_by_hand(tmp_path, two_removals):
     # restart 3 s on the 3 survivors (13); nothing to roll back; step 2 ends 16.33, then the
     # checkpoint after a failure (16.83); lost at 20; restart to 23; 2 nodes: step 3 ends 28
     # (+0.5: 28.5), step 4 at 33.5, step 5 at 38.5 (+0.5, its cadence checkpoint); 44 > 40.
-    s, run_dir = run(tmp_path, two_removals, "method=checkpoint", "method.restart_on=survivors", "method.interval=2",
-                     "method.restart_s=3", "method.checkpoint_after_failure=true",
-                     "method.charge_initial_checkpoint=false", "hardware.checkpoint_s=0.5")
+    s, run_dir = run(
+        tmp_path,
+        two_removals,
+        "method=checkpoint",
+        "method.restart_on=survivors",
+        "method.interval=2",
+        "method.restart_s=3",
+        "method.checkpoint_after_failure=true",
+        "method.charge_initial_checkpoint=false",
+        "hardware.checkpoint_s=0.5",
+    )
     w = s["window"]
     assert s["steps"] == 6 and s["rollbacks"] == 2 and s["lost_steps"] == 0
     assert w["train_start_s"] == pytest.approx(4.0) and w["last_step_end_s"] == pytest.approx(38.5)
@@ -83,8 +108,16 @@ def test_bamboo_by_hand(tmp_path, two_removals):
     # step 3: its shadow covers, the remaining 2 s run 1.5x slower (13); one degraded step, so a
     # rebalance (2 s, to 15) on 3 nodes: 18.33; node4 fails 1.67 s into the next step: the rest
     # (1.67 s) at 1.5x ends at 22.5; rebalance to 24.5 on 2 nodes: 29.5, 34.5, 39.5. 9 steps.
-    s, _ = run(tmp_path, two_removals, "method=bamboo", "method.fallback_slowdown=1.5", "method.rebalance_after_steps=1",
-               "method.rebalance_stall_s=2", "method.restart_s=1", "method.charge_initial_checkpoint=false")
+    s, _ = run(
+        tmp_path,
+        two_removals,
+        "method=bamboo",
+        "method.fallback_slowdown=1.5",
+        "method.rebalance_after_steps=1",
+        "method.rebalance_stall_s=2",
+        "method.restart_s=1",
+        "method.charge_initial_checkpoint=false",
+    )
     w = s["window"]
     assert s["steps"] == 9 and s["rebalances"] == 2 and s["fatal"] == 0 and s["survived_interruptions"] == 2
     assert w["train_start_s"] == pytest.approx(2.0) and w["last_step_end_s"] == pytest.approx(39.5)
@@ -92,11 +125,23 @@ def test_bamboo_by_hand(tmp_path, two_removals):
 
 
 def test_a_node_added_mid_run_joins_only_when_the_policy_says(tmp_path):
-    rows = [(0, "add", "a"), (0, "add", "b"), (0, "add", "c"), (10000, "remove", "b"), (12000, "add", "d"),
-            (30000, "remove", "c"), (50000, "remove", "a")]
+    rows = [
+        (0, "add", "a"),
+        (0, "add", "b"),
+        (0, "add", "c"),
+        (10000, "remove", "b"),
+        (12000, "add", "d"),
+        (30000, "remove", "c"),
+        (50000, "remove", "a"),
+    ]
     trace = trace_file(tmp_path, rows)
-    table = ["+hardware.tables.default={3: 30, 2: 20, 1: 10}", "cluster.n_workers=3", "method=oobleck",
-             "method.reconfigure_s=1", "method.charge_initial_checkpoint=false"]
+    table = [
+        "+hardware.tables.default={3: 30, 2: 20, 1: 10}",
+        "cluster.n_workers=3",
+        "method=oobleck",
+        "method.reconfigure_s=1",
+        "method.charge_initial_checkpoint=false",
+    ]
 
     def step_costs(policy):
         _, run_dir = run(tmp_path / policy, trace, *table, f"method.admit_nodes={policy}")
@@ -111,8 +156,15 @@ def test_a_node_added_mid_run_joins_only_when_the_policy_says(tmp_path):
 
 
 def test_node_trace_rules(tmp_path):
-    rows = [(0, "add", "a"), (0, "add", "b"), (5000, "remove", "a"), (6000, "add", "c"), (7000, "remove", "c"),
-            (8000, "add", "e"), (20000, "remove", "b")]
+    rows = [
+        (0, "add", "a"),
+        (0, "add", "b"),
+        (5000, "remove", "a"),
+        (6000, "add", "c"),
+        (7000, "remove", "c"),
+        (8000, "add", "e"),
+        (20000, "remove", "b"),
+    ]
     nodes = read_node_trace(str(trace_file(tmp_path, rows)), 2, ready_s=2.0)
     assert nodes.stop_s == 20.0 and nodes.rows[-1] == (20.0, "remove")  # the last row is the hard stop, not applied
     # a fails at 5; c takes its slot at 6 but is removed before it is ready (8): it never joins;
@@ -128,16 +180,26 @@ def test_node_traces_that_start_late_and_grow(tmp_path):
     # nothing at t=0; a and b at 100 s, usable at 102; the first rendezvous takes 3 s (to 105): c,
     # added at 102.5 and usable at 104.5, is in it; d (usable at 110) joins later in the third slot,
     # which was empty at the start; slot 3 never holds a node.
-    rows = [(100_000, "add", "a"), (100_000, "add", "b"), (102_500, "add", "c"), (108_000, "add", "d"),
-            (200_000, "remove", "a")]
+    rows = [
+        (100_000, "add", "a"),
+        (100_000, "add", "b"),
+        (102_500, "add", "c"),
+        (108_000, "add", "d"),
+        (200_000, "remove", "a"),
+    ]
     nodes = read_node_trace(str(trace_file(tmp_path, rows)), 4, ready_s=2.0, job_start_s=3.0)
     assert nodes.start_s == 102.0 and nodes.initial_down == {3}
     assert [(e.time, e.worker, e.kind) for e in nodes.events] == [(110.0, 3, RECOVER)]
     # a slot freed during the start-up (to 112 s) is not reused before the job starts: b's removal at
     # 104 s is still b's failure, heard after the start, and c (usable at 106.5, in the start) takes
     # a fresh slot
-    rows = [(100_000, "add", "a"), (100_000, "add", "b"), (104_000, "remove", "b"), (104_500, "add", "c"),
-            (300_000, "remove", "a")]
+    rows = [
+        (100_000, "add", "a"),
+        (100_000, "add", "b"),
+        (104_000, "remove", "b"),
+        (104_500, "add", "c"),
+        (300_000, "remove", "a"),
+    ]
     nodes = read_node_trace(str(trace_file(tmp_path, rows)), 3, ready_s=2.0, job_start_s=10.0)
     assert [(e.time, e.worker, e.kind) for e in nodes.events] == [(104.0, 1, FAIL)]
     assert nodes.initial_down == set()
@@ -149,10 +211,18 @@ def test_node_trace_refusals_name_the_row(tmp_path):
             read_node_trace(str(trace_file(tmp_path, rows)), n, 1.0)
         assert "\n" not in str(e.value)
 
-    refused([(0, "add", "a"), (1, "remove", "a"), (2, "add", "a"), (9, "remove", "x")], 1, "line 3: node 'a' was added before")
+    refused(
+        [(0, "add", "a"), (1, "remove", "a"), (2, "add", "a"), (9, "remove", "x")],
+        1,
+        "line 3: node 'a' was added before",
+    )
     refused([(0, "add", "a"), (2, "add", "b"), (9, "add", "z")], 1, "line 2: .*all 1 worker slots.*cluster.n_workers=2")
-    refused([(0, "add", "a"), (2, "remove", "q"), (9, "add", "z")], 1, "line 2: node 'q' is removed but was never added")
-    refused([(0, "add", "a"), (2, "remove", "a"), (3, "remove", "a"), (9, "add", "z")], 1, "line 3: .*was removed before")
+    refused(
+        [(0, "add", "a"), (2, "remove", "q"), (9, "add", "z")], 1, "line 2: node 'q' is removed but was never added"
+    )
+    refused(
+        [(0, "add", "a"), (2, "remove", "a"), (3, "remove", "a"), (9, "add", "z")], 1, "line 3: .*was removed before"
+    )
     refused([(5, "add", "a"), (5, "add", "b")], 2, "no node is added before the last row")
 
 
@@ -160,8 +230,10 @@ def test_a_trace_whose_nodes_are_all_gone_before_the_job_starts_is_refused(tmp_p
     """Every node is removed before the first rendezvous completes (before it is usable, or after
     it but during the start-up): the job would start with no node. It used to train hundreds of
     steps against an ideal of 0 samples (MeCeFO) or crash dividing by zero (checkpoint)."""
-    for rows in ([(0, "add", "a"), (0, "add", "b"), (10, "remove", "a"), (20, "remove", "b"), (9_000_000, "add", "c")],
-                 [(0, "add", "a"), (1_500, "remove", "a"), (9_000_000, "add", "c")]):
+    for rows in (
+        [(0, "add", "a"), (0, "add", "b"), (10, "remove", "a"), (20, "remove", "b"), (9_000_000, "add", "c")],
+        [(0, "add", "a"), (1_500, "remove", "a"), (9_000_000, "add", "c")],
+    ):
         with pytest.raises(TraceError, match="every node usable by the first rendezvous .* is removed before it") as e:
             read_node_trace(str(trace_file(tmp_path, rows)), 2, ready_s=1.0, job_start_s=10.0)
         assert "\n" not in str(e.value)
@@ -172,15 +244,23 @@ def test_a_trace_whose_nodes_are_all_gone_before_the_job_starts_is_refused(tmp_p
 
 def test_an_out_of_memory_table_is_refused_in_one_line():
     cfg = compose_cfg(["scenario=oobleck_artifact/gpt3_2_7b", "method=bamboo"])
-    with pytest.raises(ConfigError, match=r"method=bamboo cannot run here: hardware.tables.bamboo is 0 \(out of memory\)"):
+    with pytest.raises(
+        ConfigError, match=r"method=bamboo cannot run here: hardware.tables.bamboo is 0 \(out of memory\)"
+    ):
         validate(cfg)
 
 
 def test_a_table_that_runs_out_of_memory_mid_run_stalls_until_the_next_reconfiguration(tmp_path, two_removals):
     # as test_oobleck_by_hand, but 3 nodes do not fit (an entry of 0): the steps on [11, 20] never
     # complete (a 1e9 s step, interrupted by the next removal); 2 nodes run again: 26, 31, 36.
-    s, run_dir = run(tmp_path, two_removals, "method=oobleck", "method.reconfigure_s=1",
-                     "method.charge_initial_checkpoint=false", "hardware.tables.default={4: 40, 3: 0, 2: 20}")
+    s, run_dir = run(
+        tmp_path,
+        two_removals,
+        "method=oobleck",
+        "method.reconfigure_s=1",
+        "method.charge_initial_checkpoint=false",
+        "hardware.tables.default={4: 40, 3: 0, 2: 20}",
+    )
     w = s["window"]
     assert s["steps"] == 6 and w["credited_samples"] == 600 and w["last_step_end_s"] == pytest.approx(36.0)
     assert w["ideal_samples"] == pytest.approx(40 * 8 + 20 * 16)  # no throughput on [10, 20]
@@ -196,16 +276,29 @@ def test_the_scenario_presets_give_the_artifact_constants_to_a_single_run():
     assert compose_cfg(["method=checkpoint"]).method.restart_on == "spares"  # no scenario: today's defaults
 
 
-@pytest.mark.parametrize("model,method,trace,expected", [("gpt3_6_7b", "oobleck", "10m", 3.546095),
-                                                         ("gpt3_6_7b", "checkpoint", "6h", 4.144960),
-                                                         ("bert_large", "bamboo", "6h", 77.037770)])
+@pytest.mark.parametrize(
+    "model,method,trace,expected",
+    [
+        ("gpt3_6_7b", "oobleck", "10m", 3.546095),
+        ("gpt3_6_7b", "checkpoint", "6h", 4.144960),
+        ("bert_large", "bamboo", "6h", 77.037770),
+    ],
+)
 def test_three_cells_agree_with_the_artifact_when_its_behaviour_is_on(tmp_path, model, method, trace, expected):
     """GPT-3 6.7B: the artifact's Oobleck at 10 minutes (the abstract's 13.9x cell) and Varuna at 6 hours;
     BERT-large: Bamboo at 6 hours, whose first removal is an idle spare."""
     from mecefo_exp.trainer import Experiment
 
-    cfg = compose_cfg([f"scenario=oobleck_artifact/{model}", f"method={method}", f"scenario.trace={trace}",
-                       "scenario.quirks=true", "hardware.timing_model=null", "trainer.progress=none"])
+    cfg = compose_cfg(
+        [
+            f"scenario=oobleck_artifact/{model}",
+            f"method={method}",
+            f"scenario.trace={trace}",
+            "scenario.quirks=true",
+            "hardware.timing_model=null",
+            "trainer.progress=none",
+        ]
+    )
     summary = Experiment(cfg, tmp_path / "run").run()
     assert summary["window"]["samples_per_s"] == pytest.approx(expected, rel=2e-3)
 
@@ -215,8 +308,16 @@ def test_the_analysis_sets_our_cells_beside_the_artifacts(tmp_path):
     from mecefo_exp.trainer import Experiment
 
     for method, quirks in (("oobleck", "true"), ("checkpoint", "false")):
-        cfg = compose_cfg(["scenario=oobleck_artifact/gpt3_6_7b", f"method={method}", "scenario.trace=6h",
-                           f"scenario.quirks={quirks}", "hardware.timing_model=null", "trainer.progress=none"])
+        cfg = compose_cfg(
+            [
+                "scenario=oobleck_artifact/gpt3_6_7b",
+                f"method={method}",
+                "scenario.trace=6h",
+                f"scenario.quirks={quirks}",
+                "hardware.timing_model=null",
+                "trainer.progress=none",
+            ]
+        )
         Experiment(cfg, tmp_path / "sweep" / f"{method}_{quirks}").run()
     analyze([tmp_path / "sweep"], tmp_path / "out", figures=False, verbose=False)
     import pandas as pd
@@ -238,12 +339,23 @@ def test_bamboo_pipelines_with_a_spare_by_hand(tmp_path, quirks):
     # absorbs b's stage; the hard stop is at 40 s.
     rows = [(0, "add", n) for n in "abcde"] + [(11000, "remove", "e"), (21000, "remove", "b"), (40000, "remove", "a")]
     trace = trace_file(tmp_path, rows)
-    s, run_dir = run(tmp_path, trace, "cluster.n_workers=5", "+hardware.tables.default={5: 50, 4: 40, 3: 30}",
-                     "method=bamboo", "+method.variant_options.pipeline_stages=2", "method.fallback_slowdown=1.5",
-                     "method.rebalance_stall_s=2", "method.restart_s=1", "method.charge_initial_checkpoint=false",
-                     *(["method.variant=mecefo_exp.replay.pipelines:BambooArtifact",
-                        "+method.variant_options.heap_order=false"] if quirks
-                       else ["method.variant=mecefo_exp.replay.bamboo_pipelines:BambooPipelines"]))
+    s, run_dir = run(
+        tmp_path,
+        trace,
+        "cluster.n_workers=5",
+        "+hardware.tables.default={5: 50, 4: 40, 3: 30}",
+        "method=bamboo",
+        "+method.variant_options.pipeline_stages=2",
+        "method.fallback_slowdown=1.5",
+        "method.rebalance_stall_s=2",
+        "method.restart_s=1",
+        "method.charge_initial_checkpoint=false",
+        *(
+            ["method.variant=mecefo_exp.replay.pipelines:BambooArtifact", "+method.variant_options.heap_order=false"]
+            if quirks
+            else ["method.variant=mecefo_exp.replay.bamboo_pipelines:BambooPipelines"]
+        ),
+    )
     w = s["window"]
     if not quirks:
         # the spare's loss changes nothing: steps end 4, 6, ..., 20 (9); b falls 1 s into the next,
@@ -265,17 +377,87 @@ def test_bamboo_pipelines_with_a_spare_by_hand(tmp_path, quirks):
 def test_bamboo_pipelines_two_adjacent_removals_are_fatal(tmp_path):
     # a (stage 0) absorbs b (stage 1) at 5 s; a falls at 6 s, before the re-formation: fatal
     rows = [(0, "add", n) for n in "abcde"] + [(5000, "remove", "b"), (6000, "remove", "a"), (40000, "remove", "c")]
-    s, _ = run(tmp_path, trace_file(tmp_path, rows), "cluster.n_workers=5", "+hardware.tables.default={5: 50, 3: 30}",
-               "method=bamboo", PIPELINES, "+method.variant_options.pipeline_stages=2", "method.fallback_slowdown=1.5",
-               "method.rebalance_stall_s=20", "method.restart_s=1", "method.charge_initial_checkpoint=false")
+    s, _ = run(
+        tmp_path,
+        trace_file(tmp_path, rows),
+        "cluster.n_workers=5",
+        "+hardware.tables.default={5: 50, 3: 30}",
+        "method=bamboo",
+        PIPELINES,
+        "+method.variant_options.pipeline_stages=2",
+        "method.fallback_slowdown=1.5",
+        "method.rebalance_stall_s=20",
+        "method.restart_s=1",
+        "method.charge_initial_checkpoint=false",
+    )
     assert s["fatal"] == 1
 
 
 #: the orders the artifact's heap hands out the 30 nodes added at t = 0 in each of the five standard traces
-STANDARD_START = [29, 0, 24, 7, 15, 14, 2, 6, 28, 27, 25, 13, 26, 5, 12, 11, 22, 21, 16, 23, 10, 1, 4, 20, 19, 17,
-                  9, 18, 3, 8]
-STANDARD_NODES = [29, 14, 6, 2, 0, 28, 13, 27, 26, 12, 5, 25, 24, 11, 23, 22, 10, 4, 1, 21, 20, 9, 19, 18, 8, 3, 17,
-                  16, 7, 15]
+STANDARD_START = [
+    29,
+    0,
+    24,
+    7,
+    15,
+    14,
+    2,
+    6,
+    28,
+    27,
+    25,
+    13,
+    26,
+    5,
+    12,
+    11,
+    22,
+    21,
+    16,
+    23,
+    10,
+    1,
+    4,
+    20,
+    19,
+    17,
+    9,
+    18,
+    3,
+    8,
+]
+STANDARD_NODES = [
+    29,
+    14,
+    6,
+    2,
+    0,
+    28,
+    13,
+    27,
+    26,
+    12,
+    5,
+    25,
+    24,
+    11,
+    23,
+    22,
+    10,
+    4,
+    1,
+    21,
+    20,
+    9,
+    19,
+    18,
+    8,
+    3,
+    17,
+    16,
+    7,
+    15,
+]
 
 
 def test_the_bamboo_orders_derived_from_a_standard_trace_are_the_artifacts_heap_order():
@@ -310,15 +492,31 @@ def test_bamboo_takes_its_orders_from_any_trace(tmp_path):
     mp = pytest.MonkeyPatch()
     mp.setattr(BambooPipelines, "start", spy)
     try:
-        for path, overrides, want in ((None, [], STANDARD_START), (other, [], None),
-                                      (other, ["method.variant_options.start_order=[12,11,10,9,8,7,6,5,4,3,2,1,0,13]"],
-                                       [12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 13])):
-            cfg = compose_cfg(["scenario=oobleck_artifact/bert_large", "method=bamboo", "scenario.trace=6h",
-                               "hardware.timing_model=null", "trainer.progress=none", "trainer.max_steps=3",
-                               *([f"failure.path={path}"] if path else []), *overrides])
+        for path, overrides, want in (
+            (None, [], STANDARD_START),
+            (other, [], None),
+            (
+                other,
+                ["method.variant_options.start_order=[12,11,10,9,8,7,6,5,4,3,2,1,0,13]"],
+                [12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 13],
+            ),
+        ):
+            cfg = compose_cfg(
+                [
+                    "scenario=oobleck_artifact/bert_large",
+                    "method=bamboo",
+                    "scenario.trace=6h",
+                    "hardware.timing_model=null",
+                    "trainer.progress=none",
+                    "trainer.max_steps=3",
+                    *([f"failure.path={path}"] if path else []),
+                    *overrides,
+                ]
+            )
             Experiment(cfg, tmp_path / f"run{len(seen)}{len(overrides)}").run()
             if want is None:  # ours: derived from this trace, 14 slots
                 from mecefo_exp.replay.heap_order import node_tie_order
+
                 registered, joined = node_tie_order(str(other), 45.0, 30.0, min_nodes=12)
                 want = joined + [w for w in registered if w not in joined] + [13]
                 assert cfg.cluster.n_workers == 14 and sorted(seen["start"]) == list(range(14))
@@ -333,11 +531,21 @@ def test_a_user_trace_sets_the_worker_slots(tmp_path):
     from mecefo_exp.cli import validate_run
     from mecefo_exp.trainer import Experiment
 
-    rows = [(0, "add", f"node{k}") for k in range(1, 33)] + [(1200000, "add", "node33"), (1200000, "add", "node34"),
-                                                            (2400000, "remove", "node5"), (7200000, "remove", "node6")]
+    rows = [(0, "add", f"node{k}") for k in range(1, 33)] + [
+        (1200000, "add", "node33"),
+        (1200000, "add", "node34"),
+        (2400000, "remove", "node5"),
+        (7200000, "remove", "node6"),
+    ]
     path = trace_file(tmp_path, rows)
-    base = ["scenario=oobleck_artifact/gpt3_2_7b", "method=checkpoint", "scenario.quirks=true",
-            "hardware.timing_model=null", "trainer.progress=none", f"failure.path={path}"]
+    base = [
+        "scenario=oobleck_artifact/gpt3_2_7b",
+        "method=checkpoint",
+        "scenario.quirks=true",
+        "hardware.timing_model=null",
+        "trainer.progress=none",
+        f"failure.path={path}",
+    ]
     cfg = compose_cfg(base)
     assert cfg.cluster.n_workers == 34
     validate_run(cfg)
@@ -359,20 +567,46 @@ def test_every_model_takes_the_same_bamboo_overrides_and_gpt3_says_out_of_memory
 
     path = trace_file(tmp_path, [(0, "add", f"node{k}") for k in range(1, 33)] + [(3600000, "remove", "node1")])
     for extra in ([], ["method.variant_options.start_order=null", "method.variant_options.node_order=null"]):
-        cfg = compose_cfg([f"scenario=oobleck_artifact/{model}", "method=bamboo", f"scenario.quirks={quirks}",
-                           f"failure.path={path}", *extra])
-        with pytest.raises(ConfigError, match=r"^method=bamboo cannot run here: hardware.tables.bamboo is 0 \(out of memory\)"):
+        cfg = compose_cfg(
+            [
+                f"scenario=oobleck_artifact/{model}",
+                "method=bamboo",
+                f"scenario.quirks={quirks}",
+                f"failure.path={path}",
+                *extra,
+            ]
+        )
+        with pytest.raises(
+            ConfigError, match=r"^method=bamboo cannot run here: hardware.tables.bamboo is 0 \(out of memory\)"
+        ):
             validate_run(cfg)
 
 
-@pytest.mark.parametrize("overrides,message", [
-    (["+method.variant_options.pipeline_stages=2"], "needs hardware=table"),
-    (["hardware=table", "hardware.samples_per_step=8", "+hardware.tables.default={4: 40}",
-      "+method.variant_options.pipeline_stages=5"], r"must be in \[1, cluster.n_workers=4\]"),
-    (["hardware=table", "hardware.samples_per_step=8", "+hardware.tables.default={4: 40}",
-      "+method.variant_options.pipeline_stages=2", "+method.variant_options.start_order=[0,1,1,3]"],
-     r"method.variant_options.start_order: must list each worker slot 0..3 once"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["+method.variant_options.pipeline_stages=2"], "needs hardware=table"),
+        (
+            [
+                "hardware=table",
+                "hardware.samples_per_step=8",
+                "+hardware.tables.default={4: 40}",
+                "+method.variant_options.pipeline_stages=5",
+            ],
+            r"must be in \[1, cluster.n_workers=4\]",
+        ),
+        (
+            [
+                "hardware=table",
+                "hardware.samples_per_step=8",
+                "+hardware.tables.default={4: 40}",
+                "+method.variant_options.pipeline_stages=2",
+                "+method.variant_options.start_order=[0,1,1,3]",
+            ],
+            r"method.variant_options.start_order: must list each worker slot 0..3 once",
+        ),
+    ],
+)
 def test_bamboo_pipelines_bad_settings_are_one_line(overrides, message):
     from mecefo_exp.cli import validate_run
 
@@ -386,10 +620,17 @@ def test_bamboo_pipelines_take_an_added_node_when_it_completes_a_pipeline(tmp_pa
     # step leaves one pipeline (a, b) and c idle; e, added at 20 s, is usable at 21 s and with c
     # completes a second pipeline: the step ending at 21.67 s is followed by a re-formation to 4 nodes
     rows = [(0, "add", n) for n in "abcd"] + [(10000, "remove", "d"), (20000, "add", "e"), (40000, "remove", "a")]
-    s, run_dir = run(tmp_path, trace_file(tmp_path, rows), "method=bamboo", PIPELINES,
-                     "+method.variant_options.pipeline_stages=2",
-                     "method.fallback_slowdown=1.5", "method.rebalance_stall_s=2", "method.restart_s=1",
-                     "method.charge_initial_checkpoint=false")
+    s, run_dir = run(
+        tmp_path,
+        trace_file(tmp_path, rows),
+        "method=bamboo",
+        PIPELINES,
+        "+method.variant_options.pipeline_stages=2",
+        "method.fallback_slowdown=1.5",
+        "method.rebalance_stall_s=2",
+        "method.restart_s=1",
+        "method.charge_initial_checkpoint=false",
+    )
     costs = {round(r["sim_time_s"], 3): r["step_cost_s"] for r in map(json.loads, open(run_dir / "metrics.jsonl"))}
     # 4.5, 7, 9.5; the step in flight ends at 13 (its last 2 s at 1.5x); re-form to 15; 18.33, 21.67 on
     # 3 nodes; re-form to 23.67; 2.5 s steps on 4 nodes: 26.17 ... 38.67
@@ -404,12 +645,24 @@ def test_varuna_quirks_a_removal_during_the_first_rendezvous_stops_the_job_by_ha
     # node4 goes at 10 s: restart to 13 s on 2 nodes (5 s steps); checkpoints of 0.5 s after the
     # first step (a removal came) and every 2 completed steps: steps end 18 (+0.5), 23.5 (+0.5),
     # 29, 34 (+0.5), 39.5; the next would end at 44.5, after the hard stop at 40 s.
-    rows = [(0, "add", f"node{i}") for i in range(1, 5)] + [(2000, "remove", "node2"), (10000, "remove", "node4"),
-                                                             (40000, "remove", "node1")]
-    s, run_dir = run(tmp_path, trace_file(tmp_path, rows), "method=checkpoint", "method.restart_on=survivors",
-                     "method.interval=2", "method.restart_s=3", "method.checkpoint_after_failure=true",
-                     "method.charge_initial_checkpoint=false", "hardware.checkpoint_s=0.5",
-                     "method.variant=mecefo_exp.replay.varuna:VarunaArtifact", "+method.variant_options.storage_order=false")
+    rows = [(0, "add", f"node{i}") for i in range(1, 5)] + [
+        (2000, "remove", "node2"),
+        (10000, "remove", "node4"),
+        (40000, "remove", "node1"),
+    ]
+    s, run_dir = run(
+        tmp_path,
+        trace_file(tmp_path, rows),
+        "method=checkpoint",
+        "method.restart_on=survivors",
+        "method.interval=2",
+        "method.restart_s=3",
+        "method.checkpoint_after_failure=true",
+        "method.charge_initial_checkpoint=false",
+        "hardware.checkpoint_s=0.5",
+        "method.variant=mecefo_exp.replay.varuna:VarunaArtifact",
+        "+method.variant_options.storage_order=false",
+    )
     w = s["window"]
     assert s["steps"] == 5 and w["credited_samples"] == 500
     assert w["train_start_s"] == pytest.approx(4.0) and w["last_step_end_s"] == pytest.approx(39.5)
@@ -424,13 +677,27 @@ def test_varuna_quirks_a_node_ready_while_training_waits_even_if_the_job_stops_b
     # stops the job. node5, added at 12.5 s, is usable at 13.5 s, inside the step in flight: it
     # found the job training and waits (the artifact opens no rendezvous for it); it joins the
     # rendezvous node1's removal at 20 s opens, which completes at 23 s.
-    rows = ([(0, "add", f"node{i}") for i in range(1, 5)]
-            + [(10000, "remove", "node2"), (11000, "remove", "node3"), (12500, "add", "node5"),
-               (20000, "remove", "node1"), (40000, "remove", "node4")])
-    _, run_dir = run(tmp_path, trace_file(tmp_path, rows), "method=checkpoint", "method.restart_on=survivors",
-                     "method.interval=2", "method.restart_s=3", "method.checkpoint_after_failure=true",
-                     "method.charge_initial_checkpoint=false", "hardware.checkpoint_s=0.5", "cluster.n_workers=5",
-                     "method.variant=mecefo_exp.replay.varuna:VarunaArtifact", "+method.variant_options.storage_order=false")
+    rows = [(0, "add", f"node{i}") for i in range(1, 5)] + [
+        (10000, "remove", "node2"),
+        (11000, "remove", "node3"),
+        (12500, "add", "node5"),
+        (20000, "remove", "node1"),
+        (40000, "remove", "node4"),
+    ]
+    _, run_dir = run(
+        tmp_path,
+        trace_file(tmp_path, rows),
+        "method=checkpoint",
+        "method.restart_on=survivors",
+        "method.interval=2",
+        "method.restart_s=3",
+        "method.checkpoint_after_failure=true",
+        "method.charge_initial_checkpoint=false",
+        "hardware.checkpoint_s=0.5",
+        "cluster.n_workers=5",
+        "method.variant=mecefo_exp.replay.varuna:VarunaArtifact",
+        "+method.variant_options.storage_order=false",
+    )
     events = [json.loads(line) for line in open(run_dir / "events.jsonl")]
     assert [e["sim_time_s"] for e in events if e["kind"] == "stopped"] == [pytest.approx(14.0)]
     assert [e["sim_time_s"] for e in events if e["kind"] == "restart"] == [pytest.approx(13.0), pytest.approx(23.0)]
@@ -459,13 +726,24 @@ def test_every_varuna_cell_agrees_with_the_artifact_when_its_behaviour_is_on(tmp
 
     path = "conf/scenario/oobleck_artifact/reference.csv"
     with open(path) as f:
-        ref = {(r["model"], r["trace"], r["method"]): float(r["samples_per_s"])
-               for r in csv.DictReader(line for line in f if not line.startswith("#"))}
+        ref = {
+            (r["model"], r["trace"], r["method"]): float(r["samples_per_s"])
+            for r in csv.DictReader(line for line in f if not line.startswith("#"))
+        }
 
     def cell(trace, method, *extra):
-        cfg = compose_cfg([f"scenario=oobleck_artifact/{model}", f"method={method}", f"scenario.trace={trace}",
-                           "scenario.quirks=true", "hardware.timing_model=null", "trainer.progress=none",
-                           "trainer.log_events=0", *extra])
+        cfg = compose_cfg(
+            [
+                f"scenario=oobleck_artifact/{model}",
+                f"method={method}",
+                f"scenario.trace={trace}",
+                "scenario.quirks=true",
+                "hardware.timing_model=null",
+                "trainer.progress=none",
+                "trainer.log_events=0",
+                *extra,
+            ]
+        )
         return Experiment(cfg, tmp_path / f"{trace}_{method}_{len(extra)}").run()["window"]["samples_per_s"]
 
     for trace in ("6h", "3h", "1h", "30m", "10m"):
@@ -484,8 +762,16 @@ def test_reft_on_the_survivors_by_hand(tmp_path, two_removals):
     # the 3 survivors, the snapshot re-sharded over them: steps end 16.33, 19.67 (snapshot of
     # step 4 on 3 workers); node4's shard goes at 20 s: rebuilt from parity, restart to 23 s on
     # 2 workers: steps end 28, 33, 38; the next would end at 43, after the hard stop at 40 s.
-    s, run_dir = run(tmp_path, two_removals, "method=reft", "method.restart_on=survivors", "method.snapshot_every=2",
-                     "method.overlap=1.0", "cluster.restart_s=3", "method.charge_initial_checkpoint=false")
+    s, run_dir = run(
+        tmp_path,
+        two_removals,
+        "method=reft",
+        "method.restart_on=survivors",
+        "method.snapshot_every=2",
+        "method.overlap=1.0",
+        "cluster.restart_s=3",
+        "method.charge_initial_checkpoint=false",
+    )
     w = s["window"]
     assert s["steps"] == 7 and w["credited_samples"] == 700 and s["lost_steps"] == 0
     assert w["train_start_s"] == pytest.approx(4.0) and w["last_step_end_s"] == pytest.approx(38.0, abs=0.01)
@@ -495,19 +781,38 @@ def test_reft_on_the_survivors_by_hand(tmp_path, two_removals):
     assert not [e for e in events if e["kind"] == "fatal"]
 
 
-@pytest.mark.parametrize("overrides,message", [
-    (["method=checkpoint", "++method.restart_s_by_nodes={4: 3}"], "needs method.restart_on=survivors"),
-    (["method=checkpoint", "method.restart_on=survivors", "++method.restart_s_by_nodes={4: -1}"], "seconds >= 0"),
-    (["method=checkpoint", "method.restart_on=survivors", "method.variant=mecefo_exp.replay.varuna:VarunaArtifact"],
-     "trainer.numerics=false"),
-    (["method=checkpoint", "method.variant=mecefo_exp.replay.varuna:VarunaArtifact", "trainer.numerics=false"],
-     "restart_on=survivors"),
-    (["method=oobleck", "method.variant=mecefo_exp.replay.varuna:VarunaArtifact"], "not a subclass of Oobleck"),
-    (["method=oobleck", "method.variant=mecefo_exp.replay.nowhere:X"], "cannot be imported"),
-    (["method=checkpoint", "method.variant=mecefo_exp.replay.varuna:VarunaArtifact", "trainer.numerics=false",
-      "method.restart_on=survivors", "+method.variant_options.storage=1"], "unknown \\['storage'\\]"),
-    (["method=reft", "method.restart_on=elsewhere"], "allowed: spares, survivors"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["method=checkpoint", "++method.restart_s_by_nodes={4: 3}"], "needs method.restart_on=survivors"),
+        (["method=checkpoint", "method.restart_on=survivors", "++method.restart_s_by_nodes={4: -1}"], "seconds >= 0"),
+        (
+            [
+                "method=checkpoint",
+                "method.restart_on=survivors",
+                "method.variant=mecefo_exp.replay.varuna:VarunaArtifact",
+            ],
+            "trainer.numerics=false",
+        ),
+        (
+            ["method=checkpoint", "method.variant=mecefo_exp.replay.varuna:VarunaArtifact", "trainer.numerics=false"],
+            "restart_on=survivors",
+        ),
+        (["method=oobleck", "method.variant=mecefo_exp.replay.varuna:VarunaArtifact"], "not a subclass of Oobleck"),
+        (["method=oobleck", "method.variant=mecefo_exp.replay.nowhere:X"], "cannot be imported"),
+        (
+            [
+                "method=checkpoint",
+                "method.variant=mecefo_exp.replay.varuna:VarunaArtifact",
+                "trainer.numerics=false",
+                "method.restart_on=survivors",
+                "+method.variant_options.storage=1",
+            ],
+            "unknown \\['storage'\\]",
+        ),
+        (["method=reft", "method.restart_on=elsewhere"], "allowed: spares, survivors"),
+    ],
+)
 def test_varuna_and_reft_restart_settings_are_one_line(overrides, message):
     from mecefo_exp.cli import validate_run
 
@@ -523,8 +828,16 @@ ARTIFACT_30 = [(0, "add", f"node{i}") for i in range(1, 31)]
 def artifact_cell(tmp_path, rows, model, method, *extra):
     from mecefo_exp.trainer import Experiment
 
-    cfg = compose_cfg([f"scenario=oobleck_artifact/{model}", f"method={method}", "scenario.quirks=true",
-                       f"failure.path={trace_file(tmp_path, rows)}", "trainer.progress=none", *extra])
+    cfg = compose_cfg(
+        [
+            f"scenario=oobleck_artifact/{model}",
+            f"method={method}",
+            "scenario.quirks=true",
+            f"failure.path={trace_file(tmp_path, rows)}",
+            "trainer.progress=none",
+            *extra,
+        ]
+    )
     summary = Experiment(cfg, tmp_path / "run").run()
     events = [json.loads(line) for line in open(tmp_path / "run" / "events.jsonl")]
     return summary, events
@@ -535,9 +848,13 @@ def test_a_node_removed_while_it_waits_to_join_never_joins(tmp_path, method):
     """node31 takes node1's slot at 2000 s and waits for the next re-formation; it is removed at
     3000 s before one happens. The artifact's Oobleck gives 348.343 samples/s on this trace (its
     simulator, unmodified); admitting the removed node gave 362.126."""
-    rows = ARTIFACT_30 + [(1_000_000, "remove", "node1"), (2_000_000, "add", "node31"),
-                          (3_000_000, "remove", "node31"), (5_000_000, "remove", "node2"),
-                          (8_000_000, "remove", "node3")]
+    rows = ARTIFACT_30 + [
+        (1_000_000, "remove", "node1"),
+        (2_000_000, "add", "node31"),
+        (3_000_000, "remove", "node31"),
+        (5_000_000, "remove", "node2"),
+        (8_000_000, "remove", "node3"),
+    ]
     summary, events = artifact_cell(tmp_path, rows, "bert_large", method)
     rows = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
     alive = {r["alive"] for r in rows if 3_100 < r["sim_time_s"] < 5_000}
@@ -550,8 +867,12 @@ def test_each_instant_is_delivered_with_its_own_time(tmp_path):
     """node1 is removed at 50 s, during the job's first rendezvous; node31 is added at 55 s and is
     ready at 100 s, inside the same start-up stall. The removal's restart timeout is 50 + 60.2 s:
     the artifact's Varuna stops at 110.2 s (dated by the later event, it stopped at 160.2 s)."""
-    rows = ARTIFACT_30 + [(50_000, "remove", "node1"), (55_000, "add", "node31"),
-                          (3_000_000, "remove", "node2"), (6_000_000, "remove", "node3")]
+    rows = ARTIFACT_30 + [
+        (50_000, "remove", "node1"),
+        (55_000, "add", "node31"),
+        (3_000_000, "remove", "node2"),
+        (6_000_000, "remove", "node3"),
+    ]
     # node31 is usable before the job starts: it joins the first rendezvous in a slot of its own
     _, events = artifact_cell(tmp_path, rows, "bert_large", "checkpoint", "cluster.n_workers=31")
     stopped = [e["sim_time_s"] for e in events if e["kind"] == "stopped"]
@@ -566,10 +887,18 @@ def _nodes_at(rows, ready_s):
     return lambda t: sum(1 for name, at in added.items() if at + ready_s <= t and removed.get(name, float("inf")) > t)
 
 
-@pytest.mark.parametrize("method", [
-    ["method=mecefo", "method.charge_initial_checkpoint=false"],
-    ["method=bamboo", "method.rebalance_after_steps=1000", "method.restart_s=1",
-     "method.charge_initial_checkpoint=false"]])
+@pytest.mark.parametrize(
+    "method",
+    [
+        ["method=mecefo", "method.charge_initial_checkpoint=false"],
+        [
+            "method=bamboo",
+            "method.rebalance_after_steps=1000",
+            "method.restart_s=1",
+            "method.charge_initial_checkpoint=false",
+        ],
+    ],
+)
 def test_a_fatal_fall_back_under_a_node_trace_restarts_on_the_nodes_there(tmp_path, method):
     """b, c and d are removed for good at 10, 20 and 30 s; e is added at 40 s (usable at 41 s) in the
     first free slot; the hard stop is at 80 s. MeCeFO runs out of neighbours at 30 s, Bamboo at 20 s
@@ -577,8 +906,13 @@ def test_a_fatal_fall_back_under_a_node_trace_restarts_on_the_nodes_there(tmp_pa
     trace's nodes, so the restarted job runs on the nodes there (1 node: 10 s steps, all four
     micro-batches on it), e joins it (2 nodes: 5 s steps). It used to revive the removed nodes:
     4 alive while 1 node existed, more samples than the nodes could give."""
-    rows = [(0, "add", n) for n in "abcd"] + [(10000, "remove", "b"), (20000, "remove", "c"), (30000, "remove", "d"),
-                                              (40000, "add", "e"), (80000, "remove", "a")]
+    rows = [(0, "add", n) for n in "abcd"] + [
+        (10000, "remove", "b"),
+        (20000, "remove", "c"),
+        (30000, "remove", "d"),
+        (40000, "add", "e"),
+        (80000, "remove", "a"),
+    ]
     table = "+hardware.tables.default={4: 40, 3: 30, 2: 20, 1: 10}"
     s, run_dir = run(tmp_path, trace_file(tmp_path, rows), table, "cluster.restart_s=1", *method)
     assert s["fatal"] >= 1
@@ -586,9 +920,11 @@ def test_a_fatal_fall_back_under_a_node_trace_restarts_on_the_nodes_there(tmp_pa
     metrics = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
     for r in metrics:  # a row's alive is the nodes there when its step began
         assert r["alive"] <= nodes_at(r["sim_time_s"] - r["step_cost_s"] + 1e-9), r
-    assert [r["alive"] for r in metrics if 31 < r["sim_time_s"] - r["step_cost_s"] < 40] and \
-        all(r["alive"] == 1 and r["step_cost_s"] == pytest.approx(10.0)
-            for r in metrics if 31 < r["sim_time_s"] - r["step_cost_s"] < 40)
+    assert [r["alive"] for r in metrics if 31 < r["sim_time_s"] - r["step_cost_s"] < 40] and all(
+        r["alive"] == 1 and r["step_cost_s"] == pytest.approx(10.0)
+        for r in metrics
+        if 31 < r["sim_time_s"] - r["step_cost_s"] < 40
+    )
     late = [r for r in metrics if r["sim_time_s"] - r["step_cost_s"] > 42]
     assert late and all(r["alive"] == 2 and r["step_cost_s"] == pytest.approx(5.0) for r in late)
     assert s["window"]["goodput_over_ideal"] <= 1.0 + 1e-9

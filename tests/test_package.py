@@ -4,10 +4,10 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 import zipfile
 
 import pytest
+import tomllib
 import yaml
 
 from conftest import MICRO, ROOT
@@ -34,7 +34,11 @@ def _name(spec):
 
 def test_dependency_lists_agree():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    runtime, optional, test = _pins("requirements.txt"), _pins("requirements-optional.txt"), _pins("requirements-test.txt")
+    runtime, optional, test = (
+        _pins("requirements.txt"),
+        _pins("requirements-optional.txt"),
+        _pins("requirements-test.txt"),
+    )
     constraints = _pins("constraints.txt")
     torch_pin = constraints["torch"]
     # pyproject: runtime dependencies = requirements.txt (+ torch, installed first); extras = the optional files
@@ -87,8 +91,20 @@ def test_console_script_help_and_a_two_step_run_from_another_folder(tmp_path):
     assert "method: " + ", ".join(sorted(REGISTRY)) in out.stdout
     assert "schema/" not in out.stdout  # internal groups stay out of --help
     steps = [o for o in MICRO if not o.startswith(("trainer.max_steps", "trainer.eval_every"))]
-    out = _run([sys.executable, "-c", code, *steps, "trainer.max_steps=2", "trainer.eval_every=0", "failure=none",
-                "hydra.run.dir=r"], tmp_path, env)
+    out = _run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            *steps,
+            "trainer.max_steps=2",
+            "trainer.eval_every=0",
+            "failure=none",
+            "hydra.run.dir=r",
+        ],
+        tmp_path,
+        env,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert '"status": "ok"' in (tmp_path / "r" / "summary.json").read_text()
     assert "mecefo-exp resume=true \"hydra.run.dir='r'\"" in out.stderr + out.stdout
@@ -97,18 +113,39 @@ def test_console_script_help_and_a_two_step_run_from_another_folder(tmp_path):
 @pytest.mark.slow
 def test_the_wheel_is_self_contained(tmp_path):
     """Build the wheel, install it into a folder and run it from there, without the checkout."""
-    out = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                str(tmp_path / "dist"), str(ROOT)], tmp_path, timeout=300)
+    out = _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "dist"),
+            str(ROOT),
+        ],
+        tmp_path,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     wheel = next((tmp_path / "dist").glob("mecefo_exp-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names}
-    assert tops == {"mecefo_exp", "hydra_plugins", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
+    assert tops == {
+        "mecefo_exp",
+        "hydra_plugins",
+        wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info",
+    }
     assert "mecefo_exp/conf/config.yaml" in names and "mecefo_exp/conf/hydra/launcher/slurm.yaml" in names
     assert "mecefo_exp/analysis/callback.py" in names and not any(n.startswith("analysis/") for n in names)
     target = tmp_path / "site"
-    out = _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
-               tmp_path, timeout=300)
+    out = _run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+        tmp_path,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     # a cache of its own, without data.cache_dir: the installed package must find and fill it
     # ($MECEFO_CACHE), never its site-packages folder; the Lee corpus and the FLOP counts are
@@ -124,8 +161,22 @@ def test_the_wheel_is_self_contained(tmp_path):
     assert where.stdout.startswith(str(target)), where.stdout + where.stderr  # the installed copy, not the checkout
     steps = [o for o in MICRO if not o.startswith(("trainer.max_steps", "trainer.eval_every"))]
     # a one-job sweep: configs from the wheel, and the collect callback through mecefo_exp.analysis
-    out = _run([sys.executable, "-m", "mecefo_exp", "-m", *steps, "trainer.max_steps=2", "trainer.eval_every=0",
-                "failure=none", "method=checkpoint", "hydra.sweep.dir=s"], run, env)
+    out = _run(
+        [
+            sys.executable,
+            "-m",
+            "mecefo_exp",
+            "-m",
+            *steps,
+            "trainer.max_steps=2",
+            "trainer.eval_every=0",
+            "failure=none",
+            "method=checkpoint",
+            "hydra.sweep.dir=s",
+        ],
+        run,
+        env,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     summaries = list((run / "s").rglob("summary.json"))
     assert len(summaries) == 1 and '"status": "ok"' in summaries[0].read_text()

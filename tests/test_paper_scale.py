@@ -32,36 +32,94 @@ from analysis.callback import CollectCallback  # noqa: E402
 MODEL = "llama_350m"
 DEFAULT = "per_worker/1gpu/fixed"
 OTHER = "cluster/8gpu/replace 60s"
-MEMORY = {"capacity_GB": 80.0, "shard": "none", "static_GB": 6.6,
-          "peak_GB": {"normal": 40.0, "naive": 90.0, "neighbour": 30.0},
-          "fits": {"normal": True, "naive": False, "neighbour": True}}
-CLOCK = {"timed_model": MODEL, "compute": "flops", "efficiency": 0.25, "efficiency_source": "calibrated",
-         "implied_mfu": 0.24, "failure_free_step_s": 1.75, "flop_ratio_neighbour_normal": 1.59}
+MEMORY = {
+    "capacity_GB": 80.0,
+    "shard": "none",
+    "static_GB": 6.6,
+    "peak_GB": {"normal": 40.0, "naive": 90.0, "neighbour": 30.0},
+    "fits": {"normal": True, "naive": False, "neighbour": True},
+}
+CLOCK = {
+    "timed_model": MODEL,
+    "compute": "flops",
+    "efficiency": 0.25,
+    "efficiency_source": "calibrated",
+    "implied_mfu": 0.24,
+    "failure_free_step_s": 1.75,
+    "flop_ratio_neighbour_normal": 1.59,
+}
 
 
-def make_run(sweep, n, method, failure, thr, process="per_worker", unit_gpus=1, repair="fixed", replace_s=300.0,
-             gbps=25.0, status="ok", hydra_repair=None):
+def make_run(
+    sweep,
+    n,
+    method,
+    failure,
+    thr,
+    process="per_worker",
+    unit_gpus=1,
+    repair="fixed",
+    replace_s=300.0,
+    gbps=25.0,
+    status="ok",
+    hydra_repair=None,
+):
     """A run folder as the trainer leaves it: summary.json and the resolved config.yaml (and the
     Hydra copy, which may disagree after a resume: `hydra_repair`)."""
     d = sweep / f"{n}_seed=0_{method}_{failure}_{process}_{unit_gpus}_{repair}_{replace_s:g}_{gbps:g}"
     (d / ".hydra").mkdir(parents=True)
-    cfg = {"experiment": "paper_table2", "seed": 0, "model": {"name": MODEL}, "method": {"name": method},
-           "failure": {"name": failure, "every_h": 0.5, "recover_h": 2.0, "process": process, "unit_gpus": unit_gpus,
-                       "repair": repair, "replace_s": replace_s},
-           "cluster": {"n_workers": 32}, "trainer": {"max_steps": 6000, "numerics": False},
-           "data": {"micro_batch": 256, "seq_len": 256}, "hardware": {"name": "a100_32", "inter_node_GBps": gbps}}
+    cfg = {
+        "experiment": "paper_table2",
+        "seed": 0,
+        "model": {"name": MODEL},
+        "method": {"name": method},
+        "failure": {
+            "name": failure,
+            "every_h": 0.5,
+            "recover_h": 2.0,
+            "process": process,
+            "unit_gpus": unit_gpus,
+            "repair": repair,
+            "replace_s": replace_s,
+        },
+        "cluster": {"n_workers": 32},
+        "trainer": {"max_steps": 6000, "numerics": False},
+        "data": {"micro_batch": 256, "seq_len": 256},
+        "hardware": {"name": "a100_32", "inter_node_GBps": gbps},
+    }
     (d / "config.yaml").write_text(yaml.safe_dump(cfg))
     hydra_cfg = json.loads(json.dumps(cfg))
     hydra_cfg["failure"]["repair"] = hydra_repair or repair
     (d / ".hydra" / "config.yaml").write_text(yaml.safe_dump(hydra_cfg))
-    summary = {"status": status, "method": method, "failure": failure, "model": MODEL, "seed": 0, "n_workers": 32,
-               "max_steps": 6000, "throughput_tok_s": thr, "sim_time_s": 6000 * 2097152 / thr if thr else None,
-               "failures": 0 if failure == "none" else 5, "fatal": 0, "numerics": False, "hardware": "a100_32",
-               "timing_model": MODEL, "failures_expected": 0.0 if failure == "none" else 5.2,
-               "mean_workers_down": 0.0, "mean_workers_down_expected": 0.0 if failure == "none" else 3.5,
-               "time_breakdown": {"compute": 1.0, "comm": 0.0, "ft_overhead": 0.0, "lost_work": 0.0, "stall": 0.0,
-                                  "degraded_extra": 0.0},
-               "clock": CLOCK, "memory": MEMORY}
+    summary = {
+        "status": status,
+        "method": method,
+        "failure": failure,
+        "model": MODEL,
+        "seed": 0,
+        "n_workers": 32,
+        "max_steps": 6000,
+        "throughput_tok_s": thr,
+        "sim_time_s": 6000 * 2097152 / thr if thr else None,
+        "failures": 0 if failure == "none" else 5,
+        "fatal": 0,
+        "numerics": False,
+        "hardware": "a100_32",
+        "timing_model": MODEL,
+        "failures_expected": 0.0 if failure == "none" else 5.2,
+        "mean_workers_down": 0.0,
+        "mean_workers_down_expected": 0.0 if failure == "none" else 3.5,
+        "time_breakdown": {
+            "compute": 1.0,
+            "comm": 0.0,
+            "ft_overhead": 0.0,
+            "lost_work": 0.0,
+            "stall": 0.0,
+            "degraded_extra": 0.0,
+        },
+        "clock": CLOCK,
+        "memory": MEMORY,
+    }
     if status != "ok":
         summary["error"] = "RuntimeError: boom"
     (d / "summary.json").write_text(json.dumps(summary))
@@ -73,8 +131,11 @@ def sweep(tmp_path_factory):
     root = tmp_path_factory.mktemp("paper_scale") / "sweep"
     n = iter(range(100))
     other = dict(process="cluster", unit_gpus=8, repair="replace", replace_s=60.0)
-    for method, high_default, high_other in (("bamboo", 925.0, 930.0), ("oobleck", 880.0, 900.0),
-                                             ("mecefo", 985.0, 950.0)):
+    for method, high_default, high_other in (
+        ("bamboo", 925.0, 930.0),
+        ("oobleck", 880.0, 900.0),
+        ("mecefo", 985.0, 950.0),
+    ):
         make_run(root, next(n), method, "none", 1000.0)
         make_run(root, next(n), method, "high", high_default)
         # the Hydra copy says `fixed`: the run's own config.yaml (replace) must win
@@ -122,15 +183,17 @@ def test_which_reading(sweep):
     runs = paper_scale.collect_study([sweep])
     matrix, counts, winners = paper_scale.which_reading(paper_scale.table2_readings(paper_scale.drop_table(runs)))
     assert winners == [DEFAULT]
-    assert matrix.to_dict("records") == [{"reading": DEFAULT, MODEL: "yes", "all_models": "yes"},
-                                         {"reading": OTHER, MODEL: "no", "all_models": "no"}]
+    assert matrix.to_dict("records") == [
+        {"reading": DEFAULT, MODEL: "yes", "all_models": "yes"},
+        {"reading": OTHER, MODEL: "no", "all_models": "no"},
+    ]
     assert counts.to_dict("records") == [{"model": MODEL, "readings": 2, "reproduce": 1, "reproducing": DEFAULT}]
 
 
 def test_tolerance_edges():
-    assert paper_scale.within(0.0207, 0.0107)            # exactly 1 pp
+    assert paper_scale.within(0.0207, 0.0107)  # exactly 1 pp
     assert not paper_scale.within(0.0208, 0.0107)
-    assert paper_scale.within(0.2 * 1.25, 0.2)           # exactly 25% relative
+    assert paper_scale.within(0.2 * 1.25, 0.2)  # exactly 25% relative
     assert not paper_scale.within(0.2 * 1.26, 0.2)
     assert paper_scale.within(float("nan"), 0.1) is None
     assert paper_scale._all_of([True, None, True]) == "n/a" and paper_scale._all_of([True, None, False]) == "no"
@@ -163,8 +226,11 @@ def test_memory_and_clock(sweep):
     cells = dict(enumerate(c.strip() for c in row.strip("|").split("|")))
     heads = [c.strip() for c in header.strip("|").split("|")]
     assert heads.count("fits") == 3
-    assert [cells[i + 1] for i, h in enumerate(heads) if h.endswith(" GB") and h.split()[0] in
-            ("normal", "neighbour", "naive")] == ["yes", "yes", "no"]
+    assert [
+        cells[i + 1]
+        for i, h in enumerate(heads)
+        if h.endswith(" GB") and h.split()[0] in ("normal", "neighbour", "naive")
+    ] == ["yes", "yes", "no"]
     clock = paper_scale.clock_table(runs).iloc[0]
     assert clock["efficiency"] == 0.25 and clock["flop_ratio_neighbour_normal"] == 1.59
     assert clock["thr_none"] == 1000.0 and clock["paper_thr_none"] == 1199e3

@@ -13,8 +13,12 @@ from analysis import paper_scale  # noqa: E402
 
 
 def test_every_reading_label_has_words():
-    words = {paper_scale.reading_label(p, u, r, 60.0): paper_scale.reading_words(paper_scale.reading_label(p, u, r, 60.0))
-             for p in paper_scale.PROCESS_ORDER for u in (1, 8) for r in paper_scale.REPAIR_ORDER}
+    words = {
+        paper_scale.reading_label(p, u, r, 60.0): paper_scale.reading_words(paper_scale.reading_label(p, u, r, 60.0))
+        for p in paper_scale.PROCESS_ORDER
+        for u in (1, 8)
+        for r in paper_scale.REPAIR_ORDER
+    }
     assert words["per_worker/1gpu/fixed"] == "per unit, 1-GPU units, fixed repair"
     assert words["cluster/8gpu/replace 60s"] == "cluster-wide, 8-GPU units, a spare after 60 s"
     assert words["per_worker/8gpu/tick"] == "per unit, 8-GPU units, repair at the next tick"
@@ -25,9 +29,12 @@ def test_every_reading_label_has_words():
 
 
 def test_which_reading_shows_the_words_and_keeps_the_labels():
-    readings = pd.DataFrame([
-        {"model": "llama_350m", "reading": "per_worker/1gpu/fixed", "reproduces": "yes"},
-        {"model": "llama_350m", "reading": "cluster/8gpu/replace 60s", "reproduces": "no"}])
+    readings = pd.DataFrame(
+        [
+            {"model": "llama_350m", "reading": "per_worker/1gpu/fixed", "reproduces": "yes"},
+            {"model": "llama_350m", "reading": "cluster/8gpu/replace 60s", "reproduces": "no"},
+        ]
+    )
     matrix, counts, winners = paper_scale.which_reading(readings)
     text = paper_scale.which_markdown(matrix, counts, winners)
     assert "`per_worker/1gpu/fixed` (per unit, 1-GPU units, fixed repair)" in text

@@ -22,22 +22,34 @@ def _stream():
 def _modes(model, rank=8):
     projections = LowRankProjections(model, rank, every=100)
     projections.refresh(0)
-    mecefo = Mode("mecefo", contributes=lambda name: not is_attention_parameter(name),
-                  context=lambda m: approximations(m, projections=projections), kernel="mb:mecefo")
+    mecefo = Mode(
+        "mecefo",
+        contributes=lambda name: not is_attention_parameter(name),
+        context=lambda m: approximations(m, projections=projections),
+        kernel="mb:mecefo",
+    )
     return {"normal": NORMAL, "mecefo": mecefo}
 
 
 def _grads_after(plan, grad_accum, precision="fp32"):
     model = _model()
-    cluster = LocalCluster(model, _stream(), _modes(model), torch.device("cpu"), grad_accum=grad_accum,
-                           precision=precision)
+    cluster = LocalCluster(
+        model, _stream(), _modes(model), torch.device("cpu"), grad_accum=grad_accum, precision=precision
+    )
     result = cluster.execute(plan)
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, result
 
 
 # worker 1 failed: worker 2 (its neighbour) computes both micro-batches under MeCeFO's approximations
-NEIGHBOUR = Plan(3, {0: [WorkItem(Sample(3, 0))], 3: [WorkItem(Sample(3, 3))],
-                     2: [WorkItem(Sample(3, 2), "mecefo"), WorkItem(Sample(3, 1), "mecefo")]}, degraded=True)
+NEIGHBOUR = Plan(
+    3,
+    {
+        0: [WorkItem(Sample(3, 0))],
+        3: [WorkItem(Sample(3, 3))],
+        2: [WorkItem(Sample(3, 2), "mecefo"), WorkItem(Sample(3, 1), "mecefo")],
+    },
+    degraded=True,
+)
 EXACT = Plan(3, {w: [WorkItem(Sample(3, w))] for w in range(N)})
 
 
@@ -122,13 +134,22 @@ def test_every_step_records_its_achieved_flops_and_a_cpu_has_no_mfu(run_exp, fix
 
 # ---------------------------------------------------------------- trainer.compile
 @pytest.mark.slow  # torch.compile's first graph takes ~40 s on 2 cores
-def test_compile_on_and_off_give_the_same_loss_curve_with_mecefos_neighbour_running_eagerly(run_exp, fixed_profile,
-                                                                                              tmp_path):
+def test_compile_on_and_off_give_the_same_loss_curve_with_mecefos_neighbour_running_eagerly(
+    run_exp, fixed_profile, tmp_path
+):
     trace = tmp_path / "t.csv"
     trace.write_text("time,worker,event\n2.5,1,fail\n6.5,1,recover\n")
     prof = fixed_profile(MECEFO_RANK_8)
-    common = ["method=mecefo", "method.rank=8", "failure=trace", "failure.unit=steps", f"failure.path={trace}",
-              "trainer.max_steps=8", "trainer.eval_every=0", f"cluster.profile={prof}"]
+    common = [
+        "method=mecefo",
+        "method.rank=8",
+        "failure=trace",
+        "failure.unit=steps",
+        f"failure.path={trace}",
+        "trainer.max_steps=8",
+        "trainer.eval_every=0",
+        f"cluster.profile={prof}",
+    ]
     eager, eager_dir = run_exp(*common)
     compiled, compiled_dir = run_exp(*common, "trainer.compile=true")
     assert compiled["degraded_steps"] == eager["degraded_steps"] > 0

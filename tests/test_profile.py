@@ -21,10 +21,21 @@ TOLERANCE = 0.50
 
 @pytest.mark.slow  # two wall-clock measurements on a shared machine: off by 2x when the load shifts between them
 def test_profile_matches_real_steps(run_exp):
-    summary, run_dir = run_exp("model=llama_tiny", "data.seq_len=128", "data.micro_batch=4", "cluster.n_workers=1",
-                               "method=checkpoint", "failure=none", "trainer.max_steps=14", "trainer.eval_every=0",
-                               "trainer.progress=none", "data.eval_blocks=2", "cluster.profile_repeats=7",
-                               "cluster.profile=fresh", micro=False)
+    summary, run_dir = run_exp(
+        "model=llama_tiny",
+        "data.seq_len=128",
+        "data.micro_batch=4",
+        "cluster.n_workers=1",
+        "method=checkpoint",
+        "failure=none",
+        "trainer.max_steps=14",
+        "trainer.eval_every=0",
+        "trainer.progress=none",
+        "data.eval_blocks=2",
+        "cluster.profile_repeats=7",
+        "cluster.profile=fresh",
+        micro=False,
+    )
     kernels = json.loads((run_dir / "profile.json").read_text())["kernels"]
     predicted = kernels["mb:normal"] + kernels["optimizer"]
     walls = [r["wall_time_s"] for r in read_jsonl(run_dir / "metrics.jsonl")]
@@ -47,8 +58,9 @@ def test_kernels_added_later_are_scaled_to_the_cached_reference(tmp_path):
     cpu = torch.device("cpu")
     first = load_or_measure({"mb:normal": lambda: time.sleep(0.01)}, meta, tmp_path, 1, 3, cpu)
     # the machine got twice as slow: the reference now takes 20 ms, the new kernel 40 ms
-    later = load_or_measure({"mb:normal": lambda: time.sleep(0.02), "neighbor_pair": lambda: time.sleep(0.04)},
-                            meta, tmp_path, 1, 3, cpu)
+    later = load_or_measure(
+        {"mb:normal": lambda: time.sleep(0.02), "neighbor_pair": lambda: time.sleep(0.04)}, meta, tmp_path, 1, 3, cpu
+    )
     assert later["mb:normal"] == first["mb:normal"]  # cached, not re-measured
     ratio = later["neighbor_pair"] / later["mb:normal"]
     assert abs(ratio - 2.0) < 0.4, ratio  # side by side it is 2x the reference, whatever the load

@@ -29,8 +29,10 @@ def test_every_study_states_its_fingerprints_and_every_marked_table_names_a_know
 SLOW_FINGERPRINTS = ("ablation_memory", "llama3_405b", "decision_map", "paper_table2")
 
 
-@pytest.mark.parametrize("study", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW_FINGERPRINTS else s
-                                   for s in sorted(published.STUDIES)])
+@pytest.mark.parametrize(
+    "study",
+    [pytest.param(s, marks=pytest.mark.slow) if s in SLOW_FINGERPRINTS else s for s in sorted(published.STUDIES)],
+)
 def test_published_fingerprints_match_the_current_code(study):
     fresh = published.fingerprints(published.STUDIES[study])
     stated = STATED[study]
@@ -43,13 +45,17 @@ def mismatch_message(study, stated, fresh):
     tables would be wrong. A different clock is the code's: regenerate or mark superseded."""
     from mecefo_exp.local_corpus import why_fingerprint_differs
 
-    lines = [f"RESULTS.md's {study} tables were made with data {stated['data']} and clock {stated['clock']}; the "
-             f"current code gives data {fresh.data} and clock {fresh.clock}."]
+    lines = [
+        f"RESULTS.md's {study} tables were made with data {stated['data']} and clock {stated['clock']}; the "
+        f"current code gives data {fresh.data} and clock {fresh.clock}."
+    ]
     if fresh.data != stated["data"]:
         lines.append(why_fingerprint_differs(fresh.data, stated["data"]) + ".")
     if fresh.clock != stated["clock"]:
-        lines.append(f"The clock differs (per configuration: {fresh.clocks}): regenerate the tables (make results) "
-                     "or mark them superseded.")
+        lines.append(
+            f"The clock differs (per configuration: {fresh.clocks}): regenerate the tables (make results) "
+            "or mark them superseded."
+        )
     return "\n".join(lines)
 
 
@@ -74,14 +80,19 @@ def test_a_changed_clock_changes_the_study_fingerprint():
 
 
 def test_rewrite_replaces_marked_tables_and_fingerprint_lines_only():
-    text = "\n".join([
-        "intro",
-        "- **Fingerprints** (`demo`): data `aaa`, clock `bbb`; Python 3.0, torch 0.1.",
-        "<!-- table demo t.md rows=keep -->",
-        "| a | b |", "|---|---|", "| keep | 1 |", "| keep | 2 |",
-        "",
-        "| untouched | table |",
-    ])
+    text = "\n".join(
+        [
+            "intro",
+            "- **Fingerprints** (`demo`): data `aaa`, clock `bbb`; Python 3.0, torch 0.1.",
+            "<!-- table demo t.md rows=keep -->",
+            "| a | b |",
+            "|---|---|",
+            "| keep | 1 |",
+            "| keep | 2 |",
+            "",
+            "| untouched | table |",
+        ]
+    )
     fresh = {"demo": {"t.md": "# Title\n\n| a | b |\n|---|---|\n| keep | 3 |\n| drop | 4 |\n"}}
     prints = {"demo": published.Fingerprints("ccc", "ddd", {})}
     out = published.rewrite(text, fresh, prints)
@@ -96,8 +107,8 @@ def test_every_number_in_the_readme_results_appears_in_results_md():
     import re
 
     readme = (published.ROOT / "README.md").read_text()
-    section = readme[readme.index("## Results"):]
-    section = section[:section.index("\n## ", 1)]
+    section = readme[readme.index("## Results") :]
+    section = section[: section.index("\n## ", 1)]
     numbers = set(re.findall(r"\d+\.\d+%?|\d+(?:\.\d+)?x\b", section))
     assert len(numbers) > 20
     missing = sorted(n for n in numbers if n not in TEXT)
@@ -133,8 +144,9 @@ def test_a_misspelt_or_missing_table_marker_is_an_error_before_anything_runs(tmp
         "<!-- table paper_mini throughput.md rows=( -->": "rows=( is not a regular expression",
     }
     for marker, says in cases.items():
-        code, ran = _regenerate_with(tmp_path, monkeypatch, TEXT.replace("<!-- table paper_mini throughput.md -->",
-                                                                         marker))
+        code, ran = _regenerate_with(
+            tmp_path, monkeypatch, TEXT.replace("<!-- table paper_mini throughput.md -->", marker)
+        )
         err = capsys.readouterr().err
         assert code == 2 and ran == [] and says in err, (marker, code, ran, err)
         assert len([line for line in err.splitlines() if line.strip()]) == 1, err

@@ -39,7 +39,7 @@ def readme_commands():
             at = next((i for i, w in enumerate(words) if w.endswith(PROGRAMS)), None)
             if at is None:
                 continue
-            args, multirun = _drop_hydra_flags(words[at + 1:])
+            args, multirun = _drop_hydra_flags(words[at + 1 :])
             found.append((line.strip(), args, multirun))
     return found
 
@@ -90,9 +90,15 @@ def test_readme_command_parses_and_composes(line, args, multirun, monkeypatch):
 # runs: single runs of the simulated tier; not sweeps, resumes, torchrun or torchft (tests/test_torchft.py runs
 # its launcher), --help/--cfg/--info (they run
 # nothing) or data=c4 (needs C4 on disk; tests/test_c4.py runs it on shards it writes)
-CHEAP = [c for c in COMMANDS if not c[2] and not any(w in c[0] for w in ("resume=true", "cluster=torch", "--help",
-                                                                         "--cfg", "--info", "data=c4",
-                                                                         "cluster.device=cuda"))]
+CHEAP = [
+    c
+    for c in COMMANDS
+    if not c[2]
+    and not any(
+        w in c[0]
+        for w in ("resume=true", "cluster=torch", "--help", "--cfg", "--info", "data=c4", "cluster.device=cuda")
+    )
+]
 
 
 @pytest.mark.slow
@@ -104,8 +110,11 @@ def test_readme_command_runs_at_a_tiny_size(line, args, multirun, tmp_path):
 
     overrides = _single_values(args)
     numerics = compose_cfg(overrides).trainer.numerics  # a numerics-free line (or preset) is cheap at any size
-    tiny = [o for o in MICRO if not o.startswith(("trainer.max_steps", "model=", "model."))] if \
-        numerics and not any(o.startswith("scenario=") for o in overrides) else []
+    tiny = (
+        [o for o in MICRO if not o.startswith(("trainer.max_steps", "model=", "model."))]
+        if numerics and not any(o.startswith("scenario=") for o in overrides)
+        else []
+    )
     cfg = compose_cfg(overrides + tiny + ["trainer.max_steps=2", "trainer.eval_every=0", "trainer.progress=none"])
     validate(cfg)
     summary = Experiment(cfg, tmp_path / "run").run()

@@ -14,19 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from mecefo_exp.registry import REGISTRY
-
-from mecefo_exp.metrics import WALL_CLOCK_FIELDS
-
 from conftest import MICRO, ROOT, compose_cfg, losses_by_step, read_jsonl
+from mecefo_exp.metrics import WALL_CLOCK_FIELDS
+from mecefo_exp.registry import REGISTRY
 
 TAG = "[sa=1,rc=1,lr=1,r=4]"  # MeCeFO's kernels for method.rank=4
 MECEFO_KERNELS = {f"mb:mecefo{TAG}": 0.012, f"neighbor_pair{TAG}": 0.016, f"mecefo_svd{TAG}": 0.004}
 
 
 def _run_py(*args, timeout=180):
-    return subprocess.run([sys.executable, "run.py", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, "run.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
 def crash_then_resume(run_exp, common, monkeypatch, tmp_path, step, before_crash=None):
@@ -55,8 +52,10 @@ def crash_then_resume(run_exp, common, monkeypatch, tmp_path, step, before_crash
 @pytest.fixture
 def no_hang():
     """Fail (instead of hanging the suite) if the code under test spins."""
+
     def alarm(signum, frame):
         raise TimeoutError("the run did not end within 60 s: the loop spins")
+
     old = signal.signal(signal.SIGALRM, alarm)
     signal.alarm(60)
     yield
@@ -68,8 +67,16 @@ def no_hang():
 @pytest.mark.slow  # three run.py processes (~30 s): `make test-cli`
 def test_a_resume_keeps_how_the_run_was_started_and_records_the_resume(fixed_profile, tmp_path):
     run_dir = tmp_path / "run"
-    start = [*MICRO, "method=bamboo", "failure=none", "trainer.max_steps=4", "trainer.eval_every=0",
-             "method.checkpoint_interval=2", f"cluster.profile={fixed_profile()}", f"hydra.run.dir={run_dir}"]
+    start = [
+        *MICRO,
+        "method=bamboo",
+        "failure=none",
+        "trainer.max_steps=4",
+        "trainer.eval_every=0",
+        "method.checkpoint_interval=2",
+        f"cluster.profile={fixed_profile()}",
+        f"hydra.run.dir={run_dir}",
+    ]
     out = _run_py(*start)
     assert out.returncode == 0, out.stderr[-2000:]
     config = (run_dir / "config.yaml").read_bytes()
@@ -92,12 +99,15 @@ def test_a_resume_keeps_how_the_run_was_started_and_records_the_resume(fixed_pro
 
 
 # ---------------------------------------------------------------- 2. no input can hang a run
-@pytest.mark.parametrize("rows, line", [
-    ("3,0,fail\nnan,0,recover\n5,1,fail\n", 3),
-    ("nan,0,fail\n", 2),
-    ("inf,0,fail\n", 2),
-    ("2,0,fail\n-1,0,recover\n", 3),
-])
+@pytest.mark.parametrize(
+    "rows, line",
+    [
+        ("3,0,fail\nnan,0,recover\n5,1,fail\n", 3),
+        ("nan,0,fail\n", 2),
+        ("inf,0,fail\n", 2),
+        ("2,0,fail\n-1,0,recover\n", 3),
+    ],
+)
 def test_a_non_finite_or_negative_trace_time_is_one_line_before_compute(rows, line, tmp_path):
     from mecefo_exp.config import ConfigError, validate
 
@@ -115,8 +125,9 @@ def test_a_bad_trace_stops_run_py_with_one_line_and_exit_2_before_compute(tmp_pa
     trace.write_text("time,worker,event\n3,0,fail\nnan,0,recover\n5,1,fail\n")
     run_dir = tmp_path / "run"
     t0 = time.perf_counter()
-    out = _run_py(*MICRO, "method=mecefo", "failure=trace", f"failure.path={trace}", f"hydra.run.dir={run_dir}",
-                  timeout=60)
+    out = _run_py(
+        *MICRO, "method=mecefo", "failure=trace", f"failure.path={trace}", f"hydra.run.dir={run_dir}", timeout=60
+    )
     assert out.returncode == 2
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "line 3" in lines[0] and str(trace) in lines[0], out.stderr
@@ -124,8 +135,9 @@ def test_a_bad_trace_stops_run_py_with_one_line_and_exit_2_before_compute(tmp_pa
     assert time.perf_counter() - t0 < 30
 
 
-def test_a_step_that_cannot_make_progress_fails_the_run_instead_of_spinning(run_exp, fixed_profile, tmp_path,
-                                                                              monkeypatch, no_hang):
+def test_a_step_that_cannot_make_progress_fails_the_run_instead_of_spinning(
+    run_exp, fixed_profile, tmp_path, monkeypatch, no_hang
+):
     from mecefo_exp.methods.base import Method
     from mecefo_exp.trainer import NoProgress
 
@@ -134,8 +146,13 @@ def test_a_step_that_cannot_make_progress_fails_the_run_instead_of_spinning(run_
     # a method whose interrupted step charges nothing: the clock never reaches the failure
     monkeypatch.setattr(Method, "interrupted", lambda self, plan, elapsed: None)
     with pytest.raises(NoProgress, match="step 3 cannot make progress"):
-        run_exp("method=oobleck", "failure=trace", "failure.unit=steps", f"failure.path={trace}",
-                f"cluster.profile={fixed_profile()}")
+        run_exp(
+            "method=oobleck",
+            "failure=trace",
+            "failure.unit=steps",
+            f"failure.path={trace}",
+            f"cluster.profile={fixed_profile()}",
+        )
     summary = json.loads((tmp_path / "run1" / "summary.json").read_text())
     assert summary["status"] == "failed" and "cannot make progress" in summary["error"]
     assert summary["steps"] == 3
@@ -154,14 +171,20 @@ RESUMABLE = {
 }
 
 
-@pytest.mark.parametrize("method", [m if m != "bamboo" else pytest.param(m, marks=pytest.mark.slow)
-                                    for m in RESUMABLE])
+@pytest.mark.parametrize("method", [m if m != "bamboo" else pytest.param(m, marks=pytest.mark.slow) for m in RESUMABLE])
 def test_a_crashed_run_resumes_to_the_uninterrupted_run(method, run_exp, fixed_profile, tmp_path, monkeypatch):
     trace = tmp_path / "t.csv"
     trace.write_text(TRACE)
-    common = [f"method={method}", *RESUMABLE[method], "failure=trace", "failure.unit=steps",
-              f"failure.path={trace}", "trainer.max_steps=14", "trainer.eval_every=5",
-              f"cluster.profile={fixed_profile(MECEFO_KERNELS)}"]
+    common = [
+        f"method={method}",
+        *RESUMABLE[method],
+        "failure=trace",
+        "failure.unit=steps",
+        f"failure.path={trace}",
+        "trainer.max_steps=14",
+        "trainer.eval_every=5",
+        f"cluster.profile={fixed_profile(MECEFO_KERNELS)}",
+    ]
     whole, whole_dir = run_exp(*common)
 
     seen = {}
@@ -179,8 +202,9 @@ def test_a_crashed_run_resumes_to_the_uninterrupted_run(method, run_exp, fixed_p
     volatile = {*WALL_CLOCK_FIELDS, "run_dir", "resumes", "updated_at"}
     on_disk = [json.loads((d / "summary.json").read_text()) for d in (tmp_path / "run2", whole_dir)]
     # every counter (svd_refreshes, fatal, snapshots, ...) and the clock's breakdown
-    assert [{k: v for k, v in s.items() if k not in volatile} for s in on_disk][0] == \
-        [{k: v for k, v in s.items() if k not in volatile} for s in on_disk][1]
+    assert [{k: v for k, v in s.items() if k not in volatile} for s in on_disk][0] == [
+        {k: v for k, v in s.items() if k not in volatile} for s in on_disk
+    ][1]
     for name in ("metrics", "eval", "events", "grad_error"):
         got, want = tmp_path / "run2" / f"{name}.jsonl", whole_dir / f"{name}.jsonl"
         rows = [r for r in read_jsonl(got) if r.get("kind") != "resume"] if got.exists() else []
@@ -244,10 +268,23 @@ def test_a_second_run_on_a_live_folder_refuses_at_once_and_a_dead_owner_leaves_n
 # ---------------------------------------------------------------- 5. summary.json tells the truth
 def test_sigterm_leaves_the_run_failed_with_the_reason_and_its_progress(fixed_profile, tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "run.py", *MICRO, "method=checkpoint", "failure=none",
-                             "method.interval=1", "trainer.max_steps=5000", f"cluster.profile={fixed_profile()}",
-                             f"hydra.run.dir={run_dir}"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "run.py",
+            *MICRO,
+            "method=checkpoint",
+            "failure=none",
+            "method.interval=1",
+            "trainer.max_steps=5000",
+            f"cluster.profile={fixed_profile()}",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     metrics, deadline = run_dir / "metrics.jsonl", time.time() + 120
     while time.time() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 6):
         time.sleep(0.05)
@@ -280,12 +317,14 @@ def test_sigterm_during_a_checkpoint_write_lets_it_finish_then_stops(run_exp, fi
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed" and "SIGTERM" in summary["error"] and summary["steps"] == 4
     import torch
+
     assert torch.load(run_dir / "checkpoints" / "step_0000004.pt", weights_only=False)["step"] == 4  # whole
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the run put the handler back
 
 
-def test_a_full_disk_leaves_the_run_failed_with_the_reason_and_no_temp_files(run_exp, fixed_profile, tmp_path,
-                                                                              monkeypatch):
+def test_a_full_disk_leaves_the_run_failed_with_the_reason_and_no_temp_files(
+    run_exp, fixed_profile, tmp_path, monkeypatch
+):
     from mecefo_exp.executor import LocalCluster
 
     execute, full = LocalCluster.execute, {"now": False}
@@ -304,8 +343,13 @@ def test_a_full_disk_leaves_the_run_failed_with_the_reason_and_no_temp_files(run
     monkeypatch.setattr(LocalCluster, "execute", fill_the_disk_at_step_5)
     monkeypatch.setattr(os, "fsync", fsync)
     with pytest.raises(OSError):
-        run_exp("method=checkpoint", "failure=none", "method.interval=3", "trainer.max_steps=12",
-                f"cluster.profile={fixed_profile()}")
+        run_exp(
+            "method=checkpoint",
+            "failure=none",
+            "method.interval=3",
+            "trainer.max_steps=12",
+            f"cluster.profile={fixed_profile()}",
+        )
     run_dir = tmp_path / "run1"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed" and "No space left on device" in summary["error"]
@@ -333,12 +377,15 @@ def test_the_summary_write_itself_failing_still_leaves_failed(tmp_path, monkeypa
 
 
 # ---------------------------------------------------------------- 7. every input error: one line, exit 2, before compute
-@pytest.mark.parametrize("override, says", [
-    ("method.bakend=foo", "Could not override 'method.bakend': no such setting (did you mean backend?)"),
-    ("trainer.max_stesp=3", "no such setting (did you mean max_steps?)"),
-    ("method=foo", f"Could not find 'method/foo'; allowed: {', '.join(sorted(REGISTRY))}"),
-    ("trainer.max_steps=abc", "trainer.max_steps=abc: Value 'abc' of type 'str' could not be converted to Integer"),
-])
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        ("method.bakend=foo", "Could not override 'method.bakend': no such setting (did you mean backend?)"),
+        ("trainer.max_stesp=3", "no such setting (did you mean max_steps?)"),
+        ("method=foo", f"Could not find 'method/foo'; allowed: {', '.join(sorted(REGISTRY))}"),
+        ("trainer.max_steps=abc", "trainer.max_steps=abc: Value 'abc' of type 'str' could not be converted to Integer"),
+    ],
+)
 def test_a_bad_override_is_one_line_before_hydra_sets_anything_up(override, says):
     from mecefo_exp.cli import check_overrides
 
@@ -355,8 +402,9 @@ def test_a_bad_override_is_one_line_before_hydra_sets_anything_up(override, says
 def test_run_py_with_a_bad_override_exits_2_with_one_line_and_writes_nothing(tmp_path):
     out = _run_py("method.bakend=foo", f"hydra.run.dir={tmp_path}/r", timeout=60)
     assert out.returncode == 2, out.stderr
-    assert out.stderr.strip().splitlines() == [
-        out.stderr.strip()] and out.stderr.startswith("config error: Could not override 'method.bakend'")
+    assert out.stderr.strip().splitlines() == [out.stderr.strip()] and out.stderr.startswith(
+        "config error: Could not override 'method.bakend'"
+    )
     assert not (tmp_path / "r").exists()
 
 
@@ -415,6 +463,7 @@ def test_resume_of_a_folder_that_is_not_a_resumable_run_says_why_and_touches_not
     (killed / "checkpoints" / "step_0000004.pt").write_text("whole")
     assert "its config.yaml lacks model, data, method" in check_resume(["resume=true", f"hydra.run.dir={killed}"])
     from omegaconf import OmegaConf
+
     OmegaConf.save(compose_cfg(MICRO), killed / "config.yaml")
     assert check_resume(["resume=true", f"hydra.run.dir={killed}"]) is None
 
@@ -433,13 +482,17 @@ def test_a_resume_refuses_changed_settings_naming_them_and_honours_the_console_o
     (run / "checkpoints").mkdir(parents=True)
     (run / "checkpoints" / "step_0000004.pt").write_text("whole")
     from omegaconf import OmegaConf
+
     OmegaConf.save(compose_cfg([*MICRO, "method=bamboo"]), run / "config.yaml")
     resume = ["resume=true", f"hydra.run.dir={run}"]
     assert check_resume(resume) is None
     assert check_resume([*resume, *MICRO, "method=bamboo", "trainer.progress=lines"]) is None  # same, or console only
     problem = check_resume([*resume, "trainer.max_steps=400", "method=mecefo"])
-    assert "refused: trainer.max_steps=400 (the run has trainer.max_steps=12); method=mecefo (the run has " \
-           "method=bamboo)" in problem and "only trainer.progress, trainer.log_events may change" in problem
+    assert (
+        "refused: trainer.max_steps=400 (the run has trainer.max_steps=12); method=mecefo (the run has method=bamboo)"
+        in problem
+        and "only trainer.progress, trainer.log_events may change" in problem
+    )
 
 
 # ---------------------------------------------------------------- 9. one bad job does not stop a sweep
@@ -447,9 +500,23 @@ def test_a_resume_refuses_changed_settings_naming_them_and_honours_the_console_o
 @pytest.mark.parametrize("launcher", ["basic", "joblib"])
 def test_a_sweep_runs_every_job_lists_the_failed_ones_collects_and_exits_1(launcher, tmp_path):
     out = subprocess.run(
-        [sys.executable, "run.py", "-m", "experiment=debug", "trainer.max_steps=2", "trainer.eval_every=0",
-         "cluster.n_workers=0,2", f"hydra/launcher={launcher}", "hydra.callbacks.collect.figures=false",
-         f"hydra.sweep.dir={tmp_path}/sweep"], cwd=ROOT, capture_output=True, text=True, timeout=180)
+        [
+            sys.executable,
+            "run.py",
+            "-m",
+            "experiment=debug",
+            "trainer.max_steps=2",
+            "trainer.eval_every=0",
+            "cluster.n_workers=0,2",
+            f"hydra/launcher={launcher}",
+            "hydra.callbacks.collect.figures=false",
+            f"hydra.sweep.dir={tmp_path}/sweep",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 1, out.stderr[-3000:]
     log = out.stdout + out.stderr
     jobs = sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.name[0].isdigit())
@@ -463,8 +530,13 @@ def test_a_sweep_runs_every_job_lists_the_failed_ones_collects_and_exits_1(launc
 
 
 def test_a_run_too_short_for_its_failure_rate_is_warned_about(run_exp, fixed_profile, caplog):
-    run_exp("method=checkpoint", "failure=high", "trainer.max_steps=1", "trainer.eval_every=0",
-            f"cluster.profile={fixed_profile()}")
+    run_exp(
+        "method=checkpoint",
+        "failure=high",
+        "trainer.max_steps=1",
+        "trainer.eval_every=0",
+        f"cluster.profile={fixed_profile()}",
+    )
     assert "failures expected in 1 steps (more than one per step)" in caplog.text
     caplog.clear()
     run_exp("method=checkpoint", "failure=high", f"cluster.profile={fixed_profile()}")  # 12 steps: fine
@@ -475,10 +547,18 @@ def test_a_run_too_short_for_its_failure_rate_is_warned_about(run_exp, fixed_pro
 @pytest.mark.parametrize("method, rollbacks", [("checkpoint", 1), ("baft", 1)])
 def test_failures_at_the_same_instant_restart_the_job_once(method, rollbacks, run_exp, fixed_profile, tmp_path):
     trace = tmp_path / "t.csv"
-    trace.write_text("time,worker,event\n" + "".join(f"4.5,{w},fail\n" for w in range(4)) +
-                     "".join(f"6.5,{w},recover\n" for w in range(4)))
-    summary, run_dir = run_exp(f"method={method}", "failure=trace", "failure.unit=steps", f"failure.path={trace}",
-                               f"cluster.profile={fixed_profile()}")
+    trace.write_text(
+        "time,worker,event\n"
+        + "".join(f"4.5,{w},fail\n" for w in range(4))
+        + "".join(f"6.5,{w},recover\n" for w in range(4))
+    )
+    summary, run_dir = run_exp(
+        f"method={method}",
+        "failure=trace",
+        "failure.unit=steps",
+        f"failure.path={trace}",
+        f"cluster.profile={fixed_profile()}",
+    )
     assert summary["failures"] == 4  # every failure is counted and logged ...
     assert summary["rollbacks"] == rollbacks  # ... but the job restarts once, on spares for all four
     events = read_jsonl(run_dir / "events.jsonl")
@@ -487,15 +567,23 @@ def test_failures_at_the_same_instant_restart_the_job_once(method, rollbacks, ru
 
 # ---------------------------------------------------------------- 11a. crash safety whatever the method's policy
 @pytest.mark.parametrize("method", ["reft", "oobleck"])
-def test_a_method_whose_auto_interval_writes_only_step_0_still_resumes_near_the_crash(method, run_exp, fixed_profile,
-                                                                                      tmp_path, monkeypatch):
-    common = [f"method={method}", "failure=none", "trainer.max_steps=14", "trainer.eval_every=5",
-              "trainer.resume_every=4", f"cluster.profile={fixed_profile()}"]
+def test_a_method_whose_auto_interval_writes_only_step_0_still_resumes_near_the_crash(
+    method, run_exp, fixed_profile, tmp_path, monkeypatch
+):
+    common = [
+        f"method={method}",
+        "failure=none",
+        "trainer.max_steps=14",
+        "trainer.eval_every=5",
+        "trainer.resume_every=4",
+        f"cluster.profile={fixed_profile()}",
+    ]
     whole, whole_dir = run_exp(*common)
     method_steps = lambda d: {int(p.stem[5:]) for p in (d / "checkpoints").glob("step_*.pt")}  # noqa: E731
     assert method_steps(whole_dir) <= {0, 14}  # the method's policy: nothing to resume from in between
-    assert not list((whole_dir / "resume").glob("*.pt")) or \
-        sorted(p.name for p in (whole_dir / "resume").glob("*.pt")) == ["step_0000012.pt"]  # the newest only
+    assert not list((whole_dir / "resume").glob("*.pt")) or sorted(
+        p.name for p in (whole_dir / "resume").glob("*.pt")
+    ) == ["step_0000012.pt"]  # the newest only
 
     resumed = crash_then_resume(run_exp, common, monkeypatch, tmp_path, step=10)
     assert resumed["resumes"][-1]["from_step"] == 8 and resumed["resumes"][-1]["checkpoint"] == "resume/step_0000008.pt"

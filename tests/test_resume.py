@@ -1,23 +1,28 @@
 """A killed run is never lost: kill -9 the whole process and resume; kill a torchrun rank."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 
 import pytest
+from test_torchrun import TORCHRUN, torchrun, whole_rows
 
 from conftest import MICRO, ROOT, losses_by_step, read_jsonl
-from test_torchrun import TORCHRUN, torchrun, whole_rows
 
 
 @pytest.mark.slow  # a real kill -9 (~20 s); make test-crash and CI run it
 def test_kill_9_the_whole_run_and_resume_to_the_identical_end(run_exp, fixed_profile, tmp_path):
     prof = fixed_profile()
-    common = ["method=checkpoint", "failure=high", "method.interval=3", "trainer.max_steps=40",
-              "trainer.eval_every=10", f"cluster.profile={prof}"]
+    common = [
+        "method=checkpoint",
+        "failure=high",
+        "method.interval=3",
+        "trainer.max_steps=40",
+        "trainer.eval_every=10",
+        f"cluster.profile={prof}",
+    ]
     whole, whole_dir = run_exp(*common)
 
     run_dir = tmp_path / "killed"
@@ -34,8 +39,13 @@ def test_kill_9_the_whole_run_and_resume_to_the_identical_end(run_exp, fixed_pro
     proc.wait()
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "running"  # not finished, and says so
 
-    out = subprocess.run([sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=180)
+    out = subprocess.run(
+        [sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     resumed = json.loads((run_dir / "summary.json").read_text())
     assert resumed["status"] == "ok"
@@ -47,8 +57,13 @@ def test_kill_9_the_whole_run_and_resume_to_the_identical_end(run_exp, fixed_pro
 
 
 def test_resume_without_a_checkpoint_is_one_clear_error(tmp_path):
-    out = subprocess.run([sys.executable, "run.py", *MICRO, "method=checkpoint", "resume=true",
-                          f"hydra.run.dir={tmp_path}/empty"], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    out = subprocess.run(
+        [sys.executable, "run.py", *MICRO, "method=checkpoint", "resume=true", f"hydra.run.dir={tmp_path}/empty"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 2
     assert out.stderr == f"config error: nothing to resume in {tmp_path}/empty: no such folder\n"
 
@@ -63,7 +78,7 @@ def test_sigkill_a_rank_torchrun_restarts_and_the_losses_are_failure_free(fixed_
     torchrun(tmp_path / "free", *common, "failure=none")
     simulated = ["failure=trace", "failure.unit=steps", f"failure.path={trace}"]
     torchrun(tmp_path / "sim", *common, *simulated)
-    out = torchrun(tmp_path / "kill", *common, *simulated, "failure.kill=true", extra_args=["--max-restarts=2"])
+    torchrun(tmp_path / "kill", *common, *simulated, "failure.kill=true", extra_args=["--max-restarts=2"])
     kills = (tmp_path / "kill" / "kills.txt").read_text().split()
     assert len(kills) == 1 and kills[0].endswith(":1")
     killed = json.loads((tmp_path / "kill" / "summary.json").read_text())

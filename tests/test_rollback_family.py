@@ -14,8 +14,14 @@ import torch
 
 from conftest import MICRO, compose_cfg, losses_by_step, read_jsonl
 from mecefo_exp.config import validate
+from mecefo_exp.methods.parity import (
+    ShardedSnapshot,
+    SnapshotLedger,
+    UnrecoverableSnapshot,
+    ledger_index,
+    parity_layout,
+)
 from mecefo_exp.timing.steps import bubble_fraction
-from mecefo_exp.methods.parity import ShardedSnapshot, SnapshotLedger, UnrecoverableSnapshot, ledger_index, parity_layout
 
 # Small intervals so that 12 MICRO steps see several saves. REFT with two parity groups of
 # two workers ({0, 1} with its parity on worker 2, {2, 3} with its parity on worker 0).
@@ -46,6 +52,7 @@ def runs(tmp_path_factory):
             run_dir = root / f"run{len(cache)}"
             cache[key] = (Experiment(cfg, run_dir).run(), run_dir)
         return cache[key]
+
     return run
 
 
@@ -83,7 +90,8 @@ def test_reft_restores_from_memory_and_charges_the_visible_part_of_each_snapshot
     disk = [e for e in read_jsonl(free_dir / "events.jsonl") if e["kind"] == "checkpoint"]
     assert [e["detail"]["step"] for e in disk] == [0, 4, 8, 12]
     assert free["time_breakdown"]["ft_overhead"] == pytest.approx(
-        7 * free["snapshot_charge_s"] + sum(e["detail"]["cost_s"] for e in disk))
+        7 * free["snapshot_charge_s"] + sum(e["detail"]["cost_s"] for e in disk)
+    )
 
 
 def test_baft_hides_checkpoint_writes_in_the_pipeline_bubble(runs):
@@ -149,8 +157,9 @@ def test_two_losses_in_one_group_are_beyond_xor_parity():
     assert snap.unrecoverable() == {0: ["shard 3", "parity 0"]}
 
 
-@pytest.mark.parametrize("n, group, chains", [(8, 4, None), (5, 2, None), (4, 4, None),
-                                              (8, 2, [[0, 2, 4, 6], [1, 3, 5, 7]])])
+@pytest.mark.parametrize(
+    "n, group, chains", [(8, 4, None), (5, 2, None), (4, 4, None), (8, 2, [[0, 2, 4, 6], [1, 3, 5, 7]])]
+)
 def test_the_numerics_free_ledger_decides_as_the_sharded_snapshot(n, group, chains):
     """Random losses and heals: the ledger (no bytes) reports the same lost blocks, erasures,
     unrecoverable groups and missing shards as the real sharded snapshot at every point, restores
@@ -160,10 +169,10 @@ def test_the_numerics_free_ledger_decides_as_the_sharded_snapshot(n, group, chai
     buf = io.BytesIO()
     torch.save(state, buf)
     groups, holders = parity_layout(n, group, chains)
-    for trial in range(30):
+    for _ in range(30):
         real = ShardedSnapshot(buf.getvalue(), n, group, 3, chains)
         ledger = SnapshotLedger.of_state(state, n, (groups, holders, ledger_index(groups, holders)))
-        for w in rng.permutation(n)[:rng.integers(1, n + 1)]:
+        for w in rng.permutation(n)[: rng.integers(1, n + 1)]:
             assert ledger.lose(int(w)) == real.lose(int(w))
             assert ledger.erasures() == real.erasures() and ledger.unrecoverable() == real.unrecoverable()
             assert ledger.missing() == real.missing()
@@ -211,7 +220,7 @@ def test_a_training_state_survives_the_round_trip_bit_for_bit():
 def _trace(tmp_path, rows):
     path = tmp_path / "trace.csv"
     path.write_text("time,worker,event\n" + "".join(f"{t},{w},{k}\n" for t, w, k in rows))
-    return [f"failure=trace", "failure.unit=steps", f"failure.path={path}"]
+    return ["failure=trace", "failure.unit=steps", f"failure.path={path}"]
 
 
 def test_two_workers_of_one_group_down_together_fall_back_to_the_disk_checkpoint(runs, tmp_path):
@@ -222,11 +231,18 @@ def test_two_workers_of_one_group_down_together_fall_back_to_the_disk_checkpoint
     hit, hit_dir = runs(*METHODS["reft"], *trace)
     free, free_dir = runs(*METHODS["reft"], "failure=none")
     events = read_jsonl(hit_dir / "events.jsonl")
-    story = [(e["kind"], e["worker"], e["detail"].get("to_step"), e["detail"].get("reason"))
-             for e in events if e["kind"] in ("fail", "rollback", "fatal")]
-    assert story == [("fail", 0, None, None), ("rollback", 0, 6, "failure"),
-                     ("fail", 1, None, None), ("fatal", 1, None, "more than one erasure in a parity group"),
-                     ("rollback", 1, 4, "fatal")]
+    story = [
+        (e["kind"], e["worker"], e["detail"].get("to_step"), e["detail"].get("reason"))
+        for e in events
+        if e["kind"] in ("fail", "rollback", "fatal")
+    ]
+    assert story == [
+        ("fail", 0, None, None),
+        ("rollback", 0, 6, "failure"),
+        ("fail", 1, None, None),
+        ("fatal", 1, None, "more than one erasure in a parity group"),
+        ("rollback", 1, 4, "fatal"),
+    ]
     fatal = next(e for e in events if e["kind"] == "fatal")
     assert fatal["detail"]["groups"] == {"0": ["shard 0", "shard 1"]}
     assert hit["fatal"] == 1 and hit["memory_restores"] == 1

@@ -10,9 +10,27 @@ from conftest import losses_by_step, read_jsonl
 METRIC_FIELDS = {"step", "tokens", "loss", "lr", "sim_time_s", "wall_time_s", "alive", "degraded"}
 EVAL_FIELDS = {"step", "sim_time_s", "tokens", "val_loss", "val_ppl"}
 EVENT_FIELDS = {"sim_time_s", "step", "kind", "worker", "detail"}
-SUMMARY_FIELDS = {"status", "method", "failure", "model", "seed", "n_workers", "steps", "tokens_processed",
-                  "tokens_committed", "sim_time_s", "wall_time_s", "throughput_tok_s", "final_val_loss",
-                  "final_val_ppl", "failures", "rollbacks", "lost_steps", "time_breakdown", "git_sha"}
+SUMMARY_FIELDS = {
+    "status",
+    "method",
+    "failure",
+    "model",
+    "seed",
+    "n_workers",
+    "steps",
+    "tokens_processed",
+    "tokens_committed",
+    "sim_time_s",
+    "wall_time_s",
+    "throughput_tok_s",
+    "final_val_loss",
+    "final_val_ppl",
+    "failures",
+    "rollbacks",
+    "lost_steps",
+    "time_breakdown",
+    "git_sha",
+}
 BREAKDOWN = {"compute", "comm", "ft_overhead", "lost_work", "stall", "degraded_extra"}
 
 

@@ -11,8 +11,14 @@ from conftest import ROOT, compose_cfg
 from mecefo_exp.config import validate
 
 SCRIPTS = ["scripts/sbatch_torchrun.sh", "scripts/sbatch_torchft.sh"]
-SLURM = {"SLURM_NNODES": "2", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_ID": "4242", "SLURM_NODEID": "1",
-         "SLURM_GPUS_ON_NODE": "2", "SLURM_JOB_NODELIST": "node[001-002]"}
+SLURM = {
+    "SLURM_NNODES": "2",
+    "SLURM_JOB_NUM_NODES": "2",
+    "SLURM_JOB_ID": "4242",
+    "SLURM_NODEID": "1",
+    "SLURM_GPUS_ON_NODE": "2",
+    "SLURM_JOB_NODELIST": "node[001-002]",
+}
 
 
 def run_script(script, *args, extra_env=None, path_prefix=None):
@@ -28,8 +34,10 @@ def test_each_recipe_parses_and_starts_one_task_per_node(script, tmp_path):
     assert subprocess.run(["bash", "-n", script], cwd=ROOT).returncode == 0
     # a stand-in srun that shows how it was called (the batch step runs on no cluster here)
     srun = tmp_path / "srun"
-    srun.write_text('#!/bin/bash\nprintf "%s\\n" "$@"\nprintf "MECEFO_CACHE=%s\\n" "$MECEFO_CACHE"\n'
-                    'printf "HF=%s,%s\\n" "$HF_HUB_OFFLINE" "$HF_DATASETS_OFFLINE"\n')
+    srun.write_text(
+        '#!/bin/bash\nprintf "%s\\n" "$@"\nprintf "MECEFO_CACHE=%s\\n" "$MECEFO_CACHE"\n'
+        'printf "HF=%s,%s\\n" "$HF_HUB_OFFLINE" "$HF_DATASETS_OFFLINE"\n'
+    )
     srun.chmod(0o755)
     out = run_script(script, "method=mecefo", path_prefix=tmp_path)
     assert out.returncode == 0, out.stderr
@@ -40,11 +48,16 @@ def test_each_recipe_parses_and_starts_one_task_per_node(script, tmp_path):
 
 
 def node_command(script, **env):
-    out = run_script(script, "--on-node", "method=mecefo", "failure=high",
-                     extra_env={"MECEFO_DRY_RUN": "1", "RDZV_HOST": "node001", "COORDINATOR_HOST": "node001", **env})
+    out = run_script(
+        script,
+        "--on-node",
+        "method=mecefo",
+        "failure=high",
+        extra_env={"MECEFO_DRY_RUN": "1", "RDZV_HOST": "node001", "COORDINATOR_HOST": "node001", **env},
+    )
     assert out.returncode == 0, out.stderr
     command = out.stdout.splitlines()
-    return command[command.index("run.py") + 1:]
+    return command[command.index("run.py") + 1 :]
 
 
 def test_the_torchrun_node_command_composes_and_validates(monkeypatch):
@@ -59,18 +72,27 @@ def test_the_torchrun_node_command_composes_and_validates(monkeypatch):
 
 def test_the_torchft_node_command_composes_and_validates():
     args = node_command("scripts/sbatch_torchft.sh", MECEFO_BIND="10.0.0.6")
-    assert {"cluster=torchft", "cluster.machines=2", "cluster.machine_rank=1", "cluster.n_workers=4",
-            "cluster.coordinator=node001:29510", "cluster.bind=10.0.0.6"} <= set(args)
+    assert {
+        "cluster=torchft",
+        "cluster.machines=2",
+        "cluster.machine_rank=1",
+        "cluster.n_workers=4",
+        "cluster.coordinator=node001:29510",
+        "cluster.bind=10.0.0.6",
+    } <= set(args)
     # the command line itself, as run.py reads it: composed, validated, printed, nothing run
-    out = subprocess.run([sys.executable, "run.py", *args, "--cfg", "job"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "run.py", *args, "--cfg", "job"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert "machine_rank: 1" in out.stdout and "bind: 10.0.0.6" in out.stdout
     validate(compose_cfg([a for a in args if not a.startswith("hydra.")]))
 
 
 def test_the_torchft_recipe_refuses_a_node_address_nobody_else_can_reach():
-    out = run_script("scripts/sbatch_torchft.sh", "--on-node", extra_env={"MECEFO_DRY_RUN": "1",
-                                                                          "COORDINATOR_HOST": "node001",
-                                                                          "MECEFO_BIND": "127.0.1.1"})
+    out = run_script(
+        "scripts/sbatch_torchft.sh",
+        "--on-node",
+        extra_env={"MECEFO_DRY_RUN": "1", "COORDINATOR_HOST": "node001", "MECEFO_BIND": "127.0.1.1"},
+    )
     assert out.returncode == 2 and "set MECEFO_BIND" in out.stderr and out.stderr.count("\n") == 1

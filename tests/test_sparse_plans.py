@@ -18,9 +18,19 @@ from mecefo_exp.methods import bamboo as bamboo_module
 from mecefo_exp.plan import Plan
 from mecefo_exp.trainer import Experiment
 
-SHAPE = ["model=llama_350m", "model.vocab_size=512", "hardware=a100_32", "hardware.paper_time=scaled",
-         "data.micro_batch=8", "data.seq_len=256", "trainer.numerics=false", "trainer.max_steps=200",
-         "trainer.eval_every=0", "trainer.progress=none", "trainer.log_events=0"]
+SHAPE = [
+    "model=llama_350m",
+    "model.vocab_size=512",
+    "hardware=a100_32",
+    "hardware.paper_time=scaled",
+    "data.micro_batch=8",
+    "data.seq_len=256",
+    "trainer.numerics=false",
+    "trainer.max_steps=200",
+    "trainer.eval_every=0",
+    "trainer.progress=none",
+    "trainer.log_events=0",
+]
 
 
 def generated_cases(count=2, seed=0):
@@ -77,8 +87,17 @@ def test_sparse_plans_equal_the_dense_ones_on_generated_cases(method, tmp_path, 
     # a rollback method's plans degrade only when it restarts on the survivors (its sparse re-split)
     variant = ["method.restart_on=survivors"] if "restart_on" in compose_cfg([f"method={method}"]).method else []
     for i, (workers, rate, seed) in enumerate(generated_cases()):
-        cfg = compose_cfg(SHAPE + [f"method={method}", "failure=high", f"failure.every_h={0.5 / rate}",
-                                   f"cluster.n_workers={workers}", f"seed={seed}"] + variant)
+        cfg = compose_cfg(
+            SHAPE
+            + [
+                f"method={method}",
+                "failure=high",
+                f"failure.every_h={0.5 / rate}",
+                f"cluster.n_workers={workers}",
+                f"seed={seed}",
+            ]
+            + variant
+        )
         Experiment(cfg, tmp_path / f"case{i}").run()
     assert checked["plans"] > 0, checked
     if method != "baft":  # BAFT restarts on spares only: its plans never degrade
@@ -130,8 +149,12 @@ def test_a_data_parallel_step_counts_the_helpers_without_walking_them():
 
     steps = DataParallelSteps(Costs())
     pair = Help(kernel="pair", microbatches=2)
-    assert steps.helped(SimpleNamespace(n_computing=60_000), {pair: Counted(5_000)}, 65_536, 0.5, None) == \
-        (2.5, 2, 60_000, 0.5)
+    assert steps.helped(SimpleNamespace(n_computing=60_000), {pair: Counted(5_000)}, 65_536, 0.5, None) == (
+        2.5,
+        2,
+        60_000,
+        0.5,
+    )
     Costs.profile["pair"] = 0.5  # a pair faster than a normal micro-batch: a worker that helps nobody is the slowest
     assert steps.helped(SimpleNamespace(n_computing=60_000), {pair: Counted(5_000)}, 65_536, 0.0, None)[:2] == (1.0, 1)
     assert steps.helped(SimpleNamespace(n_computing=5_000), {pair: Counted(5_000)}, 65_536, 0.0, None)[:2] == (0.5, 2)

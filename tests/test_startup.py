@@ -14,8 +14,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-RUN = ["model=llama_350m", "hardware=a100_32", "trainer.numerics=false", "trainer.max_steps=5", "method=mecefo",
-       "failure=high", "trainer.progress=none"]
+RUN = [
+    "model=llama_350m",
+    "hardware=a100_32",
+    "trainer.numerics=false",
+    "trainer.max_steps=5",
+    "method=mecefo",
+    "failure=high",
+    "trainer.progress=none",
+]
 
 FORBIDDING = """
 import sys, traceback
@@ -39,8 +46,9 @@ entry()
 def run(args, cache, folder, forbid):
     env = dict(os.environ, MECEFO_CACHE=str(cache), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     command = [sys.executable, "-c", FORBIDDING] if forbid else [sys.executable, "run.py"]
-    return subprocess.run(command + args + [f"hydra.run.dir={folder}"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        command + args + [f"hydra.run.dir={folder}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.mark.slow  # three run.py processes (~16 s): `make test-cli`

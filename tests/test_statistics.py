@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from analysis.collect import collect, distinguishing_keys
-from analysis.tables import mean_ci, paired_changes, perplexity_table, throughput_table, _relative_change
+from analysis.tables import _relative_change, mean_ci, paired_changes, perplexity_table, throughput_table
 
 
 def test_mean_ci_is_student_t():
@@ -20,8 +20,18 @@ def test_mean_ci_is_student_t():
 
 def _runs(rows):
     df = pd.DataFrame(rows)
-    for col, value in {"status": "ok", "selected": True, "model": "m", "n_workers": 4, "max_steps": 10,
-                       "micro_batch": 2, "seq_len": 8, "label": "", "variant": "", "failure_variant": ""}.items():
+    for col, value in {
+        "status": "ok",
+        "selected": True,
+        "model": "m",
+        "n_workers": 4,
+        "max_steps": 10,
+        "micro_batch": 2,
+        "seq_len": 8,
+        "label": "",
+        "variant": "",
+        "failure_variant": "",
+    }.items():
         if col not in df:
             df[col] = value
     return df
@@ -46,9 +56,11 @@ def test_paired_change_is_tighter_than_independent_means():
 
 
 def test_paired_change_skips_unpaired_seeds():
-    rows = [{"method": "mecefo", "failure": "none", "seed": 0, "final_val_ppl": 100.0},
-            {"method": "mecefo", "failure": "high", "seed": 0, "final_val_ppl": 110.0},
-            {"method": "mecefo", "failure": "high", "seed": 7, "final_val_ppl": 500.0}]  # no seed-7 baseline
+    rows = [
+        {"method": "mecefo", "failure": "none", "seed": 0, "final_val_ppl": 100.0},
+        {"method": "mecefo", "failure": "high", "seed": 0, "final_val_ppl": 110.0},
+        {"method": "mecefo", "failure": "high", "seed": 7, "final_val_ppl": 500.0},
+    ]  # no seed-7 baseline
     t = perplexity_table(_runs(rows))
     assert t.iloc[0]["change_high"] == pytest.approx(0.10) and t.iloc[0]["change_high_pairs"] == 1
 
@@ -56,8 +68,9 @@ def test_paired_change_skips_unpaired_seeds():
 def test_failure_free_run_is_the_baseline_of_every_reading():
     rows = [{"method": "mecefo", "failure": "none", "seed": 0, "throughput_tok_s": 1000.0}]
     for reading, thr in (("failure.repair=fixed", 700.0), ("failure.repair=replace", 950.0)):
-        rows.append({"method": "mecefo", "failure": "high", "seed": 0, "throughput_tok_s": thr,
-                     "failure_variant": reading})
+        rows.append(
+            {"method": "mecefo", "failure": "high", "seed": 0, "throughput_tok_s": thr, "failure_variant": reading}
+        )
     t = throughput_table(_runs(rows)).set_index("failure_variant")
     assert t.loc["failure.repair=fixed", "drop_high"] == pytest.approx(0.30)
     assert t.loc["failure.repair=replace", "drop_high"] == pytest.approx(0.05)
@@ -70,8 +83,15 @@ def test_a_shared_baseline_is_counted_once_per_reading():
     for seed, base in enumerate([100.0, 120.0, 140.0]):
         rows.append({"method": "mecefo", "failure": "none", "seed": seed, "final_val_ppl": base})
         for reading in ("failure.repair=fixed", "failure.repair=replace"):
-            rows.append({"method": "mecefo", "failure": "high", "seed": seed, "final_val_ppl": base + 1,
-                         "failure_variant": reading})
+            rows.append(
+                {
+                    "method": "mecefo",
+                    "failure": "high",
+                    "seed": seed,
+                    "final_val_ppl": base + 1,
+                    "failure_variant": reading,
+                }
+            )
     t = perplexity_table(_runs(rows))
     assert list(t["n_seeds"]) == [3, 3]
     assert t["ppl_none_ci95"].tolist() == pytest.approx([mean_ci([100.0, 120.0, 140.0])[1]] * 2)
@@ -95,19 +115,30 @@ def _write_run(folder, cfg, summary):
 
 
 def _cfg(seed=0, rank=64, failure="high", repair="fixed", threads=1):
-    return {"model": {"name": "llama_tiny", "hidden_size": 32}, "method": {"name": "mecefo", "rank": rank},
-            "failure": {"name": failure, "repair": repair}, "cluster": {"n_workers": 4},
-            "trainer": {"max_steps": 10, "threads": threads}, "data": {"micro_batch": 2, "seq_len": 8},
-            "seed": seed}
+    return {
+        "model": {"name": "llama_tiny", "hidden_size": 32},
+        "method": {"name": "mecefo", "rank": rank},
+        "failure": {"name": failure, "repair": repair},
+        "cluster": {"n_workers": 4},
+        "trainer": {"max_steps": 10, "threads": threads},
+        "data": {"micro_batch": 2, "seq_len": 8},
+        "seed": seed,
+    }
 
 
 def test_a_rank_sweep_collects_to_one_row_per_rank(tmp_path):
     for i, (rank, seed) in enumerate([(8, 0), (64, 0), (8, 1), (64, 1)]):
-        _write_run(tmp_path / f"r{i}", _cfg(seed=seed, rank=rank), {"status": "ok", "final_val_ppl": 100.0 + rank + seed,
-                                                                     "throughput_tok_s": 1.0})
+        _write_run(
+            tmp_path / f"r{i}",
+            _cfg(seed=seed, rank=rank),
+            {"status": "ok", "final_val_ppl": 100.0 + rank + seed, "throughput_tok_s": 1.0},
+        )
     # a rerun at another thread count is the same configuration: it supersedes, not adds
-    _write_run(tmp_path / "r9", _cfg(seed=1, rank=64, threads=2), {"status": "ok", "final_val_ppl": 166.0,
-                                                                     "throughput_tok_s": 1.0})
+    _write_run(
+        tmp_path / "r9",
+        _cfg(seed=1, rank=64, threads=2),
+        {"status": "ok", "final_val_ppl": 166.0, "throughput_tok_s": 1.0},
+    )
     df = collect([tmp_path])
     kept = df[df["selected"]]
     # method.rank acts only on a degraded step: it goes with the failure reading
@@ -115,7 +146,9 @@ def test_a_rank_sweep_collects_to_one_row_per_rank(tmp_path):
     t = perplexity_table(df)
     assert len(t) == 2 and list(t["n_seeds"]) == [2, 2]
     by_rank = t.set_index("failure_variant")["ppl_high"]
-    assert by_rank["method.rank=8"] == pytest.approx(108.5) and by_rank["method.rank=64"] == pytest.approx(165.0)  # 164 and the rerun 166
+    assert by_rank["method.rank=8"] == pytest.approx(108.5) and by_rank["method.rank=64"] == pytest.approx(
+        165.0
+    )  # 164 and the rerun 166
     assert t.set_index("failure_variant").loc["method.rank=64", "ppl_high_ci95"] > 0  # two seeds: an interval
 
 
@@ -126,8 +159,11 @@ def test_one_failure_free_run_is_the_baseline_of_every_value_of_a_degraded_step_
         free = _cfg(seed=seed, failure="none")
         _write_run(tmp_path / f"free{seed}", free, {"status": "ok", "final_val_ppl": 100.0 + seed})
         for rank in (8, 64):
-            _write_run(tmp_path / f"r{rank}_{seed}", _cfg(seed=seed, rank=rank),
-                       {"status": "ok", "final_val_ppl": (100.0 + seed) * (1.01 if rank == 8 else 1.02)})
+            _write_run(
+                tmp_path / f"r{rank}_{seed}",
+                _cfg(seed=seed, rank=rank),
+                {"status": "ok", "final_val_ppl": (100.0 + seed) * (1.01 if rank == 8 else 1.02)},
+            )
     t = perplexity_table(collect([tmp_path])).set_index("failure_variant")
     assert t.loc["method.rank=8", "change_high"] == pytest.approx(0.01)
     assert t.loc["method.rank=64", "change_high"] == pytest.approx(0.02)
@@ -136,8 +172,11 @@ def test_one_failure_free_run_is_the_baseline_of_every_value_of_a_degraded_step_
 
 def test_labels_keep_two_sweeps_apart(tmp_path):
     for name in ("before", "after"):
-        _write_run(tmp_path / name / "r0", _cfg(), {"status": "ok", "final_val_ppl": 100.0 if name == "before" else 90.0,
-                                                    "throughput_tok_s": 1.0})
+        _write_run(
+            tmp_path / name / "r0",
+            _cfg(),
+            {"status": "ok", "final_val_ppl": 100.0 if name == "before" else 90.0, "throughput_tok_s": 1.0},
+        )
     df = collect([], labels={"before": [tmp_path / "before"], "after": [tmp_path / "after"]})
     assert df["selected"].all() and sorted(df["label"]) == ["after", "before"]
     t = perplexity_table(df).set_index("label")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MICRO, ROOT, losses_by_step
+from conftest import ROOT, losses_by_step
 from mecefo_exp.methods.base import run_context_members
 
 MEMBERS = run_context_members()
@@ -32,8 +32,11 @@ def _run_members_read(path: Path) -> set:
         if isinstance(node, ast.Attribute):
             owner = node.value
             if (isinstance(owner, ast.Name) and owner.id == "run") or (
-                    isinstance(owner, ast.Attribute) and owner.attr == "run"
-                    and isinstance(owner.value, ast.Name) and owner.value.id == "self"):
+                isinstance(owner, ast.Attribute)
+                and owner.attr == "run"
+                and isinstance(owner.value, ast.Name)
+                and owner.value.id == "self"
+            ):
                 names.add(node.attr)
     return names
 
@@ -50,8 +53,13 @@ def test_a_run_folder_written_before_the_restructuring_still_resumes_exactly(tmp
     run_dir = tmp_path / "run"
     shutil.copytree(FIXTURE, run_dir, ignore=shutil.ignore_patterns("expected.json"))
     expected = json.loads((FIXTURE / "expected.json").read_text())
-    out = subprocess.run([sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=180)
+    out = subprocess.run(
+        [sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["resumes"][0]["from_step"] == 4
@@ -68,8 +76,17 @@ def test_the_flop_cache_key_hashes_what_counting_imports_and_follows_a_rename(tm
 
     reached = set(counting_sources())
     # what the count runs through: the counter, its kernels, the model, MeCeFO's approximations
-    assert {"timing/flops.py", "timing/kernels.py", "approx.py", "executor.py", "model.py",
-            "methods/mecefo.py", "methods/bamboo.py", "plan.py", "optim.py"} <= reached
+    assert {
+        "timing/flops.py",
+        "timing/kernels.py",
+        "approx.py",
+        "executor.py",
+        "model.py",
+        "methods/mecefo.py",
+        "methods/bamboo.py",
+        "plan.py",
+        "optim.py",
+    } <= reached
     assert "trainer.py" not in reached and "data.py" not in reached  # the loop and the corpus are not counted
 
     pkg = tmp_path / "pkg"
@@ -84,29 +101,53 @@ def test_the_flop_cache_key_hashes_what_counting_imports_and_follows_a_rename(tm
     (pkg / "helpers.py").write_text("from .deep import g\n")
     (pkg / "deep.py").write_text("g = 1\n")
     (pkg / "unrelated.py").write_text("")
-    assert set(counting_sources(pkg)) == {"timing/__init__.py", "timing/flops.py", "timing/kernels.py", "model.py",
-                                          "methods/mine.py", "plan.py", "helpers.py", "deep.py"}
+    assert set(counting_sources(pkg)) == {
+        "timing/__init__.py",
+        "timing/flops.py",
+        "timing/kernels.py",
+        "model.py",
+        "methods/mine.py",
+        "plan.py",
+        "helpers.py",
+        "deep.py",
+    }
     (pkg / "deep.py").rename(pkg / "deeper.py")  # a rename follows the code instead of crashing
     (pkg / "helpers.py").write_text("from .deeper import g\n")
     assert "deeper.py" in counting_sources(pkg) and "deep.py" not in counting_sources(pkg)
 
 
 def test_every_field_rule_is_enforced_with_one_line_naming_the_field():
-    import dataclasses
-
-    from conftest import compose_cfg
-    from mecefo_exp.config import (ClusterConfig, ConfigError, DataConfig, FailureConfig, HardwareConfig, LoggerConfig,
-                                   ModelConfig, ParallelConfig, TrainerConfig, validate)
-
     import copy
+    import dataclasses
 
     from omegaconf import OmegaConf
 
+    from conftest import compose_cfg
+    from mecefo_exp.config import (
+        ClusterConfig,
+        ConfigError,
+        DataConfig,
+        FailureConfig,
+        HardwareConfig,
+        LoggerConfig,
+        ModelConfig,
+        ParallelConfig,
+        TrainerConfig,
+        validate,
+    )
+
     default = compose_cfg([])  # composed once: each rule is checked on a copy with one bad value
     checked = 0
-    for section, schema in (("model", ModelConfig), ("data", DataConfig), ("cluster", ClusterConfig),
-                            ("trainer", TrainerConfig), ("logger", LoggerConfig), ("failure", FailureConfig),
-                            ("hardware", HardwareConfig), ("parallel", ParallelConfig)):
+    for section, schema in (
+        ("model", ModelConfig),
+        ("data", DataConfig),
+        ("cluster", ClusterConfig),
+        ("trainer", TrainerConfig),
+        ("logger", LoggerConfig),
+        ("failure", FailureConfig),
+        ("hardware", HardwareConfig),
+        ("parallel", ParallelConfig),
+    ):
         for f in dataclasses.fields(schema):
             rule = f.metadata
             if not rule:

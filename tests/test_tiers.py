@@ -44,8 +44,10 @@ def test_a_tiers_own_settings_are_checked_by_its_module_before_any_compute(monke
     for spec in TIER_CHECKS.values():
         module = ROOT / "mecefo_exp" / "tiers" / (spec.split(":")[0].replace(".", "/") + ".py")
         top_level = [n for n in ast.parse(module.read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))]
-        assert not any("torch" in ast.unparse(n).split() or "torch" in (getattr(n, "module", "") or "").split(".")
-                       for n in top_level), module
+        assert not any(
+            "torch" in ast.unparse(n).split() or "torch" in (getattr(n, "module", "") or "").split(".")
+            for n in top_level
+        ), module
 
 
 def test_the_checkpoint_store_is_a_leaf_that_reads_nothing_of_the_run():
@@ -76,8 +78,9 @@ def test_a_stored_config_is_typed_on_the_schemas(tmp_path):
 def test_the_books_are_built_once_and_live_as_long_as_the_run(tmp_path):
     from mecefo_exp.trainer import Experiment
 
-    exp = Experiment(compose_cfg([*MICRO, "failure=high", "trainer.max_steps=6", "trainer.numerics=false"]),
-                     tmp_path / "run")
+    exp = Experiment(
+        compose_cfg([*MICRO, "failure=high", "trainer.max_steps=6", "trainer.numerics=false"]), tmp_path / "run"
+    )
     books, counters = exp.books, exp.books.counters
     summary = exp.run()
     assert exp.books is books and exp.books.counters is counters
@@ -126,7 +129,9 @@ def test_machine_0_waits_for_a_relaunched_machine_even_after_its_first_launcher_
     machine0.leave()
     returned_at = time.time()
     thread.join()
-    assert second_left_at and returned_at >= second_left_at[0], "machine 0 stopped waiting before the relaunched launcher left"
+    assert second_left_at and returned_at >= second_left_at[0], (
+        "machine 0 stopped waiting before the relaunched launcher left"
+    )
 
 
 def test_a_machine_refuses_another_runs_coordination_store_and_writes_nothing_into_it(tmp_path, monkeypatch):
@@ -240,8 +245,17 @@ def test_a_replaced_process_leaves_by_itself_as_a_planned_death_and_a_heal_keeps
     monkeypatch.setattr(membership.os, "kill", lambda pid, sig: killed.append(sig))
     server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     old = _membership_of(2, [0, 0, 0], server, _QuorumOf({0: 0, 1: 0}))
-    old.load_state_dict({"live": [0, 1], "incarnation": {"0": 0, "1": 0, "2": 1}, "awaiting": {"2": 1.0},
-                         "replacing": [2], "pending": [], "leader": 0, "real": {}})
+    old.load_state_dict(
+        {
+            "live": [0, 1],
+            "incarnation": {"0": 0, "1": 0, "2": 1},
+            "awaiting": {"2": 1.0},
+            "replacing": [2],
+            "pending": [],
+            "leader": 0,
+            "real": {},
+        }
+    )
     assert old.incarnation == {0: 0, 1: 0, 2: 0}  # its own process, not the one the books want
     old._leave_if_replaced()
     assert killed == [] and not server.check(["killed/2/0"])  # nobody asked for another one yet

@@ -8,8 +8,8 @@ from omegaconf import OmegaConf
 
 from conftest import compose_cfg, read_jsonl
 from mecefo_exp.approx import LowRankProjections, approximations, is_attention_parameter
-from mecefo_exp.model import build_model
 from mecefo_exp.methods import REGISTRY
+from mecefo_exp.model import build_model
 from mecefo_exp.plan import NORMAL, Mode
 from mecefo_exp.timing import timed_model_cfg
 from mecefo_exp.timing.comm import allreduce_s, exposed_comm_s
@@ -27,8 +27,11 @@ def shape(name):
 def neighbour_mode(model, rank=64):
     proj = LowRankProjections(model, rank, 200)
     proj.refresh(0)
-    return Mode("neighbour", contributes=lambda n: not is_attention_parameter(n),
-                context=lambda m: approximations(m, True, True, proj))
+    return Mode(
+        "neighbour",
+        contributes=lambda n: not is_attention_parameter(n),
+        context=lambda m: approximations(m, True, True, proj),
+    )
 
 
 def counts_for(model, device, micro_batch, seq_len, modes, stream=None):
@@ -36,11 +39,13 @@ def counts_for(model, device, micro_batch, seq_len, modes, stream=None):
     kernels = {m.name: micro_batch_kernel(bench, m) for m in modes}
     if any(m.name == "neighbour" for m in modes):  # the neighbour's pair: two micro-batches in one pass
         from mecefo_exp.plan import Sample
+
         mode = next(m for m in modes if m.name == "neighbour")
 
         def pair():
             model.zero_grad(set_to_none=True)
             bench.run_mode([Sample(0, 0), Sample(0, 1)], mode)
+
         kernels["pair"] = pair
     return count_kernels(kernels, model)
 
@@ -81,9 +86,18 @@ def test_neighbour_pair_flops_are_what_the_mechanism_implies(capsys):
 
 
 def test_hierarchical_allreduce_matches_the_hand_worked_case():
-    hw = OmegaConf.create({"gpus_per_node": 8, "intra_node_GBps": 300.0, "inter_node_GBps": 25.0,
-                           "intra_latency_s": 5e-6, "inter_latency_s": 1e-5, "shard": "none",
-                           "overlap": True, "bucket_MB": 25.0})
+    hw = OmegaConf.create(
+        {
+            "gpus_per_node": 8,
+            "intra_node_GBps": 300.0,
+            "inter_node_GBps": 25.0,
+            "intra_latency_s": 5e-6,
+            "inter_latency_s": 1e-5,
+            "shard": "none",
+            "overlap": True,
+            "bucket_MB": 25.0,
+        }
+    )
     # 1 GB over 4 machines x 8 GPUs: 2*7/8 GB / 300 GB/s + 14 hops * 5 us + 2*3/4 GB / 25 GB/s + 6 hops * 10 us
     hand = 0.0058333333 + 7e-5 + 0.06 + 6e-5
     assert allreduce_s(1e9, 32, hw) == pytest.approx(hand, rel=1e-8)
@@ -123,6 +137,7 @@ def test_training_batches_take_the_no_mask_path():
     def spy(**kwargs):
         seen.append(original(**kwargs))
         return seen[-1]
+
     llama.create_causal_mask = spy
     try:
         model(input_ids=torch.randint(0, 512, (3, 32)))
@@ -141,9 +156,20 @@ def test_7b_fp32_replicas_do_not_fit_in_80_GB():
 
 
 def test_7b_run_reports_it_does_not_fit(run_exp):
-    summary, _ = run_exp("model=llama_7b", "hardware=a100_32", "hardware.compute_dtype=fp32", "trainer.numerics=false",
-                         "cluster.n_workers=32", "data.micro_batch=1", "data.seq_len=256", "trainer.max_steps=3",
-                         "method=checkpoint", "failure=none", "trainer.progress=none", micro=False)
+    summary, _ = run_exp(
+        "model=llama_7b",
+        "hardware=a100_32",
+        "hardware.compute_dtype=fp32",
+        "trainer.numerics=false",
+        "cluster.n_workers=32",
+        "data.micro_batch=1",
+        "data.seq_len=256",
+        "trainer.max_steps=3",
+        "method=checkpoint",
+        "failure=none",
+        "trainer.progress=none",
+        micro=False,
+    )
     assert summary["status"] == "ok" and summary["numerics"] is False
     assert summary["memory"]["fits"] == {"normal": False, "naive": False}
     assert summary["clock"]["efficiency_source"].startswith("calibrated")
@@ -158,8 +184,9 @@ def test_numerics_free_run_walks_the_same_clock(run_exp, method):
     free, free_dir = run_exp(*common, "trainer.numerics=false", "trainer.event_driven=false")  # a row per step
     rows = read_jsonl(full_dir / "metrics.jsonl")
     rows_free = read_jsonl(free_dir / "metrics.jsonl")
-    assert [(r["step"], r["sim_time_s"], r["step_cost_s"]) for r in rows] == \
-        [(r["step"], r["sim_time_s"], r["step_cost_s"]) for r in rows_free]
+    assert [(r["step"], r["sim_time_s"], r["step_cost_s"]) for r in rows] == [
+        (r["step"], r["sim_time_s"], r["step_cost_s"]) for r in rows_free
+    ]
     assert all("loss" not in r for r in rows_free) and all(math.isfinite(r["loss"]) for r in rows)
     strip = lambda ev: [(e["sim_time_s"], e["step"], e["kind"], e["worker"]) for e in ev]  # noqa: E731
     assert strip(read_jsonl(full_dir / "events.jsonl")) == strip(read_jsonl(free_dir / "events.jsonl"))
@@ -168,14 +195,17 @@ def test_numerics_free_run_walks_the_same_clock(run_exp, method):
     assert full["failures"] > 0 and free["final_val_ppl"] is None and free["numerics"] is False
 
 
-@pytest.mark.parametrize("overrides, words", [
-    (["trainer.numerics=false", "hardware=measured"], "measuring this machine needs the model's numerics"),
-    (["hardware=measured", "hardware.timing_model=llama_1b"], "a measured profile times the run's own model"),
-    (["hardware.timing_model=llama_2b"], "allowed: llama_130m"),
-    (["trainer.numerics=false", "resume=true"], "keeps no checkpoints"),
-    (["hardware.shard=zero3"], "allowed: none, optimizer, gradients, full"),
-    (["failure.unit_gpus=3"], "must be >= 1 and divide cluster.n_workers=8"),
-])
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (["trainer.numerics=false", "hardware=measured"], "measuring this machine needs the model's numerics"),
+        (["hardware=measured", "hardware.timing_model=llama_1b"], "a measured profile times the run's own model"),
+        (["hardware.timing_model=llama_2b"], "allowed: llama_130m"),
+        (["trainer.numerics=false", "resume=true"], "keeps no checkpoints"),
+        (["hardware.shard=zero3"], "allowed: none, optimizer, gradients, full"),
+        (["failure.unit_gpus=3"], "must be >= 1 and divide cluster.n_workers=8"),
+    ],
+)
 def test_bad_clock_settings_are_one_line_errors(overrides, words):
     from mecefo_exp.config import ConfigError, validate
 

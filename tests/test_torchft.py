@@ -26,8 +26,15 @@ TRACE = "time,worker,event\n3.5,2,fail\n8.5,2,recover\n"  # in steps: worker 2 d
 
 def torchft_cmd(run_dir, *overrides):
     micro = [o for o in MICRO if not o.startswith("cluster.n_workers")]
-    return [sys.executable, "run.py", "cluster=torchft", f"cluster.n_workers={WORKERS}", *micro, *overrides,
-            f"hydra.run.dir={run_dir}"]
+    return [
+        sys.executable,
+        "run.py",
+        "cluster=torchft",
+        f"cluster.n_workers={WORKERS}",
+        *micro,
+        *overrides,
+        f"hydra.run.dir={run_dir}",
+    ]
 
 
 def env():
@@ -63,7 +70,7 @@ def rows_so_far(path: Path):
         text = path.read_text()
     except FileNotFoundError:
         return []
-    return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines() if line.strip()]
+    return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines() if line.strip()]
 
 
 #: per-step losses of a long torchft run against the simulated tier: gloo adds the gradients in
@@ -101,12 +108,24 @@ def test_a_real_sigkill_matches_the_simulated_tier(method, covers, run_exp, fixe
     trace = tmp_path / "one.csv"
     trace.write_text(TRACE)
     prof = fixed_profile(MECEFO_RANK_8)
-    common = ["trainer.threads=1", f"method={method}", "failure=trace", "failure.unit=steps", f"failure.path={trace}",
-              f"cluster.profile={prof}"] + (["method.rank=8"] if method == "mecefo" else [])
+    common = [
+        "trainer.threads=1",
+        f"method={method}",
+        "failure=trace",
+        "failure.unit=steps",
+        f"failure.path={trace}",
+        f"cluster.profile={prof}",
+    ] + (["method.rank=8"] if method == "mecefo" else [])
     simulated, local = run_exp(*common, f"cluster.n_workers={WORKERS}")
     run_dir = tmp_path / "ft"
-    out = subprocess.run(torchft_cmd(run_dir, *common, "failure.kill=true"), cwd=ROOT, capture_output=True, text=True,
-                         timeout=240, env=env())
+    out = subprocess.run(
+        torchft_cmd(run_dir, *common, "failure.kill=true"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env(),
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
 
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -133,11 +152,19 @@ def test_without_kills_every_process_stays_up_and_the_trace_masks_the_failed_wor
     """failure.kill=false on torchft: the simulated membership (as on torchrun), real collectives."""
     trace = tmp_path / "one.csv"
     trace.write_text(TRACE)
-    common = ["trainer.threads=1", "method=oobleck", "failure=trace", "failure.unit=steps", f"failure.path={trace}",
-              f"cluster.profile={fixed_profile()}"]
+    common = [
+        "trainer.threads=1",
+        "method=oobleck",
+        "failure=trace",
+        "failure.unit=steps",
+        f"failure.path={trace}",
+        f"cluster.profile={fixed_profile()}",
+    ]
     _, local = run_exp(*common, f"cluster.n_workers={WORKERS}")
     run_dir = tmp_path / "ft"
-    out = subprocess.run(torchft_cmd(run_dir, *common), cwd=ROOT, capture_output=True, text=True, timeout=240, env=env())
+    out = subprocess.run(
+        torchft_cmd(run_dir, *common), cwd=ROOT, capture_output=True, text=True, timeout=240, env=env()
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     ft = json.loads((run_dir / "summary.json").read_text())["torchft"]
     assert ft["membership"] == "trace" and ft["processes_started"] == {"0": 1, "1": 1, "2": 1} and not ft["failures"]
@@ -151,12 +178,25 @@ def test_the_record_writer_dies_and_spares_replace_workers_under_a_rollback_meth
     on, each spare heals from a live peer, and the losses are the simulated tier's."""
     trace = tmp_path / "two.csv"
     trace.write_text("time,worker,event\n2.5,0,fail\n4.5,1,fail\n7.5,0,recover\n9.5,1,recover\n")
-    common = ["trainer.threads=1", "method=baft", "failure=trace", "failure.unit=steps", f"failure.path={trace}",
-              f"cluster.profile={fixed_profile()}", "cluster.n_workers=4"]
+    common = [
+        "trainer.threads=1",
+        "method=baft",
+        "failure=trace",
+        "failure.unit=steps",
+        f"failure.path={trace}",
+        f"cluster.profile={fixed_profile()}",
+        "cluster.n_workers=4",
+    ]
     simulated, local = run_exp(*common)
     run_dir = tmp_path / "ft"
-    out = subprocess.run(torchft_cmd(run_dir, *common, "failure.kill=true"), cwd=ROOT, capture_output=True, text=True,
-                         timeout=240, env=env())
+    out = subprocess.run(
+        torchft_cmd(run_dir, *common, "failure.kill=true"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env(),
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["torchft"]["processes_started"] == {"0": 2, "1": 2, "2": 1, "3": 1}
@@ -170,9 +210,13 @@ def test_the_record_writer_dies_and_spares_replace_workers_under_a_rollback_meth
 
 def start_and_wait(run_dir, steps, *overrides):
     """A failure-free torchft run in the background, once it has logged `steps` steps: (launcher, worker pids)."""
-    launcher = subprocess.Popen(torchft_cmd(run_dir, "trainer.threads=1", "failure=none", "trainer.eval_every=0",
-                                            *overrides), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                env=env())
+    launcher = subprocess.Popen(
+        torchft_cmd(run_dir, "trainer.threads=1", "failure=none", "trainer.eval_every=0", *overrides),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env(),
+    )
     deadline = time.time() + 180
     while time.time() < deadline and launcher.poll() is None and steps_done(run_dir) < steps:
         time.sleep(0.2)
@@ -271,7 +315,7 @@ def listening_addresses(pids):
             hex_addr, hex_port = fields[1].split(":")
             raw = bytes.fromhex(hex_addr)
             # the kernel writes each 32-bit word in host (little-endian) order
-            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
             found.append((socket.inet_ntop(socket.AF_INET if width == 8 else socket.AF_INET6, raw), int(hex_port, 16)))
     return found
 
@@ -354,16 +398,30 @@ def two_machines(tmp_path, fixed_profile, method: str, steps: int):
     arguments, the run folder, the logs folder, a starter of machine m's launcher (its attempt-th
     start logs to machine<m>-<attempt>.log) and the coordination store's port."""
     prof = fixed_profile(MECEFO_RANK_8)
-    common = ["trainer.threads=1", f"method={method}", f"trainer.max_steps={steps}", "trainer.eval_every=0",
-              f"cluster.profile={prof}", "cluster.n_workers=4", "data.micro_batch=8", "data.seq_len=64"] + (
-                  ["method.rank=8"] if method == "mecefo" else [])
+    common = [
+        "trainer.threads=1",
+        f"method={method}",
+        f"trainer.max_steps={steps}",
+        "trainer.eval_every=0",
+        f"cluster.profile={prof}",
+        "cluster.n_workers=4",
+        "data.micro_batch=8",
+        "data.seq_len=64",
+    ] + (["method.rank=8"] if method == "mecefo" else [])
     run_dir, port = tmp_path / "ft", free_port()
     logs = tmp_path / "logs"
     logs.mkdir()
 
     def machine(m: int, attempt: int = 0, restart_timeout_s: float = 300.0):
-        cmd = torchft_cmd(run_dir, *common, "failure=none", "cluster.machines=2", f"cluster.machine_rank={m}",
-                          f"cluster.coordinator=127.0.0.1:{port}", f"cluster.restart_timeout_s={restart_timeout_s}")
+        cmd = torchft_cmd(
+            run_dir,
+            *common,
+            "failure=none",
+            "cluster.machines=2",
+            f"cluster.machine_rank={m}",
+            f"cluster.coordinator=127.0.0.1:{port}",
+            f"cluster.restart_timeout_s={restart_timeout_s}",
+        )
         out = open(logs / f"machine{m}-{attempt}.log", "w")
         return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env())
 
@@ -444,8 +502,12 @@ def test_a_machine_that_never_joins_is_named_by_machine_0_within_seconds(tmp_pat
         return None if line is None else datetime.datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f")
 
     try:
-        wait_until(lambda: "machine 1 has not announced itself" in (logs / "machine0-0.log").read_text(),
-                   "machine 0 naming machine 1", first, 120)
+        wait_until(
+            lambda: "machine 1 has not announced itself" in (logs / "machine0-0.log").read_text(),
+            "machine 0 naming machine 1",
+            first,
+            120,
+        )
         # counted from its launcher's start (which took 20 s of imports on a loaded machine), not the test's
         text = (logs / "machine0-0.log").read_text()
         up, named = logged_at(text, "coordination store"), logged_at(text, "machine 1 has not announced itself")
@@ -466,7 +528,8 @@ def test_a_machine_that_never_joins_is_named_by_machine_0_within_seconds(tmp_pat
 
 @pytest.mark.parametrize("method", ["mecefo", "oobleck"])
 def test_two_machines_one_killed_with_its_launcher_go_on_in_place_and_match_the_simulated_tier(
-        method, run_exp, fixed_profile, tmp_path):
+    method, run_exp, fixed_profile, tmp_path
+):
     """Two launchers on this host stand in for two machines of two workers each (the run folder
     stands in for a shared file system). Machine 1 dies whole: its launcher and both of its
     workers are SIGKILLed at once. Machine 0's workers go on in place (no job restart) with a
@@ -511,12 +574,17 @@ def test_two_machines_one_killed_with_its_launcher_go_on_in_place_and_match_the_
     assert min(r["step"] for r in recs.values()) >= fails[0]["step"] + 5  # they went on without machine 1
 
     detection = fails[0]["detected_at"] - killed_at
-    print(f"\n{method}: machine failure detected {detection:.2f} s after the SIGKILL (load average "
-          f"{os.getloadavg()[0]:.1f}); failure -> rejoined (launcher started again after "
-          f"{restarted_at - killed_at:.2f} s) " + "; ".join(
-              f"worker {w}: {r['requested_to_rejoined_s']:.2f} s, of which process start -> Manager up "
-              f"{r['process_start_to_ready_s']:.2f} s, quorum + heal {r['heal_s']:.3f} s, "
-              f"{r['state_bytes'] / 1e6:.2f} MB" for w, r in sorted(recs.items())))
+    print(
+        f"\n{method}: machine failure detected {detection:.2f} s after the SIGKILL (load average "
+        f"{os.getloadavg()[0]:.1f}); failure -> rejoined (launcher started again after "
+        f"{restarted_at - killed_at:.2f} s) "
+        + "; ".join(
+            f"worker {w}: {r['requested_to_rejoined_s']:.2f} s, of which process start -> Manager up "
+            f"{r['process_start_to_ready_s']:.2f} s, quorum + heal {r['heal_s']:.3f} s, "
+            f"{r['state_bytes'] / 1e6:.2f} MB"
+            for w, r in sorted(recs.items())
+        )
+    )
     assert 0 < detection < 30
 
     # the same failure on the simulated tier: both workers fail at the boundary the survivors saw
@@ -532,8 +600,9 @@ def test_two_machines_one_killed_with_its_launcher_go_on_in_place_and_match_the_
     simulated, local = run_exp(*common, "failure=trace", "failure.unit=seconds", f"failure.path={trace}")
     # the same events at the same steps (within a step the simulated tier logs both recoveries
     # before the method's reactions, torchft each recovery with its reaction)
-    same = lambda rows: sorted((e["step"], e["kind"], e["worker"]) for e in rows
-                               if e["kind"] not in ("checkpoint", "uncommitted"))
+    same = lambda rows: sorted(
+        (e["step"], e["kind"], e["worker"]) for e in rows if e["kind"] not in ("checkpoint", "uncommitted")
+    )
     assert same(events) == same(read_jsonl(local / "events.jsonl"))
     # 200 steps of gloo's sums against the simulated tier's (LONG_RUN_REL)
     assert_same_losses(run_dir, local, summary, simulated, rel=long_run_rel(common))
@@ -551,11 +620,23 @@ def test_a_failing_worker_on_one_machine_ends_the_run_on_every_machine(tmp_path)
     logs.mkdir()
     launchers = []
     for m in (0, 1):
-        cmd = torchft_cmd(run_dir, "trainer.threads=1", "failure=none", "trainer.eval_every=0", "method=mecefo",
-                          "trainer.max_steps=5000", "cluster.n_workers=4", "cluster.machines=2",
-                          f"cluster.machine_rank={m}", f"cluster.coordinator=127.0.0.1:{port}")
-        launchers.append(subprocess.Popen(cmd, cwd=ROOT, stdout=open(logs / f"machine{m}.log", "w"),
-                                          stderr=subprocess.STDOUT, env=env()))
+        cmd = torchft_cmd(
+            run_dir,
+            "trainer.threads=1",
+            "failure=none",
+            "trainer.eval_every=0",
+            "method=mecefo",
+            "trainer.max_steps=5000",
+            "cluster.n_workers=4",
+            "cluster.machines=2",
+            f"cluster.machine_rank={m}",
+            f"cluster.coordinator=127.0.0.1:{port}",
+        )
+        launchers.append(
+            subprocess.Popen(
+                cmd, cwd=ROOT, stdout=open(logs / f"machine{m}.log", "w"), stderr=subprocess.STDOUT, env=env()
+            )
+        )
     try:
         wait_for_steps(run_dir, 3, launchers)
         victim = next(pid for pid in children(launchers[1].pid) if worker_of(pid) == 3)
@@ -585,8 +666,15 @@ def test_a_second_run_given_the_same_coordinator_is_refused_and_the_first_goes_o
     run_a, run_b = tmp_path / "A", tmp_path / "B"
 
     def start(run_dir, name, *overrides):
-        cmd = torchft_cmd(run_dir, "trainer.threads=1", "failure=none", "trainer.eval_every=0", "method=mecefo",
-                          f"cluster.coordinator=127.0.0.1:{port}", *overrides)
+        cmd = torchft_cmd(
+            run_dir,
+            "trainer.threads=1",
+            "failure=none",
+            "trainer.eval_every=0",
+            "method=mecefo",
+            f"cluster.coordinator=127.0.0.1:{port}",
+            *overrides,
+        )
         return subprocess.Popen(cmd, cwd=ROOT, stdout=open(logs / name, "w"), stderr=subprocess.STDOUT, env=env())
 
     # A: one machine of two workers, long enough to outlast B's two launchers' start (~20 steps/s here)
@@ -603,8 +691,10 @@ def test_a_second_run_given_the_same_coordinator_is_refused_and_the_first_goes_o
         b1 = start(run_b, "B1.log", *b, "cluster.machine_rank=1")
         assert b1.wait(timeout=120) != 0, (logs / "B1.log").read_text()[-3000:]
         assert a.poll() is None, "run A ended before B's machine 1 met its store: the test proves nothing"
-        print(f"\nB's two launchers: {time.time() - started:.1f} s from start to refusal, A at step "
-              f"{steps_done(run_a)} of 1500 by then (load average {os.getloadavg()[0]:.1f})")
+        print(
+            f"\nB's two launchers: {time.time() - started:.1f} s from start to refusal, A at step "
+            f"{steps_done(run_a)} of 1500 by then (load average {os.getloadavg()[0]:.1f})"
+        )
         out = (logs / "B1.log").read_text()
         said = [ln for ln in out.splitlines() if "belongs to another run" in ln]
         assert len(said) == 1 and str(run_a) in said[0] and "Traceback" not in out, out[-3000:]
@@ -639,10 +729,22 @@ def test_two_machines_bound_to_a_network_address_listen_there_only(tmp_path):
         port = s.getsockname()[1]
     launchers = []
     for m in (0, 1):
-        cmd = torchft_cmd(run_dir, "trainer.threads=1", "failure=none", "trainer.eval_every=0", "method=mecefo",
-                          "trainer.max_steps=60", "cluster.n_workers=4", "cluster.machines=2",
-                          f"cluster.machine_rank={m}", f"cluster.coordinator={address}:{port}", f"cluster.bind={address}")
-        launchers.append(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env()))
+        cmd = torchft_cmd(
+            run_dir,
+            "trainer.threads=1",
+            "failure=none",
+            "trainer.eval_every=0",
+            "method=mecefo",
+            "trainer.max_steps=60",
+            "cluster.n_workers=4",
+            "cluster.machines=2",
+            f"cluster.machine_rank={m}",
+            f"cluster.coordinator={address}:{port}",
+            f"cluster.bind={address}",
+        )
+        launchers.append(
+            subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env())
+        )
     try:
         wait_for_steps(run_dir, 3, launchers)
         pids = [p.pid for p in launchers] + [c for p in launchers for c in children(p.pid)]
@@ -658,7 +760,6 @@ def test_two_machines_bound_to_a_network_address_listen_there_only(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["torchft"]["lighthouse"].startswith(f"http://{address}:")
     assert not worker_processes(run_dir)
-
 
 
 def _ring_member(rank: int, port: int, timeout_s: float, results):
@@ -735,8 +836,11 @@ def same_events_and_losses_as_the_simulated_tier(run_dir, tmp_path, run_exp, com
     """The run's failures replayed on the simulated tier: the same membership events at the same
     steps (a lost replacement has no counterpart there) and the same losses within gloo's sums."""
     simulated, local = replay_on_the_simulated_tier(run_dir, tmp_path, run_exp, common)
-    same = lambda rows: sorted((e["step"], e["kind"], e["worker"]) for e in rows
-                               if e["kind"] not in ("checkpoint", "uncommitted", "restart_lost"))
+    same = lambda rows: sorted(
+        (e["step"], e["kind"], e["worker"])
+        for e in rows
+        if e["kind"] not in ("checkpoint", "uncommitted", "restart_lost")
+    )
     assert same(events) == same(read_jsonl(local / "events.jsonl"))
     assert_same_losses(run_dir, local, summary, simulated, rel=long_run_rel(common))
 
@@ -767,27 +871,46 @@ def test_a_kill_a_kill_of_its_replacement_and_a_hung_worker_are_all_survived(run
     The run ends ok with every worker back, the lost replacement on record, and the losses of the
     simulated tier with the same failures."""
     prof = fixed_profile(MECEFO_RANK_8)
-    common = ["trainer.threads=1", "method=mecefo", "method.rank=8", "trainer.max_steps=420", "trainer.eval_every=0",
-              f"cluster.profile={prof}", f"cluster.n_workers={WORKERS}", "data.micro_batch=8", "data.seq_len=64"]
+    common = [
+        "trainer.threads=1",
+        "method=mecefo",
+        "method.rank=8",
+        "trainer.max_steps=420",
+        "trainer.eval_every=0",
+        f"cluster.profile={prof}",
+        f"cluster.n_workers={WORKERS}",
+        "data.micro_batch=8",
+        "data.seq_len=64",
+    ]
     run_dir = tmp_path / "ft"
     # a stopped worker holds its collective open: the survivors give up on it after quorum_timeout_s
-    launcher = subprocess.Popen(torchft_cmd(run_dir, *common, "failure=none", "cluster.quorum_timeout_s=20",
-                                            "cluster.join_timeout_ms=5000"),
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env())
+    launcher = subprocess.Popen(
+        torchft_cmd(run_dir, *common, "failure=none", "cluster.quorum_timeout_s=20", "cluster.join_timeout_ms=5000"),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env(),
+    )
     stopped = None
     try:
         wait_until(lambda: steps_done(run_dir) >= 20, "20 steps", launcher, 180)
         (first,) = processes_of_worker(run_dir, 1)
         os.kill(first, signal.SIGKILL)
-        wait_until(lambda: [p for p in processes_of_worker(run_dir, 1) if p != first], "worker 1's replacement",
-                   launcher)
+        wait_until(
+            lambda: [p for p in processes_of_worker(run_dir, 1) if p != first], "worker 1's replacement", launcher
+        )
         (second,) = [p for p in processes_of_worker(run_dir, 1) if p != first]
         # while it starts (imports, model, Manager): before any quorum could take it in. Killed
         # the moment one takes it in, the survivors can be apart for several quorum timeouts
         # (test_torchft_membership.py has that case; docs/TORCHFT.md, "Real faults on torchft")
         os.kill(second, signal.SIGKILL)
-        wait_until(lambda: any(e["kind"] == "recover" and e["worker"] == 1 for e in rows_so_far(run_dir / "events.jsonl")),
-                   "worker 1 back", launcher, 180)
+        wait_until(
+            lambda: any(e["kind"] == "recover" and e["worker"] == 1 for e in rows_so_far(run_dir / "events.jsonl")),
+            "worker 1 back",
+            launcher,
+            180,
+        )
         at = steps_done(run_dir)
         wait_until(lambda: steps_done(run_dir) >= at + 10, "10 more steps", launcher, 60)
         (stopped,) = processes_of_worker(run_dir, 2)
@@ -811,11 +934,15 @@ def test_a_kill_a_kill_of_its_replacement_and_a_hung_worker_are_all_survived(run
     assert sorted(r["worker"] for r in ft["recoveries"]) == [1, 2]
     events = read_jsonl(run_dir / "events.jsonl")
     assert [(e["kind"], e["worker"]) for e in events if e["kind"] in ("fail", "recover", "restart_lost")] == [
-        ("fail", 1), ("restart_lost", 1), ("recover", 1), ("fail", 2), ("recover", 2)]
+        ("fail", 1),
+        ("restart_lost", 1),
+        ("recover", 1),
+        ("fail", 2),
+        ("recover", 2),
+    ]
     assert not worker_processes(run_dir) and lighthouse_is_gone(ft["lighthouse"])
 
     same_events_and_losses_as_the_simulated_tier(run_dir, tmp_path, run_exp, common, summary, events)
-
 
 
 def test_a_hung_worker_that_comes_back_after_it_was_replaced_leaves_and_its_replacement_heals(tmp_path):
@@ -827,17 +954,35 @@ def test_a_hung_worker_that_comes_back_after_it_was_replaced_leaves_and_its_repl
     ends ok."""
     run_dir = tmp_path / "ft"
     # 1200 steps: the replacement (imports, model, Manager) must heal before the survivors finish
-    launcher = subprocess.Popen(torchft_cmd(run_dir, "trainer.threads=1", "failure=none", "trainer.eval_every=0",
-                                            "method=mecefo", "trainer.max_steps=1200", "cluster.quorum_timeout_s=15",
-                                            "cluster.join_timeout_ms=5000", "cluster.restart_timeout_s=90"),
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env())
+    launcher = subprocess.Popen(
+        torchft_cmd(
+            run_dir,
+            "trainer.threads=1",
+            "failure=none",
+            "trainer.eval_every=0",
+            "method=mecefo",
+            "trainer.max_steps=1200",
+            "cluster.quorum_timeout_s=15",
+            "cluster.join_timeout_ms=5000",
+            "cluster.restart_timeout_s=90",
+        ),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env(),
+    )
     stopped = None
     try:
         wait_until(lambda: steps_done(run_dir) >= 20, "20 steps", launcher, 180)
         (stopped,) = processes_of_worker(run_dir, 2)
         os.kill(stopped, signal.SIGSTOP)
-        wait_until(lambda: any(e["kind"] == "fail" for e in rows_so_far(run_dir / "events.jsonl")),
-                   "the survivors giving up on worker 2", launcher, 120)
+        wait_until(
+            lambda: any(e["kind"] == "fail" for e in rows_so_far(run_dir / "events.jsonl")),
+            "the survivors giving up on worker 2",
+            launcher,
+            120,
+        )
         os.kill(stopped, signal.SIGCONT)  # before its launcher would take it for hung and kill it
         out, _ = launcher.communicate(timeout=300)
     finally:
@@ -852,7 +997,9 @@ def test_a_hung_worker_that_comes_back_after_it_was_replaced_leaves_and_its_repl
     assert ft["processes_started"] == {"0": 1, "1": 1, "2": 2}
     assert [(f["worker"], f["unplanned"]) for f in ft["failures"]] == [(2, True)]
     assert [(r["worker"], r["unplanned"]) for r in ft["recoveries"]] == [(2, True)] and not ft["restarts_lost"]
-    events = [(e["kind"], e["worker"]) for e in read_jsonl(run_dir / "events.jsonl") if e["kind"] in ("fail", "recover")]
+    events = [
+        (e["kind"], e["worker"]) for e in read_jsonl(run_dir / "events.jsonl") if e["kind"] in ("fail", "recover")
+    ]
     assert events == [("fail", 2), ("recover", 2)]
     # the old process saw it was replaced and left (its launcher would have killed it after 10 s)
     assert "was replaced while it was out of the quorum" in (run_dir / "torchft" / "worker-2.log").read_text()

@@ -148,8 +148,10 @@ def test_a_machine_whose_run_folder_is_not_machine_0s_is_one_line(tmp_path):
     launcher = object.__new__(Launcher)
     launcher.machine, launcher.run_dir = 1, tmp_path / "ft"
     launcher.cfg = OmegaConf.create({"cluster": {"machine_rank": 1}})
-    with pytest.raises(ConfigError, match="machine 1: .*config.yaml.* is not there: every machine must see the run "
-                                          "folder machine 0 writes") as e:
+    with pytest.raises(
+        ConfigError,
+        match="machine 1: .*config.yaml.* is not there: every machine must see the run folder machine 0 writes",
+    ) as e:
         launcher._check_same_settings()
     assert "\n" not in str(e.value)
 

@@ -14,8 +14,17 @@ pytestmark = pytest.mark.skipif(TORCHRUN is None, reason="torchrun not installed
 
 
 def torchrun(run_dir, *overrides, nproc=2, extra_args=(), timeout=240):
-    cmd = [TORCHRUN, f"--nproc-per-node={nproc}", "--standalone", *extra_args, "run.py", "cluster=torchrun",
-           *[o for o in MICRO if not o.startswith("cluster.n_workers")], *overrides, f"hydra.run.dir={run_dir}"]
+    cmd = [
+        TORCHRUN,
+        f"--nproc-per-node={nproc}",
+        "--standalone",
+        *extra_args,
+        "run.py",
+        "cluster=torchrun",
+        *[o for o in MICRO if not o.startswith("cluster.n_workers")],
+        *overrides,
+        f"hydra.run.dir={run_dir}",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -44,8 +53,15 @@ def test_mecefo_under_a_forced_failure_matches_simulated_tier(run_exp, fixed_pro
     trace = tmp_path / "one.csv"
     trace.write_text("time,worker,event\n3.5,1,fail\n8.5,1,recover\n")
     prof = fixed_profile(MECEFO_RANK_8)
-    common = ["trainer.threads=1", "method=mecefo", "method.rank=8", "failure=trace", "failure.unit=steps", f"failure.path={trace}",
-              f"cluster.profile={prof}"]
+    common = [
+        "trainer.threads=1",
+        "method=mecefo",
+        "method.rank=8",
+        "failure=trace",
+        "failure.unit=steps",
+        f"failure.path={trace}",
+        f"cluster.profile={prof}",
+    ]
     summary, local = run_exp(*common, "cluster.n_workers=2")
     torchrun(tmp_path / "tr", *common)
     assert summary["degraded_steps"] > 0
@@ -62,8 +78,14 @@ def test_mecefo_on_torchrun_drifts_no_more_than_an_exact_method(run_exp, fixed_p
     prof = fixed_profile(MECEFO_RANK_8)
     gaps = {}
     for method in ("mecefo", "checkpoint"):
-        common = ["trainer.threads=1", f"method={method}", "failure=high", "trainer.max_steps=100",
-                  "trainer.eval_every=0", f"cluster.profile={prof}"] + (["method.rank=8"] if method == "mecefo" else [])
+        common = [
+            "trainer.threads=1",
+            f"method={method}",
+            "failure=high",
+            "trainer.max_steps=100",
+            "trainer.eval_every=0",
+            f"cluster.profile={prof}",
+        ] + (["method.rank=8"] if method == "mecefo" else [])
         summary, local = run_exp(*common, "cluster.n_workers=4")
         torchrun(tmp_path / f"tr_{method}", *common, nproc=4, timeout=600)
         la, lb = losses_by_step(local), losses_by_step(tmp_path / f"tr_{method}")
@@ -80,16 +102,29 @@ def rendezvous_store():
 
     import torch.distributed as dist
 
-    return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                         timeout=datetime.timedelta(seconds=300))
+    return dist.TCPStore(
+        "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=300)
+    )
 
 
 def two_machines(run_dir, port, *overrides, run_id="job"):
     """Two torchrun agents on this host standing in for two machines of two ranks each (c10d
     rendezvous on a local endpoint); the run folder and .cache/ stand in for a shared file system."""
-    cmd = [TORCHRUN, "--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
-           "--rdzv-conf=is_host=false", f"--rdzv-id={run_id}", "--max-restarts=2", "run.py", "cluster=torchrun",
-           *[o for o in MICRO if not o.startswith("cluster.n_workers")], *overrides, f"hydra.run.dir={run_dir}"]
+    cmd = [
+        TORCHRUN,
+        "--nnodes=2",
+        "--nproc-per-node=2",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{port}",
+        "--rdzv-conf=is_host=false",
+        f"--rdzv-id={run_id}",
+        "--max-restarts=2",
+        "run.py",
+        "cluster=torchrun",
+        *[o for o in MICRO if not o.startswith("cluster.n_workers")],
+        *overrides,
+        f"hydra.run.dir={run_dir}",
+    ]
     # a replaced machine's agent cannot join a shared rendezvous store's later round (docs/DESIGN.md)
     env = dict(os.environ, OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
     return lambda: subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -140,8 +175,15 @@ def test_two_machines_match_the_simulated_tier_and_survive_one_machine_killed(ru
     import time
 
     prof = fixed_profile()
-    common = ["trainer.threads=1", "method=checkpoint", "method.interval=3", "failure=none", "trainer.max_steps=200",
-              "trainer.eval_every=100", f"cluster.profile={prof}"]
+    common = [
+        "trainer.threads=1",
+        "method=checkpoint",
+        "method.interval=3",
+        "failure=none",
+        "trainer.max_steps=200",
+        "trainer.eval_every=100",
+        f"cluster.profile={prof}",
+    ]
     _, local = run_exp(*common, "cluster.n_workers=4")
 
     store = rendezvous_store()
@@ -178,11 +220,9 @@ def test_two_machines_match_the_simulated_tier_and_survive_one_machine_killed(ru
     assert losses_by_step(run_dir) == losses_by_step(tmp_path / "free")  # the same tier: bit for bit
 
 
-
 @pytest.mark.slow  # ~20 s each: two 2-rank agents, the first killed
 @pytest.mark.parametrize("shared", [True, False], ids=["shared_store", "recipe"])
-def test_when_the_rendezvous_host_dies_the_other_machine_closes_the_record_in_one_line(shared, fixed_profile,
-                                                                                       tmp_path):
+def test_when_the_rendezvous_host_dies_the_other_machine_closes_the_record_in_one_line(shared, fixed_profile, tmp_path):
     """c10d rendezvous: the first agent hosts the rendezvous store and gets ranks 0 and 1 (rank 0
     writes the record). That machine dies whole. The other machine's ranks fail; its first rank,
     finding the ranks' store gone (the rendezvous store, or with scripts/sbatch_torchrun.sh's
@@ -196,16 +236,35 @@ def test_when_the_rendezvous_host_dies_the_other_machine_closes_the_record_in_on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     run_dir = tmp_path / "tr"
-    common = ["trainer.threads=1", "method=checkpoint", "method.interval=3", "failure=none", "trainer.max_steps=5000",
-              "trainer.eval_every=0", f"cluster.profile={fixed_profile()}"]
-    cmd = [TORCHRUN, "--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
-           "--rdzv-id=job", "--max-restarts=2", "run.py", "cluster=torchrun",
-           *[o for o in MICRO if not o.startswith("cluster.n_workers")], *common, f"hydra.run.dir={run_dir}"]
+    common = [
+        "trainer.threads=1",
+        "method=checkpoint",
+        "method.interval=3",
+        "failure=none",
+        "trainer.max_steps=5000",
+        "trainer.eval_every=0",
+        f"cluster.profile={fixed_profile()}",
+    ]
+    cmd = [
+        TORCHRUN,
+        "--nnodes=2",
+        "--nproc-per-node=2",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{port}",
+        "--rdzv-id=job",
+        "--max-restarts=2",
+        "run.py",
+        "cluster=torchrun",
+        *[o for o in MICRO if not o.startswith("cluster.n_workers")],
+        *common,
+        f"hydra.run.dir={run_dir}",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     if not shared:  # what scripts/sbatch_torchrun.sh exports
         env.update(TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", TORCH_CPP_LOG_LEVEL="ERROR")
-    start = lambda: subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True)
+    start = lambda: subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     host = start()
     deadline = time.time() + 60
     while time.time() < deadline:  # the first agent to bind the endpoint hosts the store (and gets ranks 0, 1)
@@ -233,8 +292,14 @@ def test_when_the_rendezvous_host_dies_the_other_machine_closes_the_record_in_on
     # ranks 2 and 3 (one may be stopped by its agent first: one line too)
     assert 1 <= len(said) + out.count("\nstopped: ") <= 2 and said, out[-3000:]
     # no traceback of a rank: torchrun's agent reports its own end (RendezvousConnectionError)
-    ours = [ln for ln in out.splitlines() if ln.strip().startswith('File "') and "/torch/" not in ln
-            and "/bin/torchrun" not in ln and "/lib/python3" not in ln]
+    ours = [
+        ln
+        for ln in out.splitlines()
+        if ln.strip().startswith('File "')
+        and "/torch/" not in ln
+        and "/bin/torchrun" not in ln
+        and "/lib/python3" not in ln
+    ]
     assert not ours, out[-3000:]
     if not shared:
         assert "frame #" not in out, out[-3000:]

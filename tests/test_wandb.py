@@ -21,8 +21,12 @@ def _records(run_dir):
     found = glob.glob(str(run_dir / "wandb" / "offline-run-*"))
     assert len(found) == 1, found
     # wandb's own reader of its transaction log (the .wandb file); one JSON record a line
-    out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", found[0]],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", found[0]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
@@ -31,8 +35,15 @@ def test_offline_run_keeps_every_executed_step_events_group_tags_and_breakdown(r
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    summary, run_dir = run_exp("logger=wandb", "method=checkpoint", "failure=high", "method.interval=4",
-                               f"cluster.profile={fixed_profile()}", "logger.group=test-sweep", "logger.tags=[mine]")
+    summary, run_dir = run_exp(
+        "logger=wandb",
+        "method=checkpoint",
+        "failure=high",
+        "method.interval=4",
+        f"cluster.profile={fixed_profile()}",
+        "logger.group=test-sweep",
+        "logger.tags=[mine]",
+    )
     rows = read_jsonl(run_dir / "metrics.jsonl")
     assert summary["lost_steps"] > 0 and len(rows) > 12  # replays happened: the case W&B used to drop
     records = _records(run_dir)

@@ -48,8 +48,12 @@ def representatives(jobs: Sequence[Sequence[str]]) -> List[Sequence[str]]:
 
 
 class CellSweeper(BasicSweeper):
-    def __init__(self, max_batch_size: Optional[int] = None, params: Optional[dict] = None,
-                 groups: Optional[List[List[List[str]]]] = None):
+    def __init__(
+        self,
+        max_batch_size: Optional[int] = None,
+        params: Optional[dict] = None,
+        groups: Optional[List[List[List[str]]]] = None,
+    ):
         super().__init__(max_batch_size=max_batch_size, params=params)
         self.groups = [[list(cell) for cell in group] for group in (groups or [])]
 
@@ -72,7 +76,7 @@ class CellSweeper(BasicSweeper):
             per_group.append(union)
         jobs = [b + [o for part in combo for o in part] for b in base for combo in itertools.product(*per_group)]
         size = self.max_batch_size or len(jobs)
-        self.overrides = [jobs[i:i + size] for i in range(0, len(jobs), size)]
+        self.overrides = [jobs[i : i + size] for i in range(0, len(jobs), size)]
         log.info("CellSweeper: %d jobs", len(jobs))
         sweeps.plan(jobs)  # a stopped sweep lists the jobs it never started
         sweep_dir = Path(self.config.hydra.sweep.dir)

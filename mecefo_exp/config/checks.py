@@ -9,9 +9,22 @@ import math
 from typing import Any, List
 
 from ..registry import REGISTRY, method_class, tier_checks
-from .schema import (MAX_WORKERS, ClusterConfig, ConfigError, DataConfig, FailureConfig,
-                     HardwareConfig, LoggerConfig, ModelConfig, ParallelConfig, TrainerConfig, check_fields,
-                     data_parallel_size, is_hybrid)
+from .schema import (
+    MAX_WORKERS,
+    ClusterConfig,
+    ConfigError,
+    DataConfig,
+    FailureConfig,
+    HardwareConfig,
+    LoggerConfig,
+    ModelConfig,
+    ParallelConfig,
+    TrainerConfig,
+    check_fields,
+    data_parallel_size,
+    is_hybrid,
+)
+
 
 # -------------------------------------------------------------------------- validate
 def require(ok: bool, message: str) -> None:
@@ -20,8 +33,10 @@ def require(ok: bool, message: str) -> None:
 
 
 def _check_interval(key: str, value: Any) -> None:
-    require(value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1),
-           f"{key}={value!r}: expected 'auto' or a whole number of steps >= 1")
+    require(
+        value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1),
+        f"{key}={value!r}: expected 'auto' or a whole number of steps >= 1",
+    )
 
 
 def _check_finite(node: Any, prefix: str = "") -> None:
@@ -35,7 +50,7 @@ def _check_finite(node: Any, prefix: str = "") -> None:
         if isinstance(node, ListConfig):
             value, name = item, f"{prefix[:-1]}[{key}]"
         else:
-            value = (OmegaConf.select(node, key, throw_on_missing=False) if isinstance(key, str) else node[key])
+            value = OmegaConf.select(node, key, throw_on_missing=False) if isinstance(key, str) else node[key]
             name = f"{prefix}{key}"
         if isinstance(value, (DictConfig, ListConfig)):
             _check_finite(value, f"{name}.")
@@ -52,47 +67,79 @@ def validate(cfg: Any) -> None:
     """Reject values that are well typed but cannot run, with one line each."""
     _check_known_keys(cfg)
     seed = cfg.get("seed")
-    require(isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed <= MAX_SEED,
-           f"seed={seed}: must be a whole number in 0..{MAX_SEED:,} (2^32 - 1)")
+    require(
+        isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed <= MAX_SEED,
+        f"seed={seed}: must be a whole number in 0..{MAX_SEED:,} (2^32 - 1)",
+    )
     for section in ("model", "data", "method", "failure", "cluster", "hardware", "trainer"):
         _check_finite(cfg[section], f"{section}.")
     m, d, c, f, t = cfg.model, cfg.data, cfg.cluster, cfg.failure, cfg.trainer
-    for section, schema in (("model", ModelConfig), ("data", DataConfig), ("cluster", ClusterConfig),
-                            ("trainer", TrainerConfig), ("logger", LoggerConfig)):
+    for section, schema in (
+        ("model", ModelConfig),
+        ("data", DataConfig),
+        ("cluster", ClusterConfig),
+        ("trainer", TrainerConfig),
+        ("logger", LoggerConfig),
+    ):
         check_fields(cfg[section], schema, section)
     kv = m.get("num_key_value_heads")
-    require(kv is None or (kv >= 1 and m.num_attention_heads % kv == 0),
-           f"model.num_key_value_heads={kv}: must be >= 1 and divide model.num_attention_heads={m.num_attention_heads}")
-    require(m.hidden_size % m.num_attention_heads == 0,
-           f"model.hidden_size={m.hidden_size} must be divisible by model.num_attention_heads={m.num_attention_heads}")
-    require(d.seq_len <= m.max_position_embeddings,
-           f"data.seq_len={d.seq_len} exceeds model.max_position_embeddings={m.max_position_embeddings} "
-           f"of model={m.name}")
-    require(d.val_path is None or bool(d.path),
-           "data.val_path needs data.path (local training files); the hub's C4 brings its own validation split")
-    require(d.max_train_tokens >= 1 and d.max_val_tokens >= 1,
-           f"data.max_train_tokens={d.max_train_tokens}, data.max_val_tokens={d.max_val_tokens}: must be >= 1")
-    require(c.n_workers <= MAX_WORKERS,
-           f"cluster.n_workers={c.n_workers}: must be in 1..{MAX_WORKERS:,} (the largest cluster measured; a run's "
-           "memory and time grow with its failures, about 250 bytes and 20-100 us an event here)")
-    require(c.profile_repeats >= 1 and c.profile_warmup >= 0,
-           f"cluster.profile_repeats={c.profile_repeats}, profile_warmup={c.profile_warmup}: need repeats >= 1, warmup >= 0")
-    require(len(t.betas) == 2 and all(0.0 <= b < 1.0 for b in t.betas),
-           f"trainer.betas={list(t.betas)}: need two values in [0, 1)")
-    require(t.grad_accum >= 1 and d.micro_batch % t.grad_accum == 0,
-           f"trainer.grad_accum={t.grad_accum}: must be >= 1 and divide data.micro_batch={d.micro_batch} "
-           f"(each chunk is micro_batch / grad_accum sequences)")
+    require(
+        kv is None or (kv >= 1 and m.num_attention_heads % kv == 0),
+        f"model.num_key_value_heads={kv}: must be >= 1 and divide model.num_attention_heads={m.num_attention_heads}",
+    )
+    require(
+        m.hidden_size % m.num_attention_heads == 0,
+        f"model.hidden_size={m.hidden_size} must be divisible by model.num_attention_heads={m.num_attention_heads}",
+    )
+    require(
+        d.seq_len <= m.max_position_embeddings,
+        f"data.seq_len={d.seq_len} exceeds model.max_position_embeddings={m.max_position_embeddings} of model={m.name}",
+    )
+    require(
+        d.val_path is None or bool(d.path),
+        "data.val_path needs data.path (local training files); the hub's C4 brings its own validation split",
+    )
+    require(
+        d.max_train_tokens >= 1 and d.max_val_tokens >= 1,
+        f"data.max_train_tokens={d.max_train_tokens}, data.max_val_tokens={d.max_val_tokens}: must be >= 1",
+    )
+    require(
+        c.n_workers <= MAX_WORKERS,
+        f"cluster.n_workers={c.n_workers}: must be in 1..{MAX_WORKERS:,} (the largest cluster measured; a run's "
+        "memory and time grow with its failures, about 250 bytes and 20-100 us an event here)",
+    )
+    require(
+        c.profile_repeats >= 1 and c.profile_warmup >= 0,
+        f"cluster.profile_repeats={c.profile_repeats}, profile_warmup={c.profile_warmup}: need repeats >= 1, warmup >= 0",
+    )
+    require(
+        len(t.betas) == 2 and all(0.0 <= b < 1.0 for b in t.betas),
+        f"trainer.betas={list(t.betas)}: need two values in [0, 1)",
+    )
+    require(
+        t.grad_accum >= 1 and d.micro_batch % t.grad_accum == 0,
+        f"trainer.grad_accum={t.grad_accum}: must be >= 1 and divide data.micro_batch={d.micro_batch} "
+        f"(each chunk is micro_batch / grad_accum sequences)",
+    )
     _validate_hardware(cfg.hardware)
     h = cfg.hardware
     if measures_this_machine(c, h):
-        require(t.numerics, f"trainer.numerics=false with hardware={h.name}: measuring this machine needs the model's "
-                           "numerics; use a FLOP preset (hardware=cpu_ref, a100_32, h100_8) or cluster.profile=<file>")
-        require(h.timing_model is None or h.timing_model == m.name,
-               f"hardware.timing_model={h.timing_model} with hardware={h.name}: a measured profile times the run's own "
-               "model; use a FLOP preset (hardware=cpu_ref, a100_32, h100_8)")
+        require(
+            t.numerics,
+            f"trainer.numerics=false with hardware={h.name}: measuring this machine needs the model's "
+            "numerics; use a FLOP preset (hardware=cpu_ref, a100_32, h100_8) or cluster.profile=<file>",
+        )
+        require(
+            h.timing_model is None or h.timing_model == m.name,
+            f"hardware.timing_model={h.timing_model} with hardware={h.name}: a measured profile times the run's own "
+            "model; use a FLOP preset (hardware=cpu_ref, a100_32, h100_8)",
+        )
     if not t.numerics:
-        require(not cfg.resume, "resume=true with trainer.numerics=false: a numerics-free run keeps no checkpoints "
-                               "(it takes seconds: run it again)")
+        require(
+            not cfg.resume,
+            "resume=true with trainer.numerics=false: a numerics-free run keeps no checkpoints "
+            "(it takes seconds: run it again)",
+        )
         require(c.name == "local", "trainer.numerics=false runs in one process: use cluster=local")
     _validate_parallel(cfg)
     _validate_failure(f, c.n_workers)
@@ -100,15 +147,22 @@ def validate(cfg: Any) -> None:
     _validate_table_fits(cfg)
     tier_checks(c.name)(cfg)  # the settings only cluster=<name>'s tier has
     if c.name != "torchft":
-        require(c.machines == 1 and c.machine_rank == 0,
-               f"cluster.machines={c.machines}, cluster.machine_rank={c.machine_rank} with cluster={c.name}: one "
-               "launcher per machine is cluster=torchft's (torchrun across machines: torchrun --nnodes=N)")
+        require(
+            c.machines == 1 and c.machine_rank == 0,
+            f"cluster.machines={c.machines}, cluster.machine_rank={c.machine_rank} with cluster={c.name}: one "
+            "launcher per machine is cluster=torchft's (torchrun across machines: torchrun --nnodes=N)",
+        )
     if f.kill and c.name != "torchft":
-        require(c.name == "torchrun", "failure.kill=true kills real processes: it needs cluster=torchrun under torchrun "
-                                     "(method=checkpoint) or cluster=torchft (any method)")
-        require(cfg.method.name == "checkpoint",
-               f"failure.kill=true with method={cfg.method.name}: allowed only with method=checkpoint "
-               "(in-place methods keep the dead rank's work alive, which a killed process cannot)")
+        require(
+            c.name == "torchrun",
+            "failure.kill=true kills real processes: it needs cluster=torchrun under torchrun "
+            "(method=checkpoint) or cluster=torchft (any method)",
+        )
+        require(
+            cfg.method.name == "checkpoint",
+            f"failure.kill=true with method={cfg.method.name}: allowed only with method=checkpoint "
+            "(in-place methods keep the dead rank's work alive, which a killed process cannot)",
+        )
 
 
 def _validate_parallel(cfg: Any) -> None:
@@ -124,36 +178,62 @@ def _validate_parallel(cfg: Any) -> None:
     dp = data_parallel_size(cfg)
     require(p.tp * p.pp * dp == n, f"{layout}: tp x pp x dp = {p.tp * p.pp * dp} must equal cluster.n_workers={n}")
     if not is_hybrid(cfg):
-        require(p.microbatches == 1, f"parallel.microbatches={p.microbatches} with tp=pp=1: pure data parallelism runs "
-                                    "one micro-batch per worker (accumulate with trainer.grad_accum)")
+        require(
+            p.microbatches == 1,
+            f"parallel.microbatches={p.microbatches} with tp=pp=1: pure data parallelism runs "
+            "one micro-batch per worker (accumulate with trainer.grad_accum)",
+        )
         return
     kv = m.get("num_key_value_heads") or m.num_attention_heads
-    require(m.num_attention_heads % p.tp == 0 and kv % p.tp == 0,
-           f"parallel.tp={p.tp}: must divide model.num_attention_heads={m.num_attention_heads} and the key/value heads "
-           f"({kv}) of model={m.name}")
-    require(h.gpus_per_node % p.tp == 0, f"parallel.tp={p.tp}: a tensor-parallel group must fit in a node (divide "
-                                        f"hardware.gpus_per_node={h.gpus_per_node})")
+    require(
+        m.num_attention_heads % p.tp == 0 and kv % p.tp == 0,
+        f"parallel.tp={p.tp}: must divide model.num_attention_heads={m.num_attention_heads} and the key/value heads "
+        f"({kv}) of model={m.name}",
+    )
+    require(
+        h.gpus_per_node % p.tp == 0,
+        f"parallel.tp={p.tp}: a tensor-parallel group must fit in a node (divide "
+        f"hardware.gpus_per_node={h.gpus_per_node})",
+    )
     layers = m.num_hidden_layers
     if p.split == "even":
-        require(layers % p.pp == 0, f"parallel.pp={p.pp}: must divide model.num_hidden_layers={layers} (or "
-                                   "parallel.split=llama3: first and last stage one layer fewer)")
+        require(
+            layers % p.pp == 0,
+            f"parallel.pp={p.pp}: must divide model.num_hidden_layers={layers} (or "
+            "parallel.split=llama3: first and last stage one layer fewer)",
+        )
     else:
-        require(p.pp >= 2 and (layers + 2) % p.pp == 0 and (layers + 2) // p.pp >= 2,
-               f"parallel.split=llama3 with parallel.pp={p.pp}: needs pp >= 2 dividing model.num_hidden_layers + 2 = "
-               f"{layers + 2} with >= 2 layers per stage")
-    require(h.compute == "flops" and cfg.cluster.profile == "auto",
-           f"{layout} with hardware.compute={h.compute}: the hybrid layout is timed from FLOPs only (a FLOP preset such "
-           "as hardware=h100_8, no cluster.profile)")
-    require(not cfg.trainer.numerics, f"{layout}: the hybrid layout is a clock of the failure-free step; its numerics "
-                                     "are not modelled yet: trainer.numerics=false")
-    require(cfg.method.name != "bamboo" or p.pp >= 2,
-           f"method=bamboo with {layout}: Bamboo's shadow is the previous pipeline stage: needs parallel.pp >= 2")
+        require(
+            p.pp >= 2 and (layers + 2) % p.pp == 0 and (layers + 2) // p.pp >= 2,
+            f"parallel.split=llama3 with parallel.pp={p.pp}: needs pp >= 2 dividing model.num_hidden_layers + 2 = "
+            f"{layers + 2} with >= 2 layers per stage",
+        )
+    require(
+        h.compute == "flops" and cfg.cluster.profile == "auto",
+        f"{layout} with hardware.compute={h.compute}: the hybrid layout is timed from FLOPs only (a FLOP preset such "
+        "as hardware=h100_8, no cluster.profile)",
+    )
+    require(
+        not cfg.trainer.numerics,
+        f"{layout}: the hybrid layout is a clock of the failure-free step; its numerics "
+        "are not modelled yet: trainer.numerics=false",
+    )
+    require(
+        cfg.method.name != "bamboo" or p.pp >= 2,
+        f"method=bamboo with {layout}: Bamboo's shadow is the previous pipeline stage: needs parallel.pp >= 2",
+    )
     if cfg.failure.kind in ("paper", "poisson", "field"):  # a trace file's groups are checked when it is read
         unit = cfg.failure.get("unit_gpus", 1)
-        require(unit % p.tp == 0, f"failure.unit_gpus={unit} with {layout}: a failure takes out whole tensor-parallel "
-                                 f"groups (a group cannot compute without one of its GPUs): a multiple of tp={p.tp}")
-    require(cfg.trainer.grad_accum == 1, f"trainer.grad_accum={cfg.trainer.grad_accum} with {layout}: a replica's "
-                                        "micro-batches are parallel.microbatches")
+        require(
+            unit % p.tp == 0,
+            f"failure.unit_gpus={unit} with {layout}: a failure takes out whole tensor-parallel "
+            f"groups (a group cannot compute without one of its GPUs): a multiple of tp={p.tp}",
+        )
+    require(
+        cfg.trainer.grad_accum == 1,
+        f"trainer.grad_accum={cfg.trainer.grad_accum} with {layout}: a replica's "
+        "micro-batches are parallel.microbatches",
+    )
 
 
 def measures_this_machine(c: Any, h: Any) -> bool:
@@ -176,8 +256,10 @@ def _check_known_keys(cfg: Any) -> None:
                     where = f"{path}.{key}" if path else str(key)
                     near = difflib.get_close_matches(str(key), names, n=1)
                     hint = f"did you mean {path + '.' if path else ''}{near[0]}? " if near else ""
-                    raise ConfigError(f"{where}: no such setting ({hint}the settings of {path or 'the top level'}: "
-                                      f"{', '.join(names)})")
+                    raise ConfigError(
+                        f"{where}: no such setting ({hint}the settings of {path or 'the top level'}: "
+                        f"{', '.join(names)})"
+                    )
         for key in node.keys():
             child = node._get_node(key)
             if isinstance(child, DictConfig):
@@ -196,14 +278,20 @@ def model_presets() -> List[str]:
 def _validate_hardware(h: Any) -> None:
     check_fields(h, HardwareConfig, "hardware")
     if h.compute == "table":
-        require(h.samples_per_step >= 1, f"hardware.samples_per_step={h.samples_per_step}: must be >= 1 with compute=table")
-        require(bool(h.tables), "hardware.tables is empty: compute=table needs {method or default: {nodes: samples_per_s}}")
+        require(
+            h.samples_per_step >= 1, f"hardware.samples_per_step={h.samples_per_step}: must be >= 1 with compute=table"
+        )
+        require(
+            bool(h.tables), "hardware.tables is empty: compute=table needs {method or default: {nodes: samples_per_s}}"
+        )
         for method, table in h.tables.items():
             require(bool(table), f"hardware.tables.{method} is empty")
             for nodes, tput in table.items():
                 ok = str(nodes).isdigit() and isinstance(tput, (int, float)) and math.isfinite(tput) and tput >= 0
                 require(ok, f"hardware.tables.{method}: {nodes}: {tput!r}: expected a node count and samples/s >= 0")
-    require(h.gpus >= 1 and h.gpus_per_node >= 1, f"hardware.gpus={h.gpus}, gpus_per_node={h.gpus_per_node}: must be >= 1")
+    require(
+        h.gpus >= 1 and h.gpus_per_node >= 1, f"hardware.gpus={h.gpus}, gpus_per_node={h.gpus_per_node}: must be >= 1"
+    )
     if h.timing_model is not None:
         presets = model_presets()
         require(h.timing_model in presets, f"hardware.timing_model={h.timing_model!r}: allowed: {', '.join(presets)}")
@@ -211,8 +299,10 @@ def _validate_hardware(h: Any) -> None:
 
 def _validate_failure(f: Any, n_workers: int) -> None:
     check_fields(f, FailureConfig, "failure")
-    require(f.unit_gpus >= 1 and n_workers % f.unit_gpus == 0,
-           f"failure.unit_gpus={f.unit_gpus}: must be >= 1 and divide cluster.n_workers={n_workers}")
+    require(
+        f.unit_gpus >= 1 and n_workers % f.unit_gpus == 0,
+        f"failure.unit_gpus={f.unit_gpus}: must be >= 1 and divide cluster.n_workers={n_workers}",
+    )
     from ..failures import MODELS, check_failure
 
     require(f.kind in MODELS, f"failure.kind={f.kind!r}: allowed: {', '.join(MODELS)}")
@@ -231,11 +321,15 @@ def _validate_table_fits(cfg: Any) -> None:
     from ..throughput import table_for
 
     table = table_for(h.tables, cfg.method.name, h.samples_per_step)
-    require(table is not None, f"hardware.tables has no table for method={cfg.method.name} and no default; "
-                              f"tables: {', '.join(h.tables)}")
-    require(table.fits(cfg.cluster.n_workers),
-           f"method={cfg.method.name} cannot run here: {table.label} is 0 (out of memory) at "
-           f"{cfg.cluster.n_workers} nodes")
+    require(
+        table is not None,
+        f"hardware.tables has no table for method={cfg.method.name} and no default; tables: {', '.join(h.tables)}",
+    )
+    require(
+        table.fits(cfg.cluster.n_workers),
+        f"method={cfg.method.name} cannot run here: {table.label} is 0 (out of memory) at "
+        f"{cfg.cluster.n_workers} nodes",
+    )
 
 
 def _validate_method(cfg: Any) -> None:

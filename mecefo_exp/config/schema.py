@@ -47,7 +47,9 @@ def _field_error(key: str, value: Any, rule: Dict[str, Any]) -> Optional[str]:
         lo, hi, closed = rule["within"]
         ok = {True: lo <= value <= hi, False: lo < value < hi, "right": lo < value <= hi}[closed]
         if not ok:
-            return f"{key}={value}: must be in {'[' if closed is True else '('}{lo}, {hi}{')' if closed is False else ']'}"
+            return (
+                f"{key}={value}: must be in {'[' if closed is True else '('}{lo}, {hi}{')' if closed is False else ']'}"
+            )
     return None
 
 
@@ -86,12 +88,15 @@ class DataConfig:
     val_fraction: float = field(default=0.05, metadata=within(0, 1, closed=False))
     eval_blocks: int = field(default=64, metadata=at_least(0, "(0 scores all)"))  # validation blocks per evaluation
     # local corpus: texts that the Python install and `make setup` bring, no hub
-    sources: List[str] = field(default_factory=lambda: ["pydoc_topics", "stdlib_docstrings", "lee_background",
-                                                        "package_docstrings"])
+    sources: List[str] = field(
+        default_factory=lambda: ["pydoc_topics", "stdlib_docstrings", "lee_background", "package_docstrings"]
+    )
     vocab_size: int = field(default=4096, metadata=at_least(256, "(byte-level BPE)"))  # BPE trained on the local corpus
     # c4 (or any local json/parquet text files) through the datasets library
     path: Optional[str] = None  # glob of local .json/.jsonl(.gz)/.parquet files, streamed; None: the hub id
-    val_path: Optional[str] = None  # glob of validation files (C4's validation shards); None: hub split, or a hash split of data.path
+    val_path: Optional[str] = (
+        None  # glob of validation files (C4's validation shards); None: hub split, or a hash split of data.path
+    )
     hub_id: str = "allenai/c4"
     hub_config: str = "en"
     text_field: str = "text"
@@ -106,6 +111,7 @@ class DataConfig:
 class MethodConfig:
     """What every method's settings have; each method's own dataclass (its class's `Config`, beside
     it in mecefo_exp/methods/) adds its fields and their rules."""
+
     name: str = MISSING
     # "module:Class", a subclass of the method's class that runs in its place (a study that replays
     # another simulator's rules: conf/scenario_method/); None: the method itself
@@ -129,22 +135,32 @@ class FailureConfig:
     unit: str = field(default="hours", metadata=choices("hours", "steps", "seconds"))  # hours: paper hours
     # How to read "a failure every every_h, recovery after recover_h" (the paper is silent;
     # docs/DESIGN.md "Failure readings"):
-    process: str = field(default="per_worker", metadata=choices("per_worker", "cluster"))  # per_worker: each unit fails at rate 1/(units_in_paper_cluster*every_h) | cluster: one failure every every_h somewhere
+    process: str = field(
+        default="per_worker", metadata=choices("per_worker", "cluster")
+    )  # per_worker: each unit fails at rate 1/(units_in_paper_cluster*every_h) | cluster: one failure every every_h somewhere
     unit_gpus: int = 1  # workers one failure takes down: 1 (a GPU) or 8 (a whole 8-GPU machine: 8 consecutive workers)
-    repair: str = field(default="fixed", metadata=choices("fixed", "tick", "replace"))  # fixed: back after recover_h | tick: back at the next multiple of recover_h | replace: a spare after replace_s
-    replace_s: float = field(default=300.0, metadata=at_least(0, "seconds"))  # repair=replace: seconds (paper seconds) until a spare takes the failed unit's place
+    repair: str = field(
+        default="fixed", metadata=choices("fixed", "tick", "replace")
+    )  # fixed: back after recover_h | tick: back at the next multiple of recover_h | replace: a spare after replace_s
+    replace_s: float = field(
+        default=300.0, metadata=at_least(0, "seconds")
+    )  # repair=replace: seconds (paper seconds) until a spare takes the failed unit's place
     # trace: replay a CSV of time, worker, event (time in `unit`); nodes: t_ms,add|remove,name
     path: Optional[str] = None
     # nodes: a node removed before it is usable still fails its (empty) slot, so the job restarts as
     # for any removal (the Oobleck authors' simulators do); false: the job never knew it
     unready_removals_fail: bool = False
-    node_ready_s: float = field(default=45.0, metadata=at_least(0, "seconds"))  # nodes: an added node is usable this long after it is added (45 s in the Oobleck authors' simulators)
+    node_ready_s: float = field(
+        default=45.0, metadata=at_least(0, "seconds")
+    )  # nodes: an added node is usable this long after it is added (45 s in the Oobleck authors' simulators)
     # which workers may fail (None: all); the paper's asymmetric experiment uses a subset
     workers: Optional[List[int]] = None
     # field: what each whole-job cause category destroys (failures/classes.py; conf/failure/llama3_taxonomy.yaml
     # says why), e.g. {Dependency: processes, Unknown: progress}; a category not named: all_but_storage
     job_faults: Dict[str, str] = field(default_factory=dict)
-    horizon_factor: float = field(default=50.0, metadata=at_least(1))  # draw the trace up to this multiple of the failure-free run
+    horizon_factor: float = field(
+        default=50.0, metadata=at_least(1)
+    )  # draw the trace up to this multiple of the failure-free run
     # torchrun tier only: a failing worker's rank really dies (SIGKILL); torchrun's
     # --max-restarts brings the group back and the run resumes from its newest checkpoint
     kill: bool = False
@@ -184,7 +200,9 @@ class ClusterConfig:
     restart_timeout_s: float = 300.0  # a restarted worker must be up (imports, model, torchft) by then
     # torchft across machines (one launcher per machine; docs/TORCHFT.md, "torchft across machines")
     machines: int = field(default=1, metadata=at_least(1))  # how many launchers (machines) the run has
-    machine_rank: int = field(default=0, metadata=at_least(0))  # this launcher's machine: 0 hosts the lighthouse and store
+    machine_rank: int = field(
+        default=0, metadata=at_least(0)
+    )  # this launcher's machine: 0 hosts the lighthouse and store
     # machine 0's coordination store as host:port, which every machine reaches (needed when machines > 1)
     coordinator: Optional[str] = None
     # the one address this machine's servers listen on (store, lighthouse, Managers, group stores,
@@ -202,6 +220,7 @@ class HardwareConfig:
     FLOPs with torch (mecefo_exp/timing/flops.py) and divides by peak x efficiency;
     `compute=profile` times the kernels on this machine (cached).
     """
+
     name: str = MISSING
     # flops | profile (measure this machine; cluster.profile says how) | table
     compute: str = field(default="flops", metadata=choices("flops", "profile", "table"))
@@ -218,7 +237,9 @@ class HardwareConfig:
     # calibrate=true: where `calibration` has the timed model, solve the efficiency so that the
     # failure-free step gives the paper's throughput at the paper's shape (else `efficiency`)
     calibrate: bool = False
-    calibration: Dict[str, Any] = field(default_factory=dict)  # timing-model name -> {tokens_per_s, global_batch, seq_len}
+    calibration: Dict[str, Any] = field(
+        default_factory=dict
+    )  # timing-model name -> {tokens_per_s, global_batch, seq_len}
     # share of peak_tflops that MeCeFO's SVD refresh reaches, by the FLOPs of its formula
     # (projections.py): a full SVD (cuSOLVER, far from matmul peak), and the randomized range
     # finder (fp32 GEMMs and thin QRs); presets cite their measurement
@@ -230,7 +251,9 @@ class HardwareConfig:
     inter_node_GBps: float = field(default=25.0, metadata=above(0))  # per node, one direction
     intra_latency_s: float = field(default=5e-6, metadata=at_least(0, "seconds"))
     inter_latency_s: float = field(default=1e-5, metadata=at_least(0, "seconds"))
-    hbm_GBps: float = field(default=2000.0, metadata=above(0))  # device memory bandwidth: the optimizer step is bound by it
+    hbm_GBps: float = field(
+        default=2000.0, metadata=above(0)
+    )  # device memory bandwidth: the optimizer step is bound by it
     host_GBps: float = field(default=25.0, metadata=above(0))  # device -> host copies (in-memory snapshots)
     storage_GBps: float = field(default=1.0, metadata=above(0))  # checkpoint writes and reads per worker
     memory_GB: float = field(default=80.0, metadata=above(0))
@@ -258,6 +281,7 @@ class ParallelConfig:
     inside a node, pp pipeline stages across nodes under the 1F1B schedule, dp replicas that
     all-reduce each stage's gradients (sharded across the replicas as hardware.shard says).
     """
+
     tp: int = field(default=1, metadata=at_least(1, "GPUs per tensor-parallel group"))
     pp: int = field(default=1, metadata=at_least(1, "pipeline stages"))
     dp: Optional[int] = field(default=None, metadata=at_least(1, "replicas"))  # None: n_workers / (tp x pp)
@@ -350,6 +374,7 @@ class Config:
 #: own bytes are bounded before it is drawn (failures.TRACE_BYTES_PER_EVENT). 2^20 is the largest size
 #: measured.
 MAX_WORKERS = 1_048_576
+
 
 def typed_config(stored: Any, source: str = "config.yaml") -> Any:
     """A run's stored config.yaml typed as Hydra types a composed config: every section on its

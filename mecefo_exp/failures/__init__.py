@@ -29,9 +29,23 @@ MODELS: Dict[str, str] = {
     "nodes": "mecefo_exp.failures.nodes",  # a spot cluster's add/remove node trace
 }
 
-__all__ = ["FAIL", "JOB", "RECOVER", "FailureEvent", "TraceError", "Trace", "TimeBase", "MODELS", "model",
-           "make_trace", "check_failure", "check_trace_budget", "check_whole_groups", "MAX_TRACE_BYTES",
-           "TRACE_BYTES_PER_EVENT"]
+__all__ = [
+    "FAIL",
+    "JOB",
+    "RECOVER",
+    "FailureEvent",
+    "TraceError",
+    "Trace",
+    "TimeBase",
+    "MODELS",
+    "model",
+    "make_trace",
+    "check_failure",
+    "check_trace_budget",
+    "check_whole_groups",
+    "MAX_TRACE_BYTES",
+    "TRACE_BYTES_PER_EVENT",
+]
 
 
 def model(kind: str) -> ModuleType:
@@ -45,8 +59,16 @@ def check_failure(f, n_workers: int) -> Optional[str]:
     return model(f.kind).check(f, n_workers)
 
 
-def make_trace(failure_cfg, n_workers: int, step_s: float, max_steps: int, seed: int,
-               paper_run_h: float = 12.4, real_time: bool = False, job_start_s: float = 0.0) -> Trace:
+def make_trace(
+    failure_cfg,
+    n_workers: int,
+    step_s: float,
+    max_steps: int,
+    seed: int,
+    paper_run_h: float = 12.4,
+    real_time: bool = False,
+    job_start_s: float = 0.0,
+) -> Trace:
     """Draw (or read) the trace for a run whose failure-free step takes `step_s` seconds.
 
     Hours are run_s / paper_run_h simulated seconds (run_s = step_s * max_steps: the paper-time
@@ -56,6 +78,15 @@ def make_trace(failure_cfg, n_workers: int, step_s: float, max_steps: int, seed:
     hour_s = 3600.0 if real_time else run_s / paper_run_h
     unit = setting(failure_cfg, "unit", "hours")
     unit_s = hour_s if unit == "hours" else step_s if unit == "steps" else 1.0
-    base = TimeBase(n_workers=n_workers, step_s=step_s, run_s=run_s, horizon_s=run_s * failure_cfg.horizon_factor,
-                    hour_s=hour_s, unit_s=unit_s, seed=seed, real_time=real_time, job_start_s=job_start_s)
+    base = TimeBase(
+        n_workers=n_workers,
+        step_s=step_s,
+        run_s=run_s,
+        horizon_s=run_s * failure_cfg.horizon_factor,
+        hour_s=hour_s,
+        unit_s=unit_s,
+        seed=seed,
+        real_time=real_time,
+        job_start_s=job_start_s,
+    )
     return model(failure_cfg.kind).make(failure_cfg, base)

@@ -34,14 +34,26 @@ class FaultClass:
     detection: str  # heartbeat | collective_timeout
 
 
-CLASSES: Dict[str, FaultClass] = {c.name: c for c in (
-    FaultClass("unit", "the failed unit's GPU and host memory", frozenset(SOURCES), HEARTBEAT),
-    FaultClass("processes", "every training process's memory (GPU and its own host memory); host memory held by "
-               "other processes survives (a crash)", frozenset({HOST_SNAPSHOT, STORAGE}), HEARTBEAT),
-    FaultClass("progress", "nothing but progress: every replica's state is intact, the job must be stopped and "
-               "restarted (a hang)", frozenset(SOURCES), COLLECTIVE_TIMEOUT),
-    FaultClass("all_but_storage", "everything but storage", frozenset({STORAGE}), HEARTBEAT),
-)}
+CLASSES: Dict[str, FaultClass] = {
+    c.name: c
+    for c in (
+        FaultClass("unit", "the failed unit's GPU and host memory", frozenset(SOURCES), HEARTBEAT),
+        FaultClass(
+            "processes",
+            "every training process's memory (GPU and its own host memory); host memory held by "
+            "other processes survives (a crash)",
+            frozenset({HOST_SNAPSHOT, STORAGE}),
+            HEARTBEAT,
+        ),
+        FaultClass(
+            "progress",
+            "nothing but progress: every replica's state is intact, the job must be stopped and restarted (a hang)",
+            frozenset(SOURCES),
+            COLLECTIVE_TIMEOUT,
+        ),
+        FaultClass("all_but_storage", "everything but storage", frozenset({STORAGE}), HEARTBEAT),
+    )
+}
 #: a whole-job fault that does not say which it is (a `job` row of a recorded trace without a class)
 DEFAULT_JOB_CLASS = "all_but_storage"
 

@@ -26,7 +26,9 @@ def _erlang_b(c: int, load: float) -> float:
     return b
 
 
-def expected_failures(process: str, repair: str, rate: float, down_s: float, c: int, run_s: float) -> Tuple[float, float, str]:
+def expected_failures(
+    process: str, repair: str, rate: float, down_s: float, c: int, run_s: float
+) -> Tuple[float, float, str]:
     """Expected unit failures and mean units down over [0, run_s] (module docstring)."""
     # a down time as long as the run: a unit fails at most once, as in one tick interval from every unit up
     at_most_once = repair != "tick" and down_s >= run_s > 0
@@ -34,19 +36,23 @@ def expected_failures(process: str, repair: str, rate: float, down_s: float, c: 
         n_full = math.floor(run_s / down_s) if not at_most_once else 0
         rem = max(0.0, run_s - n_full * down_s)
         if process == "per_worker":
+
             def fails(s):
                 return c * -math.expm1(-rate * s)
 
             def area(s):
                 return c * (s - -math.expm1(-rate * s) / rate)
+
             how = "per_worker tick: exact over the run (at most one failure per unit and tick interval)"
         else:
+
             def fails(s):
                 return sum(_poisson_tails(rate * s, c)[1:])
 
             def area(s):  # integral over [0, s] of E[min(N(u), c)] du
                 tails = _poisson_tails(rate * s, c)
-                return sum(s - sum(tails[1:k + 1]) / rate for k in range(1, c + 1))
+                return sum(s - sum(tails[1 : k + 1]) / rate for k in range(1, c + 1))
+
             how = "cluster tick: exact over the run (min(Poisson arrivals, units) down in each tick interval)"
         unit_fail = n_full * fails(down_s) + fails(rem)
         units_down = (n_full * area(down_s) + area(rem)) / run_s if run_s > 0 else 0.0
@@ -55,9 +61,15 @@ def expected_failures(process: str, repair: str, rate: float, down_s: float, c: 
         return unit_fail, units_down, how
     if process == "per_worker":
         cycle = 1.0 / rate + down_s
-        return (c * run_s / cycle, c * down_s / cycle,
-                f"per_worker {repair}: alternating renewal, stationary (ignores that every unit starts up)")
+        return (
+            c * run_s / cycle,
+            c * down_s / cycle,
+            f"per_worker {repair}: alternating renewal, stationary (ignores that every unit starts up)",
+        )
     load = rate * down_s
     accepted = 1.0 - _erlang_b(c, load)
-    return (rate * accepted * run_s, load * accepted,
-            f"cluster {repair}: Erlang loss M/G/c/c, stationary (ignores that every unit starts up)")
+    return (
+        rate * accepted * run_s,
+        load * accepted,
+        f"cluster {repair}: Erlang loss M/G/c/c, stationary (ignores that every unit starts up)",
+    )

@@ -38,21 +38,38 @@ from .trace import Trace, check_trace_budget
 
 #: Llama 3 paper (Llama Team, "The Llama 3 Herd of Models", 2024, Table 5): cause, category, count
 LLAMA3_CAUSES: List[Tuple[str, str, int]] = [
-    ("Faulty GPU", "GPU", 148), ("GPU HBM3 Memory", "GPU", 72), ("Software Bug", "Dependency", 54),
-    ("Network Switch/Cable", "Network", 35), ("Host Maintenance", "Unplanned Maintenance", 32),
-    ("GPU SRAM Memory", "GPU", 19), ("GPU System Processor", "GPU", 17), ("NIC", "Host", 7),
-    ("NCCL Watchdog Timeouts", "Unknown", 7), ("Silent Data Corruption", "GPU", 6),
-    ("GPU Thermal Interface + Sensor", "GPU", 6), ("SSD", "Host", 3), ("Power Supply", "Host", 3),
-    ("Server Chassis", "Host", 2), ("IO Expansion Board", "Host", 2), ("Dependency", "Dependency", 2),
-    ("CPU", "Host", 2), ("System Memory", "Host", 2),
+    ("Faulty GPU", "GPU", 148),
+    ("GPU HBM3 Memory", "GPU", 72),
+    ("Software Bug", "Dependency", 54),
+    ("Network Switch/Cable", "Network", 35),
+    ("Host Maintenance", "Unplanned Maintenance", 32),
+    ("GPU SRAM Memory", "GPU", 19),
+    ("GPU System Processor", "GPU", 17),
+    ("NIC", "Host", 7),
+    ("NCCL Watchdog Timeouts", "Unknown", 7),
+    ("Silent Data Corruption", "GPU", 6),
+    ("GPU Thermal Interface + Sensor", "GPU", 6),
+    ("SSD", "Host", 3),
+    ("Power Supply", "Host", 3),
+    ("Server Chassis", "Host", 2),
+    ("IO Expansion Board", "Host", 2),
+    ("Dependency", "Dependency", 2),
+    ("CPU", "Host", 2),
+    ("System Memory", "Host", 2),
 ]
 LLAMA3_DAYS, LLAMA3_GPUS, LLAMA3_TOTAL = 54, 16384, 419
 SERVER_GPUS = 8  # Llama 3's servers: 8 GPUs on NVLink
 #: ASSUMPTION (the paper does not say how many servers a switch or cable fault took out): two
 SWITCH_SERVERS = 2
 #: blast radius by the paper's category (its "Unknown" is the NCCL watchdog: a job-wide stop)
-RADIUS_OF_CATEGORY = {"GPU": "gpu", "Host": "server", "Unplanned Maintenance": "server", "Network": "switch",
-                      "Dependency": "job", "Unknown": "job"}
+RADIUS_OF_CATEGORY = {
+    "GPU": "gpu",
+    "Host": "server",
+    "Unplanned Maintenance": "server",
+    "Network": "switch",
+    "Dependency": "job",
+    "Unknown": "job",
+}
 TABLES = {"llama3_taxonomy": LLAMA3_CAUSES}
 
 
@@ -99,8 +116,9 @@ def _scale(cfg, hour_s: float) -> float:
 def rates(cfg, n_workers: int, hour_s: float = 3600.0) -> List[Tuple[Cause, int, float]]:
     """(cause, its blast radius in workers, its arrivals per simulated second) on n_workers GPUs."""
     scale, unit_gpus = _scale(cfg, hour_s), int(cfg.unit_gpus or 1)
-    return [(c, radius_gpus(c.radius, n_workers, unit_gpus), c.rate_per_gpu_s * n_workers * scale)
-            for c in causes(cfg.name)]
+    return [
+        (c, radius_gpus(c.radius, n_workers, unit_gpus), c.rate_per_gpu_s * n_workers * scale) for c in causes(cfg.name)
+    ]
 
 
 def arrivals(cfg, n_workers: int, horizon_s: float, hour_s: float, seed: int) -> Iterator[Tuple[float, Cause, int]]:
@@ -120,8 +138,9 @@ def arrivals(cfg, n_workers: int, horizon_s: float, hour_s: float, seed: int) ->
         yield t, cause, g
 
 
-def draw(cfg, n_workers: int, horizon_s: float, run_s: float, hour_s: float, real_time: bool,
-         seed: int) -> Tuple[List[FailureEvent], Dict[str, float], str]:
+def draw(
+    cfg, n_workers: int, horizon_s: float, run_s: float, hour_s: float, real_time: bool, seed: int
+) -> Tuple[List[FailureEvent], Dict[str, float], str]:
     """The events, the expectation over [0, run_s] and how it was computed (Trace's arguments)."""
     replace_s = float(cfg.replace_s) if real_time else float(cfg.replace_s) / 3600.0 * hour_s
     table = rates(cfg, n_workers, hour_s)
@@ -157,8 +176,10 @@ def draw(cfg, n_workers: int, horizon_s: float, run_s: float, hour_s: float, rea
                 events.append(FailureEvent(back, w, RECOVER))
             down_until[w] = back
             heapq.heappush(repairs, (back, w))
-    how = (f"field causes ({cfg.name}): cluster-wide Poisson arrivals per cause, rate per GPU x {n_workers} GPUs; "
-           "stationary, ignoring arrivals dropped on units already down")
+    how = (
+        f"field causes ({cfg.name}): cluster-wide Poisson arrivals per cause, rate per GPU x {n_workers} GPUs; "
+        "stationary, ignoring arrivals dropped on units already down"
+    )
     return events, expected, how
 
 
@@ -175,8 +196,9 @@ def check(f, n_workers: int) -> Optional[str]:
     categories = job_categories(f.name)
     for category, name in dict(f.job_faults or {}).items():
         if category not in categories:
-            return (f"failure.job_faults.{category}: not a whole-job category of {f.name}; "
-                    f"allowed: {', '.join(categories)}")
+            return (
+                f"failure.job_faults.{category}: not a whole-job category of {f.name}; allowed: {', '.join(categories)}"
+            )
         if name not in CLASSES:
             return f"failure.job_faults.{category}={name!r}: allowed: {', '.join(CLASSES)}"
     return None

@@ -50,7 +50,9 @@ def parse_rows(path: str, unit_s: float = 1e-3) -> List[Tuple[int, float, str, s
     """(line number, seconds, add | remove, name) per row, checked: one line per problem."""
     p = Path(path)
     if not p.is_file():
-        raise TraceError(f"failure.path={path}: no such file" if not p.exists() else f"failure.path={path}: not a regular file")
+        raise TraceError(
+            f"failure.path={path}: no such file" if not p.exists() else f"failure.path={path}: not a regular file"
+        )
     try:
         with open_bounded(p, MAX_TRACE_FILE_BYTES, "failure.path=", newline="", encoding="utf-8-sig") as f:
             rows = [(n, r) for n, r in enumerate(csv.reader(f), start=1) if r and any(c.strip() for c in r)]
@@ -71,7 +73,9 @@ def parse_rows(path: str, unit_s: float = 1e-3) -> List[Tuple[int, float, str, s
         if not math.isfinite(t) or t < 0:
             raise TraceError(f"{path} line {lineno}: time must be a finite number >= 0 (got {row[0]!r})")
         if t < last_t:
-            raise TraceError(f"{path} line {lineno}: time {row[0]} is before the previous row's (rows must be in time order)")
+            raise TraceError(
+                f"{path} line {lineno}: time {row[0]} is before the previous row's (rows must be in time order)"
+            )
         verb = row[1].strip().lower()
         if verb not in ("add", "remove"):
             raise TraceError(f"{path} line {lineno}: event {row[1]!r} unknown; allowed: add, remove")
@@ -90,14 +94,21 @@ def _most_nodes_at_once(parsed, stop_s: float) -> int:
     return most
 
 
-def read_node_trace(path: str, n_workers: int, ready_s: float, job_start_s: float = 0.0,
-                    unready_removals_fail: bool = False, unit_s: float = 1e-3) -> NodeTrace:
+def read_node_trace(
+    path: str,
+    n_workers: int,
+    ready_s: float,
+    job_start_s: float = 0.0,
+    unready_removals_fail: bool = False,
+    unit_s: float = 1e-3,
+) -> NodeTrace:
     parsed = parse_rows(path, unit_s)
     stop_s = parsed[-1][1]
     applied = [r for r in parsed if r[1] < stop_s]
     if not any(verb == "add" for _, _, verb, _ in applied):
-        raise TraceError(f"{path}: no node is added before the last row (the hard stop at {stop_s:g} s): "
-                         "nothing can train")
+        raise TraceError(
+            f"{path}: no node is added before the last row (the hard stop at {stop_s:g} s): nothing can train"
+        )
     start_s = next(t for _, t, verb, _ in applied if verb == "add") + ready_s
     begins = start_s + job_start_s  # the first rendezvous completes; nodes usable by then are in it
     most = _most_nodes_at_once(parsed, stop_s)
@@ -117,12 +128,16 @@ def read_node_trace(path: str, n_workers: int, ready_s: float, job_start_s: floa
             held_back = []
         if verb == "add":
             if name in seen:
-                raise TraceError(f"{path} line {lineno}: node {name!r} was added before (a removed node never "
-                                 "returns under its name)")
+                raise TraceError(
+                    f"{path} line {lineno}: node {name!r} was added before (a removed node never "
+                    "returns under its name)"
+                )
             if not free:
-                raise TraceError(f"{path} line {lineno}: node {name!r} is added while all {n_workers} worker slots "
-                                 f"hold nodes; set cluster.n_workers={most + len(held_back)} (the most nodes this trace holds "
-                                 "at once, and the slots of nodes removed during the start-up)")
+                raise TraceError(
+                    f"{path} line {lineno}: node {name!r} is added while all {n_workers} worker slots "
+                    f"hold nodes; set cluster.n_workers={most + len(held_back)} (the most nodes this trace holds "
+                    "at once, and the slots of nodes removed during the start-up)"
+                )
             seen.add(name)
             slot = slot_of[name] = slot_of_all[name] = heapq.heappop(free)
             ready_at[slot] = t + ready_s
@@ -151,10 +166,19 @@ def read_node_trace(path: str, n_workers: int, ready_s: float, job_start_s: floa
             heapq.heappush(free, slot)
     if not up_at_start - gone_at_start:
         # the job would start on no node: no step, no ideal (a method dividing by its nodes crashed)
-        raise TraceError(f"{path}: every node usable by the first rendezvous (it completes at {begins:g} s) is removed "
-                         "before it: the job would start with no node; keep a node in the trace until then")
-    return NodeTrace(events, stop_s, start_s, [(t, verb) for _, t, verb, _ in parsed],
-                     set(range(n_workers)) - up_at_start, 1 + max(slot_of_all.values()), slot_of_all)
+        raise TraceError(
+            f"{path}: every node usable by the first rendezvous (it completes at {begins:g} s) is removed "
+            "before it: the job would start with no node; keep a node in the trace until then"
+        )
+    return NodeTrace(
+        events,
+        stop_s,
+        start_s,
+        [(t, verb) for _, t, verb, _ in parsed],
+        set(range(n_workers)) - up_at_start,
+        1 + max(slot_of_all.values()),
+        slot_of_all,
+    )
 
 
 #: a start-up no method's exceeds (the Oobleck artifact's longest, Varuna's 581 s for GPT-3 6.7B): the
@@ -191,12 +215,21 @@ def check(f, n_workers: int) -> Optional[str]:
 def make(f, base: TimeBase) -> Trace:
     """The node trace as the run replays it: its slots' events, its start, its hard stop."""
     ready_s = float(setting(f, "node_ready_s", 45.0))
-    nodes = read_node_trace(f.path, base.n_workers, ready_s, job_start_s=base.job_start_s,
-                            unready_removals_fail=bool(setting(f, "unready_removals_fail", False)))
+    nodes = read_node_trace(
+        f.path,
+        base.n_workers,
+        ready_s,
+        job_start_s=base.job_start_s,
+        unready_removals_fail=bool(setting(f, "unready_removals_fail", False)),
+    )
     nan = float("nan")
-    trace = Trace(nodes.events, base.n_workers, nodes.stop_s, {"failures": nan, "unit_failures": nan,
-                                                                "mean_workers_down": nan},
-                  "a replayed node trace: no expectation")
+    trace = Trace(
+        nodes.events,
+        base.n_workers,
+        nodes.stop_s,
+        {"failures": nan, "unit_failures": nan, "mean_workers_down": nan},
+        "a replayed node trace: no expectation",
+    )
     trace.stop_s, trace.start_s, trace.node_rows = nodes.stop_s, nodes.start_s, nodes.rows
     trace.initial_down, trace.node_ready_s = nodes.initial_down, ready_s
     trace.node_slot_of, trace.path = nodes.slot_of, f.path

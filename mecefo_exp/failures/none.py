@@ -13,5 +13,10 @@ def check(f, n_workers: int) -> Optional[str]:
 
 
 def make(f, base: TimeBase) -> Trace:
-    return Trace([], base.n_workers, base.horizon_s, {"failures": 0.0, "unit_failures": 0.0, "mean_workers_down": 0.0},
-                 "no failures")
+    return Trace(
+        [],
+        base.n_workers,
+        base.horizon_s,
+        {"failures": 0.0, "unit_failures": 0.0, "mean_workers_down": 0.0},
+        "no failures",
+    )

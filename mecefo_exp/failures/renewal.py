@@ -41,8 +41,14 @@ def _next_tick(t: float, tick_s: float) -> float:
     return k * tick_s
 
 
-def _per_unit_events(units: List[Tuple[int, List[int]]], unit_gpus: int, rate_per_s: float,
-                     recover_at: Callable[[float], float], horizon_s: float, seed: int) -> List[FailureEvent]:
+def _per_unit_events(
+    units: List[Tuple[int, List[int]]],
+    unit_gpus: int,
+    rate_per_s: float,
+    recover_at: Callable[[float], float],
+    horizon_s: float,
+    seed: int,
+) -> List[FailureEvent]:
     """Per-unit alternating up (exponential) / down (recover_at) periods, one RNG per unit.
 
     One RNG stream per unit keeps a unit's failures independent of how many others exist;
@@ -63,8 +69,13 @@ def _per_unit_events(units: List[Tuple[int, List[int]]], unit_gpus: int, rate_pe
     return events
 
 
-def _cluster_events(units: List[Tuple[int, List[int]]], rate_per_s: float, recover_at: Callable[[float], float],
-                    horizon_s: float, seed: int) -> List[FailureEvent]:
+def _cluster_events(
+    units: List[Tuple[int, List[int]]],
+    rate_per_s: float,
+    recover_at: Callable[[float], float],
+    horizon_s: float,
+    seed: int,
+) -> List[FailureEvent]:
     """Cluster-wide Poisson arrivals; each takes down a uniformly chosen unit that is up.
 
     An arrival that finds every failable unit down is dropped. A unit recovering at the
@@ -112,15 +123,15 @@ def renewal_trace(f, base: TimeBase, unit_rate: float, cluster_rate: float, reco
     rate = unit_rate if process == "per_worker" else cluster_rate
     if repair == "replace":
         down_s = float(f.replace_s) if base.real_time else f.replace_s / 3600.0 * base.hour_s
-        recover_at = (lambda t: t + down_s)
+        recover_at = lambda t: t + down_s
     elif repair == "tick":
         down_s = recover_s  # the tick period
         if not down_s > 0:
             raise ValueError(f"failure.repair=tick needs a recovery period > 0 (got {down_s} s)")
-        recover_at = (lambda t: _next_tick(t, down_s))
+        recover_at = lambda t: _next_tick(t, down_s)
     else:
         down_s = recover_s
-        recover_at = (lambda t: t + down_s)
+        recover_at = lambda t: t + down_s
 
     units = _units(n_workers, unit_gpus, f.workers)
     horizon = base.horizon_s
@@ -130,6 +141,9 @@ def renewal_trace(f, base: TimeBase, unit_rate: float, cluster_rate: float, reco
     else:
         events = _cluster_events(units, rate, recover_at, horizon, base.seed)
     unit_fail, units_down, how = expected_failures(process, repair, rate, down_s, len(units), base.run_s)
-    expected = {"failures": unit_gpus * unit_fail, "unit_failures": unit_fail,
-                "mean_workers_down": unit_gpus * units_down}
+    expected = {
+        "failures": unit_gpus * unit_fail,
+        "unit_failures": unit_fail,
+        "mean_workers_down": unit_gpus * units_down,
+    }
     return Trace(events, n_workers, horizon, expected, how)

@@ -13,7 +13,6 @@ from typing import Dict, List, Optional, Set, Tuple
 
 from .events import FAIL, JOB, RECOVER, FailureEvent, TraceError
 
-
 #: the peak memory a drawn trace takes per event (one worker's fail or recover): drawing, ordering,
 #: trace.csv and the index of its failures. Measured, not estimated: 214-215 bytes at 0.35M and
 #: 1.04M events (CPython 3.11, llama3 at unit_gpus=8), rounded up
@@ -45,8 +44,14 @@ def _in_order(events: List[FailureEvent]) -> List[FailureEvent]:
 class Trace:
     """A time-ordered list of events with a cursor; `pop_until(t)` hands out what is due."""
 
-    def __init__(self, events: List[FailureEvent], n_workers: int, horizon_s: float, expected: Dict[str, float],
-                 expected_how: str = ""):
+    def __init__(
+        self,
+        events: List[FailureEvent],
+        n_workers: int,
+        horizon_s: float,
+        expected: Dict[str, float],
+        expected_how: str = "",
+    ):
         self.events = _in_order(events)
         self.n_workers = n_workers
         self.horizon_s = horizon_s
@@ -105,7 +110,7 @@ class Trace:
         (worker `JOB`) stops. Kept up to date from the cursor, rebuilt when it moved back (a resume)."""
         if self._down_at > self.position:
             self._down, self._down_at = set(), 0
-        for e in self.events[self._down_at:self.position]:
+        for e in self.events[self._down_at : self.position]:
             if e.worker != JOB:
                 (self._down.add if e.kind == FAIL else self._down.discard)(e.worker)
         self._down_at = self.position
@@ -168,11 +173,13 @@ def check_trace_budget(failure_cfg, unit_events: float, unit_gpus: int, units: i
     if need <= MAX_TRACE_BYTES:  # not NaN, not inf: the generator would allocate without end
         return
     what = f"{units} units of {unit_gpus} workers" if unit_gpus > 1 else f"{units} units"
-    raise TraceError(f"failure={failure_cfg.name}: the trace would hold ~{events:.3g} events, ~{need / 1e9:.3g} GB at "
-                     f"{TRACE_BYTES_PER_EVENT} bytes each (failure rate x failure.horizon_factor="
-                     f"{failure_cfg.horizon_factor:g} times the run x {what}); at most {MAX_TRACE_BYTES / 1e9:g} GB "
-                     f"(~{MAX_TRACE_BYTES / TRACE_BYTES_PER_EVENT / 1e6:.1f}M events): lower failure.horizon_factor "
-                     "or the rate")
+    raise TraceError(
+        f"failure={failure_cfg.name}: the trace would hold ~{events:.3g} events, ~{need / 1e9:.3g} GB at "
+        f"{TRACE_BYTES_PER_EVENT} bytes each (failure rate x failure.horizon_factor="
+        f"{failure_cfg.horizon_factor:g} times the run x {what}); at most {MAX_TRACE_BYTES / 1e9:g} GB "
+        f"(~{MAX_TRACE_BYTES / TRACE_BYTES_PER_EVENT / 1e6:.1f}M events): lower failure.horizon_factor "
+        "or the rate"
+    )
 
 
 def check_whole_groups(trace: "Trace", tp: int) -> None:
@@ -187,5 +194,7 @@ def check_whole_groups(trace: "Trace", tp: int) -> None:
     for (t, kind), workers in sorted(by_instant.items()):
         groups = {w // tp for w in workers}
         if workers != {w for g in groups for w in range(g * tp, (g + 1) * tp)}:
-            raise TraceError(f"the trace's {kind} at {t:g} s takes workers {sorted(workers)}: with parallel.tp={tp} "
-                             f"a failure takes out whole tensor-parallel groups (workers g*{tp} .. g*{tp}+{tp - 1})")
+            raise TraceError(
+                f"the trace's {kind} at {t:g} s takes workers {sorted(workers)}: with parallel.tp={tp} "
+                f"a failure takes out whole tensor-parallel groups (workers g*{tp} .. g*{tp}+{tp - 1})"
+            )

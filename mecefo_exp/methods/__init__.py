@@ -32,7 +32,9 @@ def check_variant(method_cfg, cfg=None) -> None:
     known = getattr(cls, "OPTIONS", {})
     unknown = sorted(set(method_cfg.variant_options or {}) - set(known))
     if unknown:
-        raise ConfigError(f"method.variant_options: unknown {unknown}; {cls.__name__} reads: {', '.join(known) or 'none'}")
+        raise ConfigError(
+            f"method.variant_options: unknown {unknown}; {cls.__name__} reads: {', '.join(known) or 'none'}"
+        )
     problem = cls.check_config(method_cfg, cfg) if cfg is not None else None
     if problem is not None:
         raise ConfigError(f"method.variant={path}: {problem}")

@@ -20,9 +20,8 @@ failed worker's place, so the loss curve is the failure-free one, bit for bit.
 
 from __future__ import annotations
 
-from typing import Dict, Optional
-
 from dataclasses import dataclass, field
+from typing import Dict, Optional
 
 from ..config import at_least
 from .base import RestartConfig, RollbackMethod, steps_before_multiple
@@ -70,6 +69,10 @@ class Baft(RollbackMethod):
         out = super().summary()
         if getattr(self.run, "costs", None) is None:  # failed before the cost model existed
             return out
-        out.update(bubble_fraction=self.bubble_fraction, bubble_s=self.bubble_s,
-                   checkpoint_write_s=self.run.costs.storage_write_s(), checkpoint_charge_s=self.checkpoint_charge_s)
+        out.update(
+            bubble_fraction=self.bubble_fraction,
+            bubble_s=self.bubble_s,
+            checkpoint_write_s=self.run.costs.storage_write_s(),
+            checkpoint_charge_s=self.checkpoint_charge_s,
+        )
         return out

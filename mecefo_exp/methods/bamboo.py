@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..config import at_least, choices
-
+from ..plan import FORWARD, NORMAL, FailureFreePlan, Mode, Plan, Sample, SparsePlan, WorkItem
 from ..timing.clock import StepCost, steps_ending_by
 from ..timing.steps import Help, RedundantForward
-from ..plan import FORWARD, NORMAL, FailureFreePlan, Mode, Plan, Sample, SparsePlan, WorkItem
 from .base import CheckpointedConfig, InPlaceMethod, resplit_plan
 
 
@@ -35,8 +34,9 @@ class BambooConfig(CheckpointedConfig):
     checkpoint_interval: Any = "auto"
     # under a throughput table (hardware.compute=table): the step time while a shadow covers a
     # failed node, as a multiple of the failure-free one (None: the shadow's two micro-batches)
-    fallback_slowdown: Optional[float] = field(default=None, metadata=at_least(1, "(a multiple of the failure-free step)"))
-
+    fallback_slowdown: Optional[float] = field(
+        default=None, metadata=at_least(1, "(a multiple of the failure-free step)")
+    )
 
 
 class Bamboo(InPlaceMethod):
@@ -122,8 +122,9 @@ class Bamboo(InPlaceMethod):
         pred, succ = self._ring_neighbors(worker)
         if pred == worker or succ in self.down or pred in self.down:
             reason = "no other worker alive" if pred == worker else "adjacent failures"
-            self.fall_back(worker, {"reason": reason, "predecessor": pred, "successor": succ,
-                                    "cover": dict(self.cover)})
+            self.fall_back(
+                worker, {"reason": reason, "predecessor": pred, "successor": succ, "cover": dict(self.cover)}
+            )
             return
         moved = self._owners(worker)
         self._set_owners(worker, [])
@@ -132,8 +133,11 @@ class Bamboo(InPlaceMethod):
         if self.cover_since is None:
             self.cover_since = self.run.clock.now
         self.counts["neighbor_assignments"] += 1
-        self.run.event("neighbor", worker, {"neighbor": succ, "owners": moved, "mode": self.cfg.mode,
-                                            "recompute_forward": self.cfg.mode == "lazy"})
+        self.run.event(
+            "neighbor",
+            worker,
+            {"neighbor": succ, "owners": moved, "mode": self.cfg.mode, "recompute_forward": self.cfg.mode == "lazy"},
+        )
 
     def on_recoveries(self, workers: List[int]) -> None:
         """Workers back at one instant (a replaced machine, a repair tick) rejoin in one rebalance."""
@@ -178,15 +182,24 @@ class Bamboo(InPlaceMethod):
             self.fall_back(worker, {"reason": "no other node in its pipeline", "cover": dict(self.cover)})
             return
         if {shadow, ward} & (self.down - self.left_out):  # down, and not yet re-formed around
-            self.fall_back(worker, {"reason": "adjacent failures", "shadow": shadow, "ward": ward,
-                                    "cover": dict(self.cover)})
+            self.fall_back(
+                worker, {"reason": "adjacent failures", "shadow": shadow, "ward": ward, "cover": dict(self.cover)}
+            )
             return
         self.cover[worker] = shadow
         if self.cover_since is None:
             self.cover_since = self.run.clock.now
         self.counts["neighbor_assignments"] += 1
-        self.run.event("neighbor", worker, {"neighbor": shadow, "stage": self.layout.stage(worker),
-                                            "mode": self.cfg.mode, "recompute_forward": self.cfg.mode == "lazy"})
+        self.run.event(
+            "neighbor",
+            worker,
+            {
+                "neighbor": shadow,
+                "stage": self.layout.stage(worker),
+                "mode": self.cfg.mode,
+                "recompute_forward": self.cfg.mode == "lazy",
+            },
+        )
 
     def _layout_rebalance(self, reason: str, workers: Optional[List[int]]) -> None:
         """Re-form the pipelines without the nodes down now: no cover left, their batch spread."""
@@ -197,8 +210,11 @@ class Bamboo(InPlaceMethod):
         self.cover_since = None
         self.degraded_since_cover = 0
         self.counts["rebalances"] += 1
-        self.run.event("rebalance", workers[0] if workers else None,
-                       {"reason": reason, "workers": workers, "left_out": len(self.left_out), "stall_s": stall})
+        self.run.event(
+            "rebalance",
+            workers[0] if workers else None,
+            {"reason": reason, "workers": workers, "left_out": len(self.left_out), "stall_s": stall},
+        )
 
     def _layout_plan(self, step: int) -> Plan:
         if not self.cover and not self.left_out:
@@ -210,6 +226,7 @@ class Bamboo(InPlaceMethod):
             for failed, shadow in cover.items():
                 out[shadow] = out.get(shadow, [WorkItem(Sample(step, shadow))]) + [WorkItem(Sample(step, failed))]
             return out
+
         return SparsePlan(step, self.n, changes, degraded=True, notes={"cover": cover, "retired": len(retired)})
 
     def _leave_out_down(self) -> None:
@@ -226,22 +243,38 @@ class Bamboo(InPlaceMethod):
         self.run.clock.charge("stall", stall)
         self._leave_out_down()
         self.counts["rebalances"] += 1
-        self.run.event("rebalance", worker, {"reason": reason, "left_out": sorted(self.down), "stall_s": stall,
-                                             "extra": {w: self.load[w][1:] for w in sorted(self.load)}})
+        self.run.event(
+            "rebalance",
+            worker,
+            {
+                "reason": reason,
+                "left_out": sorted(self.down),
+                "stall_s": stall,
+                "extra": {w: self.load[w][1:] for w in sorted(self.load)},
+            },
+        )
 
     # ------------------------------------------------------------ the step
     def plan(self, step: int) -> Plan:
         if self.layout is not None:
             return self._layout_plan(step)
+
         def changes() -> Dict[int, List[WorkItem]]:  # read by the numerics only
             out: Dict[int, List[WorkItem]] = {w: [] for w in self.down | self.left_out}
             for w, owners in self.load.items():
                 if w not in self.down:
                     out[w] = [WorkItem(Sample(step, owner)) for owner in sorted(owners)]
             return out
+
         # the left-out workers were down at the rebalance and rejoin only through the next one
-        return SparsePlan(step, self.n, changes, degraded=self.heavy > 0, n_computing=self.n - len(self.down),
-                          notes={"cover": self.cover} if self.cover else {})
+        return SparsePlan(
+            step,
+            self.n,
+            changes,
+            degraded=self.heavy > 0,
+            n_computing=self.n - len(self.down),
+            notes={"cover": self.cover} if self.cover else {},
+        )
 
     def _redundant(self) -> Optional[RedundantForward]:
         """Eager mode: each computing worker w also runs the forwards of its ring predecessor p's
@@ -291,8 +324,12 @@ class Bamboo(InPlaceMethod):
         costs = self.run.costs
         shadow = Help(slowdown=self.cfg.fallback_slowdown)
         cover = plan.notes.get("cover", {})
-        cost = costs.step(plan, helpers={shadow: cover.values()} if cover else None, slots=self.n - len(self.left_out),
-                          redundant=self._redundant())
+        cost = costs.step(
+            plan,
+            helpers={shadow: cover.values()} if cover else None,
+            slots=self.n - len(self.left_out),
+            redundant=self._redundant(),
+        )
         if self.credit and self.credit[0] == plan.step:
             cost = costs.rest_of_step(cost, self.credit[1], shadow if cover else None)
         return cost
@@ -341,7 +378,9 @@ class Bamboo(InPlaceMethod):
         rebalance = self._layout_rebalance if self.layout is not None else self._rebalance
         if self.cover and after_steps is not None and self.degraded_since_cover >= after_steps:
             rebalance("degraded steps", None)
-        elif self.cover and after is not None and self.run.clock.now - self.cover_since >= self.run.costs.stall_s(after):
+        elif (
+            self.cover and after is not None and self.run.clock.now - self.cover_since >= self.run.costs.stall_s(after)
+        ):
             rebalance("timer", None)
 
     def summary(self) -> Dict[str, object]:

@@ -20,11 +20,11 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from ..config import MethodConfig, at_least, choices
 from ..failures.classes import STORAGE
-from .run_context import RunContext, run_context_members  # noqa: F401  (what a method may use of the run)
-from ..timing.clock import StepCost
 from ..plan import NORMAL, FailureFreePlan, Mode, Plan, resplit_plan  # noqa: F401  (methods import it from here)
+from ..timing.clock import StepCost
 from .checkpointing import CheckpointStore, store_of_run
 from .intervals import daly_interval
+from .run_context import RunContext, run_context_members  # noqa: F401  (what a method may use of the run)
 
 
 class Method:
@@ -173,8 +173,7 @@ class Method:
         """Plain attributes (sets, counters, assignments). State that is not plain (MeCeFO's
         projections, REFT's in-memory snapshot) is added by the method's own override: a
         resumed run must be the uninterrupted one, so everything a later step reads is here."""
-        return {k: copy.deepcopy(v) for k, v in vars(self).items()
-                if k not in ("cfg", "run", "n") and _is_plain(v)}
+        return {k: copy.deepcopy(v) for k, v in vars(self).items() if k not in ("cfg", "run", "n") and _is_plain(v)}
 
     def load_state_dict(self, state: Dict[str, object]) -> None:
         for k, v in state.items():
@@ -193,6 +192,7 @@ def _is_plain(value) -> bool:
 class CheckpointedConfig(MethodConfig):
     """What every method that keeps disk checkpoints reads (each adds its interval under its own
     name, `interval_key`: steps or "auto" for Young/Daly)."""
+
     backend: str = field(default="torch", metadata=choices("torch", "dcp"))  # torch.save | torch.distributed.checkpoint
     keep: int = field(default=2, metadata=at_least(1, "checkpoints kept"))
     # seconds of a job restart from the checkpoint (None: cluster.detection_s + cluster.restart_s)
@@ -207,6 +207,7 @@ class CheckpointedConfig(MethodConfig):
 @dataclass
 class RestartConfig(CheckpointedConfig):
     """Methods whose every failure restarts the job."""
+
     # where: on spares for the failed workers (the global batch on n workers) | on the survivors (the
     # global batch re-split over them; a recovered worker joins at the next restart)
     restart_on: str = field(default="spares", metadata=choices("spares", "survivors"))
@@ -291,8 +292,12 @@ class CheckpointedMethod(Method):
         and the failure is handled at its own time. A replay of another simulator (method.variant)
         keeps that simulator's checkpoint rules."""
         now, t_fail = self.run.clock.now, self.run.trace.next_failure_time()
-        if self.cfg.checkpoint_write != "sync" or self.cfg.get("variant") or t_fail is None \
-                or not now <= t_fail < now + cost:
+        if (
+            self.cfg.checkpoint_write != "sync"
+            or self.cfg.get("variant")
+            or t_fail is None
+            or not now <= t_fail < now + cost
+        ):
             return False
         self.run.clock.add_to_step(step - 1, "ft_overhead", t_fail - now)
         self.writes_cut += 1

@@ -42,8 +42,10 @@ class CheckpointRestart(RollbackMethod):
     def check_config(cls, m, cfg) -> Optional[str]:
         if m.restart_s_by_nodes:
             if m.restart_on != "survivors":
-                return ("method.restart_s_by_nodes times a restart by the nodes it restarted on last: it needs "
-                        "method.restart_on=survivors")
+                return (
+                    "method.restart_s_by_nodes times a restart by the nodes it restarted on last: it needs "
+                    "method.restart_on=survivors"
+                )
             bad = {k: v for k, v in m.restart_s_by_nodes.items() if not (int(k) >= 1 and float(v) >= 0)}
             if bad:
                 return f"method.restart_s_by_nodes={dict(bad)}: node counts >= 1, seconds >= 0"

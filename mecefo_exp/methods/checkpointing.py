@@ -34,7 +34,6 @@ import shutil
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-
 CHECKSUM_SUFFIX = ".sha256"
 
 
@@ -47,9 +46,11 @@ def complete_steps(root: Path) -> List[int]:
     .tmp only when whole; a dcp folder is whole once its .metadata is written."""
     if not Path(root).exists():
         return []
-    return sorted(int(p.stem.split("_")[1]) for p in Path(root).glob("step_*")
-                  if (p.is_file() and p.suffix not in (".tmp", CHECKSUM_SUFFIX))
-                  or (p.is_dir() and (p / ".metadata").exists()))
+    return sorted(
+        int(p.stem.split("_")[1])
+        for p in Path(root).glob("step_*")
+        if (p.is_file() and p.suffix not in (".tmp", CHECKSUM_SUFFIX)) or (p.is_dir() and (p / ".metadata").exists())
+    )
 
 
 class _Hashing:
@@ -82,8 +83,10 @@ def verify_checksum(target: Path) -> None:
     expected = saved.read_text(encoding="ascii", errors="replace").split()[0:1]
     actual = file_sha256(target)
     if expected != [actual]:
-        raise CheckpointCorrupt(f"checksum mismatch: SHA-256 {actual[:16]}... differs from the "
-                                f"{(expected or ['(empty)'])[0][:16]}... saved in {saved.name} (the file changed on disk)")
+        raise CheckpointCorrupt(
+            f"checksum mismatch: SHA-256 {actual[:16]}... differs from the "
+            f"{(expected or ['(empty)'])[0][:16]}... saved in {saved.name} (the file changed on disk)"
+        )
 
 
 class CheckpointStore:
@@ -91,9 +94,17 @@ class CheckpointStore:
     is handed: `state_dict(harness=...)` the state to save, `writes()` whether this process is the
     one that writes (ranks hold identical replicas), `barrier()` how to wait for the others."""
 
-    def __init__(self, root: Path, state_dict: Callable[..., Dict], *, in_memory: bool = False,
-                 writes: Callable[[], bool] = lambda: True, barrier: Callable[[], None] = lambda: None,
-                 keep: int = 2, backend: str = "torch"):
+    def __init__(
+        self,
+        root: Path,
+        state_dict: Callable[..., Dict],
+        *,
+        in_memory: bool = False,
+        writes: Callable[[], bool] = lambda: True,
+        barrier: Callable[[], None] = lambda: None,
+        keep: int = 2,
+        backend: str = "torch",
+    ):
         if backend not in ("torch", "dcp"):
             raise ValueError(f"method.backend={backend!r}: allowed: torch, dcp")
         self.state_dict = state_dict
@@ -120,7 +131,7 @@ class CheckpointStore:
                 self._memory.pop(self.saved.pop(0), None)
             return
         self.pending = step
-        del self.saved[:-self.keep]
+        del self.saved[: -self.keep]
 
     def flush(self) -> bool:
         """Write the checkpoint saved at this step boundary, then drop the ones beyond `keep`."""
@@ -226,5 +237,12 @@ class CheckpointStore:
 def store_of_run(run, folder: str = "checkpoints", keep: int = 2, backend: str = "torch") -> CheckpointStore:
     """A store of `run`'s state in `run_dir/folder` (without numerics: the step, in memory); the
     process that writes the run record writes the files."""
-    return CheckpointStore(Path(run.run_dir) / folder, run.state_dict, in_memory=not run.numerics,
-                           writes=lambda: run.is_main, barrier=run.barrier, keep=keep, backend=backend)
+    return CheckpointStore(
+        Path(run.run_dir) / folder,
+        run.state_dict,
+        in_memory=not run.numerics,
+        writes=lambda: run.is_main,
+        barrier=run.barrier,
+        keep=keep,
+        backend=backend,
+    )

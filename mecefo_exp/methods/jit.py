@@ -65,7 +65,12 @@ class JustInTime(RollbackMethod):
 
     def restart_after(self, workers: List[int]) -> None:
         job_fault = self.job_fault_source
-        if job_fault is not None and job_fault != REPLICA_GPU or job_fault is None and not self.healthy_replica(workers):
+        if (
+            job_fault is not None
+            and job_fault != REPLICA_GPU
+            or job_fault is None
+            and not self.healthy_replica(workers)
+        ):
             return super().restart_after(workers)  # from the last checkpoint there is
         run, costs = self.run, self.run.costs
         write = costs.storage_write_s()

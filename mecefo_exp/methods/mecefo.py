@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set
 
 from ..config import at_least, choices
-
+from ..plan import NORMAL, Mode, Plan, Sample, SparsePlan, WorkItem
 from ..projections import LowRankProjections, is_attention_parameter, svd_flops
 from ..timing.clock import StepCost
 from ..timing.steps import Help
-from ..plan import NORMAL, Mode, Plan, Sample, SparsePlan, WorkItem
 from .base import CheckpointedConfig, InPlaceMethod, neighbors_on_ring
 
 FFN_MODULES = ("gate_proj", "up_proj", "down_proj")
@@ -42,6 +41,7 @@ class MecefoConfig(CheckpointedConfig):
     grad_error_every: int = field(default=10, metadata=at_least(0, "(0: off)"))
     checkpoint_interval: Any = "auto"  # the fallback when no neighbour is eligible
 
+
 MODE = "mecefo"
 log = logging.getLogger(__name__)
 
@@ -54,11 +54,16 @@ def warn_if_rank_saturates(cfg, model) -> Optional[str]:
     most = min(model.hidden_size, model.intermediate_size)
     if cfg.rank < most:
         return None
-    exact = [name for name in cfg.lowrank_modules
-             if (model.hidden_size if name in ("gate_proj", "up_proj") else model.intermediate_size) <= cfg.rank]
-    message = (f"method.rank={cfg.rank} >= min(hidden_size, intermediate_size) = {most} of this model: the projections "
-               f"keep all {most} singular vectors, so the weight gradients of {', '.join(exact) or 'no module'} are exact "
-               f"(not low-rank); for a low-rank run choose method.rank < {most}")
+    exact = [
+        name
+        for name in cfg.lowrank_modules
+        if (model.hidden_size if name in ("gate_proj", "up_proj") else model.intermediate_size) <= cfg.rank
+    ]
+    message = (
+        f"method.rank={cfg.rank} >= min(hidden_size, intermediate_size) = {most} of this model: the projections "
+        f"keep all {most} singular vectors, so the weight gradients of {', '.join(exact) or 'no module'} are exact "
+        f"(not low-rank); for a low-rank run choose method.rank < {most}"
+    )
     log.warning(message)
     return message
 
@@ -111,8 +116,15 @@ class Mecefo(InPlaceMethod):
 
     def _projections(self, model) -> LowRankProjections:
         cfg = self.cfg
-        return LowRankProjections(model, cfg.rank, cfg.svd_every, cfg.lowrank_modules, svd=cfg.svd,
-                                  oversample=cfg.svd_oversample, power_iters=cfg.svd_power_iters)
+        return LowRankProjections(
+            model,
+            cfg.rank,
+            cfg.svd_every,
+            cfg.lowrank_modules,
+            svd=cfg.svd,
+            oversample=cfg.svd_oversample,
+            power_iters=cfg.svd_power_iters,
+        )
 
     def _context(self, model):
         projections = None
@@ -218,7 +230,7 @@ class Mecefo(InPlaceMethod):
         for i, worker in enumerate(workers):
             self.on_failure(worker)
             if self.counts["fatal"] > fatal:
-                rest = workers[i + 1:]
+                rest = workers[i + 1 :]
                 if self.without:  # a node trace: no spares, the rest of the instant leaves with the others
                     self.down.update(rest)
                     self.without.update(rest)
@@ -280,8 +292,10 @@ class Mecefo(InPlaceMethod):
             for failed, nb in self.cover.items():
                 out[nb] = [WorkItem(Sample(step, nb), MODE), WorkItem(Sample(step, failed), MODE)]
             return out
-        return SparsePlan(step, self.n, changes, degraded=True, notes={"cover": self.cover},
-                          n_computing=self.n - len(self.down))
+
+        return SparsePlan(
+            step, self.n, changes, degraded=True, notes={"cover": self.cover}, n_computing=self.n - len(self.down)
+        )
 
     def step_cost(self, plan: Plan) -> StepCost:
         """Each neighbour runs its pair kernel (two approximate micro-batches in one pass) in place of
@@ -336,8 +350,12 @@ class Mecefo(InPlaceMethod):
         for n, p in model.named_parameters():  # put the approximate gradient back
             p.grad = approx[n]
         row = {"step": plan.step, "sim_time_s": self.run.clock.now, "workers_down": len(self.down)}
-        row.update({f"rel_error{'' if k == 'all' else '_' + k}": (d ** 0.5) / (r ** 0.5) if r > 0 else None
-                    for k, (d, r) in groups.items()})
+        row.update(
+            {
+                f"rel_error{'' if k == 'all' else '_' + k}": (d**0.5) / (r**0.5) if r > 0 else None
+                for k, (d, r) in groups.items()
+            }
+        )
         self.counts["grad_error_checks"] += 1
         self.run.records.append("grad_error", row)  # a run-record stream: cut back on resume like the others
 

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from ..config import at_least, choices
-
-from ..timing.clock import StepCost
 from ..plan import Plan
+from ..timing.clock import StepCost
 from .base import CheckpointedConfig, InPlaceMethod, resplit_plan
 
 
@@ -93,8 +92,17 @@ class Oobleck(InPlaceMethod):
         self.counts["reconfigurations"] += 1
         # the workers of this event and the count: a list of every worker down would make each event's
         # record (and its cost) grow with the cluster; the fail and recover events already name them
-        self.run.event("reconfigure", worker, {"reason": reason, "workers": workers, "alive": self.n - len(self.down),
-                                               "n_down": len(self.down), "stall_s": stall})
+        self.run.event(
+            "reconfigure",
+            worker,
+            {
+                "reason": reason,
+                "workers": workers,
+                "alive": self.n - len(self.down),
+                "n_down": len(self.down),
+                "stall_s": stall,
+            },
+        )
 
     # ------------------------------------------------------------ the step
     def plan(self, step: int) -> Plan:

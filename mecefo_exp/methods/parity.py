@@ -28,7 +28,7 @@ def parity_layout(n_workers: int, group_size: int, chains: Optional[List[List[in
     groups: List[List[int]] = []
     holders: List[Optional[int]] = []
     for chain in chains or [list(range(n_workers))]:
-        cut = [chain[s:s + group_size] for s in range(0, len(chain), group_size)]
+        cut = [chain[s : s + group_size] for s in range(0, len(chain), group_size)]
         groups += cut
         holders += [cut[(k + 1) % len(cut)][0] if len(cut) > 1 else None for k in range(len(cut))]
     return groups, holders
@@ -37,8 +37,9 @@ def parity_layout(n_workers: int, group_size: int, chains: Optional[List[List[in
 class ShardedSnapshot:
     """One snapshot: the serialized state as n worker shards plus one XOR parity per group."""
 
-    def __init__(self, payload: bytes, n_workers: int, group_size: int, step: int,
-                 chains: Optional[List[List[int]]] = None):
+    def __init__(
+        self, payload: bytes, n_workers: int, group_size: int, step: int, chains: Optional[List[List[int]]] = None
+    ):
         if n_workers < 1 or group_size < 2:
             raise ValueError(f"need n_workers >= 1 and group_size >= 2, got {n_workers}, {group_size}")
         self.step = step
@@ -46,19 +47,22 @@ class ShardedSnapshot:
         self.length = len(payload)
         self.shard_bytes = max(1, math.ceil(self.length / n_workers))
         padded = np.zeros(self.shard_bytes * n_workers, dtype=np.uint8)
-        padded[:self.length] = np.frombuffer(payload, dtype=np.uint8)
+        padded[: self.length] = np.frombuffer(payload, dtype=np.uint8)
         # each worker holds its own copy (no views into one buffer): losing one touches nothing else
         self.shards: List[Optional[np.ndarray]] = [
-            padded[w * self.shard_bytes:(w + 1) * self.shard_bytes].copy() for w in range(n_workers)]
+            padded[w * self.shard_bytes : (w + 1) * self.shard_bytes].copy() for w in range(n_workers)
+        ]
         self.digests = [hashlib.sha1(s.tobytes()).digest() for s in self.shards]
         # parity of group k on the first worker of group k+1; None: the separate holder
         self.groups, self.parity_holder = parity_layout(n_workers, group_size, chains)
         self.parity: List[Optional[np.ndarray]] = [
-            np.bitwise_xor.reduce(np.stack([self.shards[w] for w in g]), axis=0) for g in self.groups]
+            np.bitwise_xor.reduce(np.stack([self.shards[w] for w in g]), axis=0) for g in self.groups
+        ]
 
     @classmethod
-    def of_state(cls, state: Dict, n_workers: int, group_size: int,
-                 chains: Optional[List[List[int]]] = None) -> "ShardedSnapshot":
+    def of_state(
+        cls, state: Dict, n_workers: int, group_size: int, chains: Optional[List[List[int]]] = None
+    ) -> "ShardedSnapshot":
         import torch
 
         buf = io.BytesIO()
@@ -93,8 +97,9 @@ class ShardedSnapshot:
 
     def unrecoverable(self) -> Dict[int, List[str]]:
         """Groups that lost a data shard and cannot rebuild it (two or more erasures)."""
-        return {k: gone for k, gone in self.erasures().items()
-                if len(gone) > 1 and any(b.startswith("shard") for b in gone)}
+        return {
+            k: gone for k, gone in self.erasures().items() if len(gone) > 1 and any(b.startswith("shard") for b in gone)
+        }
 
     def missing(self) -> List[int]:
         return [w for w in range(self.n) if self.shards[w] is None]
@@ -118,7 +123,7 @@ class ShardedSnapshot:
         if bad:
             raise UnrecoverableSnapshot(bad)
         parts = [s if s is not None else self.rebuild(w) for w, s in enumerate(self.shards)]
-        return np.concatenate(parts).tobytes()[:self.length]
+        return np.concatenate(parts).tobytes()[: self.length]
 
     def state(self) -> Dict:
         # the payload can come from a checkpoint file (a resumed run): tensors and plain values only
@@ -130,17 +135,29 @@ class ShardedSnapshot:
         """Tensors and plain values (a checkpoint loads them with weights_only=True)."""
         import torch
 
-        as_tensor = (lambda a: None if a is None else torch.from_numpy(a.copy()))
-        return {"step": self.step, "n": self.n, "length": self.length, "shard_bytes": self.shard_bytes,
-                "shards": [as_tensor(s) for s in self.shards], "digests": list(self.digests),
-                "groups": [list(g) for g in self.groups], "parity_holder": list(self.parity_holder),
-                "parity": [as_tensor(p) for p in self.parity]}
+        as_tensor = lambda a: None if a is None else torch.from_numpy(a.copy())
+        return {
+            "step": self.step,
+            "n": self.n,
+            "length": self.length,
+            "shard_bytes": self.shard_bytes,
+            "shards": [as_tensor(s) for s in self.shards],
+            "digests": list(self.digests),
+            "groups": [list(g) for g in self.groups],
+            "parity_holder": list(self.parity_holder),
+            "parity": [as_tensor(p) for p in self.parity],
+        }
 
     @classmethod
     def from_state(cls, state: Dict) -> "ShardedSnapshot":
         snap = cls.__new__(cls)
-        as_array = (lambda t: None if t is None else t.numpy().copy())
-        snap.step, snap.n, snap.length, snap.shard_bytes = state["step"], state["n"], state["length"], state["shard_bytes"]
+        as_array = lambda t: None if t is None else t.numpy().copy()
+        snap.step, snap.n, snap.length, snap.shard_bytes = (
+            state["step"],
+            state["n"],
+            state["length"],
+            state["shard_bytes"],
+        )
         snap.shards = [as_array(s) for s in state["shards"]]
         snap.digests = list(state["digests"])
         snap.groups = [list(g) for g in state["groups"]]
@@ -168,8 +185,15 @@ class SnapshotLedger:
     snapshot takes ~0.1 s here, every `snapshot_every` steps. The decisions (restore from memory,
     or fall back to disk) are ShardedSnapshot's: the same layout, the same erasure rule."""
 
-    def __init__(self, payload: bytes, n_workers: int, step: int, groups: List[List[int]],
-                 holders: List[Optional[int]], group_of: Dict[int, int]):
+    def __init__(
+        self,
+        payload: bytes,
+        n_workers: int,
+        step: int,
+        groups: List[List[int]],
+        holders: List[Optional[int]],
+        group_of: Dict[int, int],
+    ):
         self.step, self.n, self.length = step, n_workers, len(payload)
         self.shard_bytes = max(1, math.ceil(self.length / n_workers))
         self._payload = payload
@@ -203,8 +227,9 @@ class SnapshotLedger:
         return dict(sorted(out.items()))
 
     def unrecoverable(self) -> Dict[int, List[str]]:
-        return {k: gone for k, gone in self.erasures().items()
-                if len(gone) > 1 and any(b.startswith("shard") for b in gone)}
+        return {
+            k: gone for k, gone in self.erasures().items() if len(gone) > 1 and any(b.startswith("shard") for b in gone)
+        }
 
     def missing(self) -> List[int]:
         return sorted(self.lost_shards)
@@ -220,9 +245,16 @@ class SnapshotLedger:
         self.lost_parity.clear()
 
     def to_state(self) -> Dict:
-        return {"ledger": True, "step": self.step, "n": self.n, "payload": self._payload,
-                "groups": [list(g) for g in self.groups], "parity_holder": list(self.parity_holder),
-                "lost_shards": sorted(self.lost_shards), "lost_parity": sorted(self.lost_parity)}
+        return {
+            "ledger": True,
+            "step": self.step,
+            "n": self.n,
+            "payload": self._payload,
+            "groups": [list(g) for g in self.groups],
+            "parity_holder": list(self.parity_holder),
+            "lost_shards": sorted(self.lost_shards),
+            "lost_parity": sorted(self.lost_parity),
+        }
 
     @classmethod
     def from_state(cls, state: Dict) -> "SnapshotLedger":

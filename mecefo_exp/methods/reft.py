@@ -45,8 +45,10 @@ class Reft(RollbackMethod):
     @classmethod
     def check_config(cls, m, cfg) -> Optional[str]:
         if m.restart_on == "survivors" and is_hybrid(cfg):
-            return ("method.restart_on=survivors with REFT is modelled in pure data parallelism only "
-                    "(parallel.tp=1, parallel.pp=1)")
+            return (
+                "method.restart_on=survivors with REFT is modelled in pure data parallelism only "
+                "(parallel.tp=1, parallel.pp=1)"
+            )
         return None
 
     def __init__(self, cfg, run):
@@ -97,8 +99,15 @@ class Reft(RollbackMethod):
         else:
             self.run.clock.charge("ft_overhead", cost)
         self.counts["snapshots"] += 1
-        self.run.event("snapshot", detail={"step": step, "cost_s": cost, "bytes": self.snapshot.length,
-                                           "shard_bytes": self.snapshot.shard_bytes})
+        self.run.event(
+            "snapshot",
+            detail={
+                "step": step,
+                "cost_s": cost,
+                "bytes": self.snapshot.length,
+                "shard_bytes": self.snapshot.shard_bytes,
+            },
+        )
 
     def _sharded(self, state: Dict):
         """The state as a snapshot over the workers that hold it: every worker, or on the
@@ -135,8 +144,15 @@ class Reft(RollbackMethod):
             lost = [block for i in shards for block in snap.lose(i)]
             bad = snap.unrecoverable()
             if bad:
-                self._fatal(worker, {"reason": "more than one erasure in a parity group", "groups": bad,
-                                     "snapshot_step": snap.step, "lost": lost})
+                self._fatal(
+                    worker,
+                    {
+                        "reason": "more than one erasure in a parity group",
+                        "groups": bad,
+                        "snapshot_step": snap.step,
+                        "lost": lost,
+                    },
+                )
             else:
                 self.restart_from_memory(worker, lost)
 
@@ -150,8 +166,9 @@ class Reft(RollbackMethod):
         self.counts["memory_restores"] += 1
         self.counts["shards_rebuilt"] += len(rebuilt)
         self.run.restore(state, to_step=snap.step, reason="failure", worker=worker)
-        self.run.event("restart", worker, {"from_step": snap.step, "source": "memory", "lost": lost,
-                                           "rebuilt_shards": rebuilt})
+        self.run.event(
+            "restart", worker, {"from_step": snap.step, "source": "memory", "lost": lost, "rebuilt_shards": rebuilt}
+        )
 
     def _fatal(self, worker: int, detail: Dict) -> None:
         """Parity cannot help: restart from the disk checkpoint and drop the snapshot."""

@@ -42,8 +42,10 @@ class BambooPipelines(Bamboo):
         if stages is None:
             return super().check_config(m, cfg)
         if cfg.hardware.compute != "table":
-            return (f"method.variant_options.pipeline_stages={stages} needs hardware=table (only the "
-                    "throughput-table clock times pipelines); or leave it null")
+            return (
+                f"method.variant_options.pipeline_stages={stages} needs hardware=table (only the "
+                "throughput-table clock times pipelines); or leave it null"
+            )
         if not 1 <= stages <= n:
             return f"method.variant_options.pipeline_stages={stages}: must be in [1, cluster.n_workers={n}]"
         for key in ("start_order", "node_order"):
@@ -74,10 +76,12 @@ class BambooPipelines(Bamboo):
             return
         from .heap_order import node_tie_order
 
-        delay = self.run.costs.stall_s(self.cfg.restart_s if self.cfg.restart_s is not None
-                                       else self.run.cluster_cfg.restart_s)
-        registered, joined = node_tie_order(trace.path, trace.node_ready_s, delay, trace.node_slot_of,
-                                            min_nodes=self.stages)
+        delay = self.run.costs.stall_s(
+            self.cfg.restart_s if self.cfg.restart_s is not None else self.run.cluster_cfg.restart_s
+        )
+        registered, joined = node_tie_order(
+            trace.path, trace.node_ready_s, delay, trace.node_slot_of, min_nodes=self.stages
+        )
         if options["node_order"] is None:
             self.node_order = registered + [w for w in range(self.n) if w not in registered]
         if options["start_order"] is None:
@@ -117,7 +121,6 @@ class BambooPipelines(Bamboo):
         self.run.event("waiting", worker, {"spares": self._spares()})
         return True
 
-
     def after_fall_back(self) -> None:
         super().after_fall_back()
         if self.stages:
@@ -132,7 +135,8 @@ class BambooPipelines(Bamboo):
         alive = [w for w in order if w not in self.down]
         pipes = len(alive) // self.stages
         self.holds: Dict[int, List[Tuple[int, int]]] = {
-            w: [(i // self.stages, i % self.stages)] for i, w in enumerate(alive[:pipes * self.stages])}
+            w: [(i // self.stages, i % self.stages)] for i, w in enumerate(alive[: pipes * self.stages])
+        }
         self.pipes = pipes
         self.table_nodes = len(alive)  # the table counts every usable node, spares included
         self.fallback_step = None
@@ -145,12 +149,12 @@ class BambooPipelines(Bamboo):
         if held:
             pipe, stage = held[0]
             before = (pipe, (stage - 1) % self.stages)
-            holder = None if len(held) > 1 else next(
-                (w for w in self.node_order if before in self.holds.get(w, ())), None)
+            holder = (
+                None if len(held) > 1 else next((w for w in self.node_order if before in self.holds.get(w, ())), None)
+            )
             if holder is None or len(self.holds[holder]) > 1:  # it held two stages, or its shadow does
                 self.holds[worker] = held  # fall_back re-forms from scratch
-                return self.fall_back(worker, {"reason": "adjacent failures", "stage": [pipe, stage],
-                                               "holder": holder})
+                return self.fall_back(worker, {"reason": "adjacent failures", "stage": [pipe, stage], "holder": holder})
             self.holds[holder].append((pipe, stage))
             self.counts["neighbor_assignments"] += 1
             self.run.event("neighbor", worker, {"neighbor": holder, "stage": [pipe, stage]})

@@ -41,9 +41,15 @@ def reference(fixture: Path = FIXTURE) -> Dict[Cell, dict]:
 
 def overrides(model: str, system: str, setting: str) -> List[str]:
     """The configuration of a cell, but its trace."""
-    out = [f"scenario=oobleck_artifact/{model}", f"method={SYSTEMS[system]}", "scenario.quirks=true",
-           "trainer.progress=none", "trainer.log_events=0", "trainer.threads=1",
-           "hardware.timing_model=null"]  # the table times every step: no model shape to count
+    out = [
+        f"scenario=oobleck_artifact/{model}",
+        f"method={SYSTEMS[system]}",
+        "scenario.quirks=true",
+        "trainer.progress=none",
+        "trainer.log_events=0",
+        "trainer.threads=1",
+        "hardware.timing_model=null",
+    ]  # the table times every step: no model shape to count
     if system == "bamboo":  # the preset's orders are the five standard traces'; the variant derives its own
         out += ["++method.variant_options.start_order=null", "++method.variant_options.node_order=null"]
     if setting == "spot" and system == "varuna" and model == "bert_large":  # no_small_model_fallback (V:267-268)
@@ -58,8 +64,9 @@ _REFUSED: Dict[Tuple[str, str, str], Optional[str]] = {}  # its one-line refusal
 def cell_config(trace_path: Path, model: str, system: str, setting: str):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
-    from ..hydra_glue import register_configs
+
     from ..failures.nodes import trace_slots
+    from ..hydra_glue import register_configs
 
     key = (model, system, setting)
     if key not in _COMPOSED:
@@ -119,16 +126,20 @@ def cause(theirs: dict) -> str:
     if theirs["status"] == "error":
         return f"the artifact raises {theirs['error']} at {theirs['error_at']}"
     if int(theirs["rate_shift"] or 0) > 0:
-        return ("the artifact's rate series are misaligned (a failed checkpoint with fewer than 10 recorded steps "
-                "lengthens one, V:1482-1484): its un-crediting (V:1231-1238) and average (V:1545-1560) read other "
-                "steps' entries")
+        return (
+            "the artifact's rate series are misaligned (a failed checkpoint with fewer than 10 recorded steps "
+            "lengthens one, V:1482-1484): its un-crediting (V:1231-1238) and average (V:1545-1560) read other "
+            "steps' entries"
+        )
     return "not attributed yet"
 
 
 def write_gaps(path: Path, cells: List[Cell], ours: Dict[Cell, Optional[float]], ref: Dict[Cell, dict]) -> None:
     with open(path, "w", newline="") as f:
-        f.write("# cells of the generated traces where our replay and the artifact differ by more than 2%, with what\n"
-                "# is known of the cause; written by python -m mecefo_exp.replay.differential --write-gaps\n")
+        f.write(
+            "# cells of the generated traces where our replay and the artifact differ by more than 2%, with what\n"
+            "# is known of the cause; written by python -m mecefo_exp.replay.differential --write-gaps\n"
+        )
         w = csv.writer(f)
         w.writerow(["trace", "model", "system", "setting", "ours", "artifact", "cause"])
         for c in cells:
@@ -147,10 +158,11 @@ def default_cells(ref: Dict[Cell, dict], generated: Optional[int] = None, extend
     """Every cell of the `freq` setting, and the `spot` cells that differ from it (Varuna, BERT-large);
     with `generated` / `extended`, only the first that many traces of spot_traces.generate (gen_NNNN) /
     generate_extended (ext_NNNN; the first five are one of each regime); the artifact's own traces always."""
+
     def kept(trace: str) -> bool:
         for prefix, n in (("gen_", generated), ("ext_", extended)):
             if trace.startswith(prefix):
-                return n is None or int(trace[len(prefix):]) < n
+                return n is None or int(trace[len(prefix) :]) < n
         return True
 
     return [c for c in ref if (c[3] == "freq" or (c[2] == "varuna" and c[1] == "bert_large")) and kept(c[0])]
@@ -170,8 +182,11 @@ def main(argv=None) -> int:
     ap.add_argument("--traces", default=None, help="comma-separated trace names (default: all in the fixture)")
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--settings", default=None, help="freq,spot (default: every freq cell, and the spot cells "
-                    "that differ from them: Varuna on BERT-large)")
+    ap.add_argument(
+        "--settings",
+        default=None,
+        help="freq,spot (default: every freq cell, and the spot cells that differ from them: Varuna on BERT-large)",
+    )
     ap.add_argument("--write-gaps", type=Path, default=None, help="write the differing cells, with their cause, here")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--worst", type=int, default=15, help="how many of the worst cells to print")
@@ -179,15 +194,20 @@ def main(argv=None) -> int:
     ref = reference(args.fixture)
     want = set(args.traces.split(",")) if args.traces else None
     pool = default_cells(ref) if args.settings is None else [c for c in ref if c[3] in args.settings.split(",")]
-    cells = [c for c in pool if (want is None or c[0] in want) and c[2] in args.systems.split(",")
-             and c[1] in args.models.split(",")]
+    cells = [
+        c
+        for c in pool
+        if (want is None or c[0] in want) and c[2] in args.systems.split(",") and c[1] in args.models.split(",")
+    ]
     t0 = time.perf_counter()
     ours = run_cells(cells, args.jobs, args.fixture)
     wall = time.perf_counter() - t0
     ok = [c for c in cells if agrees(c, ours[c], ref[c])]
     shifted = sum(1 for c in ok if int(ref[c]["rate_shift"] or 0) > 0)
-    print(f"{len(ok)} of {len(cells)} cells within {TOLERANCE:.0%} of the artifact ({wall:.1f} s, {args.jobs} jobs); "
-          f"{shifted} of them with its rate series misaligned")
+    print(
+        f"{len(ok)} of {len(cells)} cells within {TOLERANCE:.0%} of the artifact ({wall:.1f} s, {args.jobs} jobs); "
+        f"{shifted} of them with its rate series misaligned"
+    )
     by = {}
     for c in cells:
         by.setdefault((c[2], c[3]), [0, 0])[0 if c in ok else 1] += 1
@@ -206,13 +226,12 @@ def main(argv=None) -> int:
             counts[cause(ref[c]).split(" at ")[0]] = counts.get(cause(ref[c]).split(" at ")[0], 0) + 1
     for why, k in sorted(counts.items(), key=lambda kv: -kv[1]):
         print(f"  differ: {k:4d}  {why}")
-    worst = sorted((c for c in cells if c not in ok), key=gap, reverse=True)[:args.worst]
+    worst = sorted((c for c in cells if c not in ok), key=gap, reverse=True)[: args.worst]
     for c in worst:
         r = ref[c]
         want = f"{expected(c, r):.6g}" if r["status"] == "ok" else r["status"]
         mine = "n/a" if ours[c] is None else f"{ours[c]:.6g}"
-        print(f"  {','.join(c):42s} ours {mine:>12} artifact {want:>12} "
-              f"{r['error']} rate_shift={r['rate_shift']}")
+        print(f"  {','.join(c):42s} ours {mine:>12} artifact {want:>12} {r['error']} rate_shift={r['rate_shift']}")
     return 0
 
 

@@ -12,15 +12,17 @@ from typing import Dict, List, Optional, Tuple
 from .queue import Keyed
 
 
-def node_tie_order(path: str, ready_s: float, first_delay_s: float,
-                   slot_of: Optional[Dict[str, int]] = None, min_nodes: int = 1) -> Tuple[List[int], List[int]]:
+def node_tie_order(
+    path: str, ready_s: float, first_delay_s: float, slot_of: Optional[Dict[str, int]] = None, min_nodes: int = 1
+) -> Tuple[List[int], List[int]]:
     """(registered, joined) of `first_formation`."""
     registered, joined, _ = first_formation(path, ready_s, first_delay_s, slot_of, min_nodes)
     return registered, joined
 
 
-def first_formation(path: str, ready_s: float, first_delay_s: float, slot_of: Optional[Dict[str, int]] = None,
-                    min_nodes: int = 1) -> Tuple[List[int], List[int], Optional[float]]:
+def first_formation(
+    path: str, ready_s: float, first_delay_s: float, slot_of: Optional[Dict[str, int]] = None, min_nodes: int = 1
+) -> Tuple[List[int], List[int], Optional[float]]:
     """The order in which the Oobleck artifact's Bamboo takes a trace's first nodes, as worker slots
     (`slot_of`: by name; default: the t=0 rows in file order): (the order it registers them, its node
     map, and the order of the first rendezvous that forms at least `min_nodes`, a pipeline).
@@ -74,11 +76,15 @@ def first_formation(path: str, ready_s: float, first_delay_s: float, slot_of: Op
                 break
             members = None
     slot = slot_of if slot_of is not None else {name: i for i, name in enumerate(_file_order(path))}
-    return ([slot[name] for name in registered if name in slot], [slot[name] for name in joined if name in slot],
-            formed_at)
+    return (
+        [slot[name] for name in registered if name in slot],
+        [slot[name] for name in joined if name in slot],
+        formed_at,
+    )
 
 
 def _file_order(path: str) -> List[str]:
     with open(path, newline="") as f:
-        return [row[2].strip() for row in csv.reader(f)
-                if row and float(row[0]) == 0 and row[1].strip().lower() == "add"]
+        return [
+            row[2].strip() for row in csv.reader(f) if row and float(row[0]) == 0 and row[1].strip().lower() == "add"
+        ]

@@ -4,11 +4,11 @@ subclasses of our methods."""
 from typing import List, Optional
 
 from ..methods.bamboo import Bamboo
-from .bamboo_pipelines import BambooPipelines
 from ..methods.base import resplit_plan
 from ..methods.oobleck import Oobleck
 from ..plan import Plan
 from ..timing.clock import StepCost
+from .bamboo_pipelines import BambooPipelines
 from .restarts import ArtifactRestarts, RendezvousTimeouts
 
 
@@ -45,7 +45,9 @@ class OobleckArtifact(ArtifactRestarts, Oobleck):
     def plan(self, step: int) -> Plan:
         if self.stopped:
             return Plan(step, {})  # the loop waits for an event
-        return resplit_plan(step, self.n, set(self.running_without)) if self.running_without else Oobleck.plan(self, step)
+        return (
+            resplit_plan(step, self.n, set(self.running_without)) if self.running_without else Oobleck.plan(self, step)
+        )
 
     def step_cost(self, plan: Plan) -> StepCost:
         carried = self.carried_cost()
@@ -100,8 +102,9 @@ class BambooArtifact(RendezvousTimeouts, BambooPipelines):
             return
         from .heap_order import first_formation
 
-        registered, joined, formed_at = first_formation(trace.path, trace.node_ready_s, self._delay("global"),
-                                                        trace.node_slot_of, min_nodes=self.stages)
+        registered, joined, formed_at = first_formation(
+            trace.path, trace.node_ready_s, self._delay("global"), trace.node_slot_of, min_nodes=self.stages
+        )
         rest = [w for w in range(self.n) if w not in registered]
         self.node_order = registered + rest
         self.placed = set(registered) & self.down
@@ -223,8 +226,9 @@ class BambooArtifact(RendezvousTimeouts, BambooPipelines):
         # until the first pipelines form, the artifact's own order of that rendezvous (heap_order.py)
         self._form_pipelines(self.node_order if self.trained or self.first_order is None else self.first_order)
         self.counts["rebalances"] += 1
-        self.run.event("rebalance", None, {"reason": f"{kind} rendezvous", "pipelines": self.pipes,
-                                           "spares": self._spares()})
+        self.run.event(
+            "rebalance", None, {"reason": f"{kind} rendezvous", "pipelines": self.pipes, "spares": self._spares()}
+        )
         if not self.pipes:
             self._stop("a rendezvous formed no pipeline")
             return

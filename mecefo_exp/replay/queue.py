@@ -53,7 +53,9 @@ class ArtifactQueue:
         for t, verb, name in rows:
             heapq.heappush(self.heap, Keyed(ms(t), ADD if verb == "add" else REMOVE, name))
         heapq.heapify(self.heap)
-        self.present: Set[str] = set()  # the nodes added and not removed (the artifact's spot_instances)  # the artifact heapifies once more after loading the trace
+        self.present: Set[str] = (
+            set()
+        )  # the nodes added and not removed (the artifact's spot_instances)  # the artifact heapifies once more after loading the trace
         self.ready_ms = ms(ready_s)
         self.restart_s = restart_s
         self.stopped = True  # before the first ready node, as after a timeout that formed nothing

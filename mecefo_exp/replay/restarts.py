@@ -84,7 +84,7 @@ class RendezvousTimeouts(abc.ABC):
     def timeout_delay_s(self, kind: str, at: float) -> float:
         """The delay of a `kind` timeout armed at `at`."""
 
-    def timed_out(self, due: float) -> None:
+    def timed_out(self, due: float) -> None:  # noqa: B027 (a hook: most policies do nothing)
         """A timeout fired at `due` (before it completes or stops anything)."""
 
     @abc.abstractmethod
@@ -139,8 +139,11 @@ class ArtifactRestarts(RendezvousTimeouts):
             if worker in self.ready:
                 self.ready.remove(worker)
             due = failed_at + self.rendezvous_delay_s(failed_at)
-            if self.opened_by_ready is not None and self.opened_by_ready == (failed_at, due) \
-                    and (due, "global") in self.timeouts:
+            if (
+                self.opened_by_ready is not None
+                and self.opened_by_ready == (failed_at, due)
+                and (due, "global") in self.timeouts
+            ):
                 # a node became usable at this very instant while the job was stopped and was heard
                 # first here; the artifact hears the removal first (kind 2 before 4): the removal opens
                 # the rendezvous and arms this timeout, the node only joins it (V:1315-1316, O:1096-1097)
@@ -171,7 +174,7 @@ class ArtifactRestarts(RendezvousTimeouts):
         recovery falls inside the step in flight): they are ready when the rendezvous completes."""
         trace = self.run.trace
         out = []
-        for ev in trace.events[trace.position:]:
+        for ev in trace.events[trace.position :]:
             if ev.time > t:
                 break
             if ev.kind == "recover" and ev.worker in self.down:

@@ -23,9 +23,9 @@ entries. Our window metric is the model's: credited steps over the window.
 from collections import deque
 from typing import Deque, List, Optional
 
+from ..failures.nodes import parse_rows
 from ..methods.base import resplit_plan, steps_before_multiple
 from ..methods.checkpoint import CheckpointRestart
-from ..failures.nodes import parse_rows
 from ..plan import Plan
 from ..timing.clock import StepCost
 from .queue import REMOVE, STEP, TIMEOUT, ArtifactQueue, ms
@@ -70,10 +70,10 @@ class SeriesLedger:
             self.ys[:] = [0.0] * len(self.ys)
             return
         last = -1
-        for last, (t, _) in enumerate(zip(self.xs, self.ys)):
+        for last, (t, _) in enumerate(zip(self.xs, self.ys)):  # noqa: B007 (`last` is read after the loop)
             if t == self.checkpoint_ms:
                 break
-        self.ys[last + 1:] = [0.0] * len(self.ys[last + 1:])
+        self.ys[last + 1 :] = [0.0] * len(self.ys[last + 1 :])
 
     def samples_per_s(self) -> Optional[float]:
         if self.start_ms is None or not self.xs or self.xs[-1] <= self.start_ms:
@@ -93,8 +93,10 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
         if method_cfg.restart_on != "survivors":
             return "the artifact's Varuna restarts on the survivors: set method.restart_on=survivors"
         if numerics:
-            return ("the artifact's Varuna un-credits steps no checkpoint holds (a failed checkpoint): "
-                    "set trainer.numerics=false")
+            return (
+                "the artifact's Varuna un-credits steps no checkpoint holds (a failed checkpoint): "
+                "set trainer.numerics=false"
+            )
         return super().check_config(method_cfg, cfg)
 
     def __init__(self, cfg, run):
@@ -131,11 +133,16 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
         trace = self.run.trace
         if self.storage_order:
             if not trace.node_rows:
-                raise ValueError("method.variant_options.storage_order=true replays the artifact's event list: it "
-                                 "needs a node trace (failure=nodes)")
+                raise ValueError(
+                    "method.variant_options.storage_order=true replays the artifact's event list: it "
+                    "needs a node trace (failure=nodes)"
+                )
             names = [name for *_, name in parse_rows(trace.path)]
-            self.queue = ArtifactQueue([(t, verb, name) for (t, verb), name in zip(trace.node_rows, names)],
-                                       trace.node_ready_s, self.rendezvous_delay_s)
+            self.queue = ArtifactQueue(
+                [(t, verb, name) for (t, verb), name in zip(trace.node_rows, names)],
+                trace.node_ready_s,
+                self.rendezvous_delay_s,
+            )
             now = self.run.clock.now
             self.queue.pop_through(now, TIMEOUT)  # the first rendezvous completes: training starts
             if self.stopped:

@@ -17,6 +17,7 @@ from ..registry import tier_class
 if TYPE_CHECKING:
     import torch
 
+
 class Tier(Protocol):
     """What the loop and the run's parts ask of the tier they run on."""
 

@@ -56,9 +56,17 @@ class LocalTier:
         """The executor of a step's plan (None without numerics: nothing is executed)."""
         if not training.numerics:
             return None
-        return self.cluster_class()(training.model, training.stream, modes, training.device,
-                                    cluster_cfg.chunk_microbatches, grad_accum=tcfg.grad_accum,
-                                    precision=tcfg.precision, compile=tcfg.compile, **self.cluster_extra(run))
+        return self.cluster_class()(
+            training.model,
+            training.stream,
+            modes,
+            training.device,
+            cluster_cfg.chunk_microbatches,
+            grad_accum=tcfg.grad_accum,
+            precision=tcfg.precision,
+            compile=tcfg.compile,
+            **self.cluster_extra(run),
+        )
 
     def cluster_class(self):
         from ..executor import LocalCluster  # tensors: imported only when numerics run

@@ -33,7 +33,6 @@ from ..plan import Plan, Sample
 from .local import LocalTier
 from .torchrun_launch import launched_by_torchrun
 
-
 #: the torchrun round this process belongs to (0: the first start), set by init_distributed
 ROUND_ENV = "MECEFO_TORCHRUN_ROUND"
 
@@ -49,8 +48,13 @@ def init_distributed(backend: str = "auto") -> None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     timeout = datetime.timedelta(seconds=120)
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "False") == "True"
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
-                          is_master=(rank == 0 and not agent_store), timeout=timeout)
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world,
+        is_master=(rank == 0 and not agent_store),
+        timeout=timeout,
+    )
     # An agent's TORCHELASTIC_RESTART_COUNT differs between machines (a replaced machine's agent
     # starts at 0), so the ranks agree on the round (0: the first start) themselves.
     restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
@@ -59,11 +63,17 @@ def init_distributed(backend: str = "auto") -> None:
         # of one round agree without talking to each other, and the round's prefix keeps a
         # restarted rank from reading the dead round's gloo addresses
         round_ = (store.add("mecefo/rank_starts", 1) - 1) // world
-        dist.init_process_group(backend=backend, store=dist.PrefixStore(f"mecefo/round{round_}", store),
-                                rank=rank, world_size=world, timeout=timeout)
+        dist.init_process_group(
+            backend=backend,
+            store=dist.PrefixStore(f"mecefo/round{round_}", store),
+            rank=rank,
+            world_size=world,
+            timeout=timeout,
+        )
     else:  # rank 0 serves a fresh store every round (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, static rendezvous)
-        dist.init_process_group(backend=backend, store=dist.PrefixStore("mecefo", store), rank=rank,
-                                world_size=world, timeout=timeout)
+        dist.init_process_group(
+            backend=backend, store=dist.PrefixStore("mecefo", store), rank=rank, world_size=world, timeout=timeout
+        )
         most = torch.tensor([restarts], dtype=torch.int64)
         dist.all_reduce(most, op=dist.ReduceOp.MAX)
         round_ = int(most.item())
@@ -91,10 +101,14 @@ def writer_gone() -> Optional[WriterGone]:
     except OSError as e:
         why = e.strerror or e
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-        return WriterGone(f"torchrun's rendezvous store at {host}:{port} is gone ({why}): the machine that hosted it "
-                          "died or was stopped, and no round of this job can form again")
-    return WriterGone(f"rank 0, which writes the run record, is gone (its store at {host}:{port}: {why}): this round "
-                      "of the job ended; a later round, if torchrun's agents form one, resumes the run")
+        return WriterGone(
+            f"torchrun's rendezvous store at {host}:{port} is gone ({why}): the machine that hosted it "
+            "died or was stopped, and no round of this job can form again"
+        )
+    return WriterGone(
+        f"rank 0, which writes the run record, is gone (its store at {host}:{port}: {why}): this round "
+        "of the job ended; a later round, if torchrun's agents form one, resumes the run"
+    )
 
 
 def agree_run_dir(proposed: str, root: Path) -> str:
@@ -132,10 +146,11 @@ class TorchrunCluster(LocalCluster):
         offset = 0
         for p in self.params.values():
             n = p.numel()
-            p.grad = flat[offset:offset + n].view_as(p)  # views into this step's fresh buffer: no copy
+            p.grad = flat[offset : offset + n].view_as(p)  # views into this step's fresh buffer: no copy
             offset += n
-        stats = torch.tensor([float(sum(losses.values())), float(len(losses)), float(tokens)], dtype=torch.float64,
-                             device=flat.device)
+        stats = torch.tensor(
+            [float(sum(losses.values())), float(len(losses)), float(tokens)], dtype=torch.float64, device=flat.device
+        )
         self.all_reduce_sum(stats)
         return stats[0].item(), int(stats[1].item()), int(stats[2].item())
 
@@ -154,12 +169,15 @@ class TorchrunTier(LocalTier):
 
     def start(self, device: torch.device) -> torch.device:
         if not launched_by_torchrun():
-            raise ConfigError("cluster=torchrun needs torchrun: torchrun --nproc-per-node=N run.py cluster=torchrun ...")
+            raise ConfigError(
+                "cluster=torchrun needs torchrun: torchrun --nproc-per-node=N run.py cluster=torchrun ..."
+            )
         init_distributed(self._backend)
         self.rank, world = dist.get_rank(), dist.get_world_size()
         if world != self.n_workers:
-            raise ConfigError(f"cluster.n_workers={self.n_workers} but torchrun started {world} ranks; "
-                              f"set cluster.n_workers={world}")
+            raise ConfigError(
+                f"cluster.n_workers={self.n_workers} but torchrun started {world} ranks; set cluster.n_workers={world}"
+            )
         if device is not None and device.type == "cuda":  # None: numerics off
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         return device

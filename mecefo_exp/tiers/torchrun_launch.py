@@ -63,5 +63,7 @@ def note_config_refused(problem: str) -> None:
 def check_config(cfg: Any) -> None:
     """cluster=torchrun's own settings (raises ConfigError)."""
     if not launched_by_torchrun():
-        raise ConfigError("cluster=torchrun needs torchrun to start the ranks: torchrun --nproc-per-node=N run.py "
-                          "cluster=torchrun cluster.n_workers=N ...; without torchrun use cluster=local")
+        raise ConfigError(
+            "cluster=torchrun needs torchrun to start the ranks: torchrun --nproc-per-node=N run.py "
+            "cluster=torchrun cluster.n_workers=N ...; without torchrun use cluster=local"
+        )

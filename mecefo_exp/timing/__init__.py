@@ -22,17 +22,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional
 
-from ..errors import ConfigError
 from ..config import data_parallel_size, is_hybrid, plain
+from ..errors import ConfigError
+from ..paths import conf_dir, default_cache_dir
 from ..plan import FORWARD
 from .clock import CATEGORIES, CostModel, SimClock, StepCost
-from .counts import (build_model_on_meta, cached_counts, counting_sources, parameter_count,  # noqa: F401
-                     shape_facts)
+from .counts import (
+    build_model_on_meta,  # noqa: F401
+    cached_counts,  # noqa: F401
+    counting_sources,  # noqa: F401
+    parameter_count,  # noqa: F401
+    shape_facts,  # noqa: F401
+)
 from .layout import LayoutShape, layout_kernels, layout_memory, layout_step, parts_from_counts, stage_table
 from .memory import worker_memory
 from .profile import Profile, load_or_measure
 from .seconds import BYTE_KERNELS, calibrate_efficiency, kernel_seconds
-from ..paths import conf_dir, default_cache_dir
 
 if TYPE_CHECKING:
     import torch
@@ -71,9 +76,17 @@ class Timing:
     info: Dict[str, object] = field(default_factory=dict)  # compute model, efficiency, ...
 
 
-def build_timing(cfg, method, modes, vocab_size: int, device: torch.device,
-                 real_model: Optional[torch.nn.Module] = None, stream=None, is_main: bool = True,
-                 own_profile: Optional[Path] = None) -> Timing:
+def build_timing(
+    cfg,
+    method,
+    modes,
+    vocab_size: int,
+    device: torch.device,
+    real_model: Optional[torch.nn.Module] = None,
+    stream=None,
+    is_main: bool = True,
+    own_profile: Optional[Path] = None,
+) -> Timing:
     """`is_main`: under torchrun only rank 0 measures (the others get its profile by broadcast).
     `own_profile`: the run's own profile.json (a resume), which pins the clock in place of
     `cluster.profile`, and which the record keeps describing as the run's first start did."""
@@ -94,22 +107,39 @@ def build_timing(cfg, method, modes, vocab_size: int, device: torch.device,
         bench = KernelBench(shape_model, modes, torch.device("meta"), d.micro_batch, d.seq_len, grad_accum=accum)
         kernels = build_kernels(bench, method, cfg.trainer)
         if sorted(kernels) != names:
-            raise RuntimeError(f"kernel names {sorted(kernels)} differ from kernel_names() {names}: "
-                               "a method's extra_kernels and extra_kernel_names must name the same kernels")
+            raise RuntimeError(
+                f"kernel names {sorted(kernels)} differ from kernel_names() {names}: "
+                "a method's extra_kernels and extra_kernel_names must name the same kernels"
+            )
         return count_kernels(kernels, shape_model)
 
-    counts = cached_counts({"model": {k: model_cfg[k] for k in model_cfg}, "vocab": vocab_size, "dtype": dtype,
-                            "micro_batch": d.micro_batch, "seq_len": d.seq_len, "kernels": names,
-                            **({"grad_accum": accum} if accum > 1 else {})}, count)
+    counts = cached_counts(
+        {
+            "model": {k: model_cfg[k] for k in model_cfg},
+            "vocab": vocab_size,
+            "dtype": dtype,
+            "micro_batch": d.micro_batch,
+            "seq_len": d.seq_len,
+            "kernels": names,
+            **({"grad_accum": accum} if accum > 1 else {}),
+        },
+        count,
+    )
     n = cfg.cluster.n_workers
     info: Dict[str, object] = {"hardware": hw.name, "timed_model": model_cfg.name}
     layout = None  # the hybrid layout's step (parallel.tp or pp > 1), else None: pure DP
 
     choice = str(own_profile) if own_profile is not None else cfg.cluster.profile
     if choice not in ("auto", "fresh"):  # a profile file pins the clock
-        profile = load_or_measure({k: None for k in counts} | {"optimizer": None, "state_copy": None,
-                                                                 "checkpoint_save": None},
-                                  {}, Path("."), 0, 1, device, fixed_path=choice)
+        profile = load_or_measure(
+            {k: None for k in counts} | {"optimizer": None, "state_copy": None, "checkpoint_save": None},
+            {},
+            Path("."),
+            0,
+            1,
+            device,
+            fixed_path=choice,
+        )
         made_by = ("compute", "efficiency", "efficiency_source", "profile_file")
         if own_profile:  # a resumed run reads its own profile.json: the record keeps saying what made its clock
             info["compute"] = "profile_file"
@@ -120,46 +150,87 @@ def build_timing(cfg, method, modes, vocab_size: int, device: torch.device,
             info.update(compute="profile_file", profile_file=profile.meta["profile_file"])
     elif choice == "fresh" or hw.compute == "profile":
         if real_model is None or model_cfg is not cfg.model:
-            raise ConfigError("hardware.compute=profile times this machine's model: it needs trainer.numerics=true "
-                              "and no hardware.timing_model (use a FLOP preset such as hardware=a100_32)")
-        profile = (measure(cfg, method, modes, real_model, stream, device, vocab_size, fresh=choice == "fresh")
-                   if is_main else Profile({}))
+            raise ConfigError(
+                "hardware.compute=profile times this machine's model: it needs trainer.numerics=true "
+                "and no hardware.timing_model (use a FLOP preset such as hardware=a100_32)"
+            )
+        profile = (
+            measure(cfg, method, modes, real_model, stream, device, vocab_size, fresh=choice == "fresh")
+            if is_main
+            else Profile({})
+        )
         info["compute"] = "measured"
     else:
         efficiency, source = hw.efficiency, "preset"
         row = hw.calibration.get(model_cfg.name) if hw.calibrate else None
         if row is not None:
-            per_seq = cached_counts({"model": {k: model_cfg[k] for k in model_cfg}, "vocab": vocab_size,
-                                     "dtype": dtype, "micro_batch": 1, "seq_len": row["seq_len"],
-                                     "kernels": ["mb:forward", "mb:normal"]},
-                                    lambda: count_forward_and_normal(model_cfg, vocab_size, cfg.seed, dtype, modes, 1,
-                                                                     row["seq_len"]))
+            per_seq = cached_counts(
+                {
+                    "model": {k: model_cfg[k] for k in model_cfg},
+                    "vocab": vocab_size,
+                    "dtype": dtype,
+                    "micro_batch": 1,
+                    "seq_len": row["seq_len"],
+                    "kernels": ["mb:forward", "mb:normal"],
+                },
+                lambda: count_forward_and_normal(model_cfg, vocab_size, cfg.seed, dtype, modes, 1, row["seq_len"]),
+            )
             grad_bytes = n_params * (2 if hw.grad_dtype == "bf16" else 4)
-            efficiency = calibrate_efficiency(hw, row, per_seq["mb:normal"]["flops"], per_seq["mb:forward"]["flops"],
-                                              n_params, grad_bytes)
-            source = (f"calibrated: {row['tokens_per_s']:.0f} tokens/s failure-free at {hw.gpus} workers x "
-                      f"{row['global_batch'] // hw.gpus} x {row['seq_len']} (paper Table 2)")
+            efficiency = calibrate_efficiency(
+                hw, row, per_seq["mb:normal"]["flops"], per_seq["mb:forward"]["flops"], n_params, grad_bytes
+            )
+            source = (
+                f"calibrated: {row['tokens_per_s']:.0f} tokens/s failure-free at {hw.gpus} workers x "
+                f"{row['global_batch'] // hw.gpus} x {row['seq_len']} (paper Table 2)"
+            )
         seconds = kernel_seconds(counts, hw, efficiency, n_params, state_bytes(n_params), n)
         if is_hybrid(cfg):  # the layout's failure-free step replaces the pure-DP one (timing/layout.py)
             layout = time_layout(cfg, model_cfg, modes, vocab_size, dtype, efficiency)
             seconds.update(layout_kernels(layout))
-        profile = Profile(seconds, {"compute": "flops", "hardware": hw.name, "timed_model": model_cfg.name,
-                                    "micro_batch": d.micro_batch, "seq_len": d.seq_len, "efficiency": efficiency,
-                                    "efficiency_source": source, "peak_tflops": hw.peak_tflops}, None)
+        profile = Profile(
+            seconds,
+            {
+                "compute": "flops",
+                "hardware": hw.name,
+                "timed_model": model_cfg.name,
+                "micro_batch": d.micro_batch,
+                "seq_len": d.seq_len,
+                "efficiency": efficiency,
+                "efficiency_source": source,
+                "peak_tflops": hw.peak_tflops,
+            },
+            None,
+        )
         info.update(compute="flops", efficiency=efficiency, efficiency_source=source)
         if hw.compute == "table":  # steps come from hardware.tables; the kernels still time checkpoints and copies
             info.update(compute="table", efficiency_source="hardware.tables (throughput per node count)")
     profile.meta["flops"] = {k: c["flops"] for k, c in counts.items()}
     pair = next((k for k in counts if k.startswith("neighbor_pair")), None)
-    memory = worker_memory(n_params, hw, n, counts["mb:normal"]["saved_bytes"],
-                           counts[pair]["saved_bytes"] if pair else None)
+    memory = worker_memory(
+        n_params, hw, n, counts["mb:normal"]["saved_bytes"], counts[pair]["saved_bytes"] if pair else None
+    )
     if layout is not None:
         dp = layout["dp"]
         memory = layout_memory(layout, hw, dp, shadow_next_stage=cfg.method.name == "bamboo")
-        info["layout"] = {k: layout[k] for k in ("tp", "pp", "dp", "microbatches", "schedule", "stage_layers",
-                                                 "step_s", "pipeline_s", "bubble_s", "bubble_fraction")}
-        info["layout"].update(stages=stage_table(layout), flops_per_gpu_step=layout["microbatches"] *
-                              counts["mb:normal"]["flops"] / (layout["tp"] * layout["pp"]))
+        info["layout"] = {
+            k: layout[k]
+            for k in (
+                "tp",
+                "pp",
+                "dp",
+                "microbatches",
+                "schedule",
+                "stage_layers",
+                "step_s",
+                "pipeline_s",
+                "bubble_s",
+                "bubble_fraction",
+            )
+        }
+        info["layout"].update(
+            stages=stage_table(layout),
+            flops_per_gpu_step=layout["microbatches"] * counts["mb:normal"]["flops"] / (layout["tp"] * layout["pp"]),
+        )
     stalls = {k: cfg.cluster[k] for k in ("detection_s", "restart_s", "reconfigure_s", "paper_run_h", "scale_stalls")}
     info["fingerprint"] = profile.fingerprint(hardware=plain(hw), stalls=stalls)
     return Timing(profile, n_params, model_cfg.name, counts, memory, info)
@@ -167,11 +238,14 @@ def build_timing(cfg, method, modes, vocab_size: int, device: torch.device,
 
 def kernel_names(modes, method) -> List[str]:
     """The kernels a profile holds (kernels.build_kernels builds them), named without building any."""
-    return sorted({mode.kernel for mode in modes.values()} | {FORWARD.kernel, *BYTE_KERNELS, *method.extra_kernel_names()})
+    return sorted(
+        {mode.kernel for mode in modes.values()} | {FORWARD.kernel, *BYTE_KERNELS, *method.extra_kernel_names()}
+    )
 
 
-def count_forward_and_normal(model_cfg, vocab_size: int, seed: int, dtype: str, modes, micro_batch: int,
-                             seq_len: int) -> Dict[str, Dict[str, float]]:
+def count_forward_and_normal(
+    model_cfg, vocab_size: int, seed: int, dtype: str, modes, micro_batch: int, seq_len: int
+) -> Dict[str, Dict[str, float]]:
     """FLOP counts of one normal and one forward-only micro-batch of a shape (a cache miss)."""
     import torch
 
@@ -180,8 +254,10 @@ def count_forward_and_normal(model_cfg, vocab_size: int, seed: int, dtype: str, 
 
     model = build_model_on_meta(model_cfg, vocab_size, seed, dtype)
     bench = KernelBench(model, modes, torch.device("meta"), micro_batch, seq_len)
-    return count_kernels({"mb:normal": micro_batch_kernel(bench, modes["normal"]),
-                          "mb:forward": micro_batch_kernel(bench, FORWARD)}, model)
+    return count_kernels(
+        {"mb:normal": micro_batch_kernel(bench, modes["normal"]), "mb:forward": micro_batch_kernel(bench, FORWARD)},
+        model,
+    )
 
 
 def layout_shape(cfg) -> Optional[LayoutShape]:
@@ -205,13 +281,28 @@ def time_layout(cfg, model_cfg, modes, vocab_size: int, dtype: str, efficiency: 
         facts = shape_facts(small, vocab_size)
         params[n_layers], embed = facts["n_params"], facts["embedding"]
         counts[n_layers] = cached_counts(
-            {"model": {k: small[k] for k in small}, "vocab": vocab_size, "dtype": dtype,
-             "micro_batch": d.micro_batch, "seq_len": d.seq_len, "kernels": ["mb:forward", "mb:normal"]},
-            lambda: count_forward_and_normal(small, vocab_size, cfg.seed, dtype, modes, d.micro_batch, d.seq_len))
+            {
+                "model": {k: small[k] for k in small},
+                "vocab": vocab_size,
+                "dtype": dtype,
+                "micro_batch": d.micro_batch,
+                "seq_len": d.seq_len,
+                "kernels": ["mb:forward", "mb:normal"],
+            },
+            lambda: count_forward_and_normal(small, vocab_size, cfg.seed, dtype, modes, d.micro_batch, d.seq_len),  # noqa: B023 (called here)
+        )
     parts = parts_from_counts(counts[1], counts[2], params[1], params[2], embed)
     parallel = dict(plain(cfg.parallel), dp=data_parallel_size(cfg))
-    return layout_step(parts, model_cfg.num_hidden_layers, cfg.hardware, parallel, efficiency, d.micro_batch,
-                       d.seq_len, model_cfg.hidden_size)
+    return layout_step(
+        parts,
+        model_cfg.num_hidden_layers,
+        cfg.hardware,
+        parallel,
+        efficiency,
+        d.micro_batch,
+        d.seq_len,
+        model_cfg.hidden_size,
+    )
 
 
 def measure(cfg, method, modes, real_model, stream, device, vocab_size: int, fresh: bool) -> Profile:
@@ -222,15 +313,35 @@ def measure(cfg, method, modes, real_model, stream, device, vocab_size: int, fre
     from .profile import machine_meta
 
     t = cfg.trainer
-    bench = KernelBench(copy.deepcopy(real_model), modes, device, cfg.data.micro_batch, cfg.data.seq_len, stream,
-                        grad_accum=t.grad_accum, precision=t.precision)
+    bench = KernelBench(
+        copy.deepcopy(real_model),
+        modes,
+        device,
+        cfg.data.micro_batch,
+        cfg.data.seq_len,
+        stream,
+        grad_accum=t.grad_accum,
+        precision=t.precision,
+    )
     kernels = build_kernels(bench, method, cfg.trainer)
     m = cfg.model
-    meta = {"model": {k: m[k] for k in m}, "vocab": vocab_size, "micro_batch": cfg.data.micro_batch,
-            "seq_len": cfg.data.seq_len, **machine_meta(device),
-            # only where not the default, so that existing cached profiles stay valid
-            **({"grad_accum": t.grad_accum} if t.grad_accum > 1 else {}),
-            **({"precision": t.precision} if t.precision != "fp32" else {})}
+    meta = {
+        "model": {k: m[k] for k in m},
+        "vocab": vocab_size,
+        "micro_batch": cfg.data.micro_batch,
+        "seq_len": cfg.data.seq_len,
+        **machine_meta(device),
+        # only where not the default, so that existing cached profiles stay valid
+        **({"grad_accum": t.grad_accum} if t.grad_accum > 1 else {}),
+        **({"precision": t.precision} if t.precision != "fp32" else {}),
+    }
     with torch.random.fork_rng(devices=[]):
-        return load_or_measure(kernels, meta, default_cache_dir() / "profiles", cfg.cluster.profile_warmup,
-                               cfg.cluster.profile_repeats, device, use_cache=not fresh)
+        return load_or_measure(
+            kernels,
+            meta,
+            default_cache_dir() / "profiles",
+            cfg.cluster.profile_warmup,
+            cfg.cluster.profile_repeats,
+            device,
+            use_cache=not fresh,
+        )

@@ -34,8 +34,18 @@ CATEGORIES = ("compute", "comm", "ft_overhead", "lost_work", "stall", "degraded_
 class CostModel:
     """Kernel seconds + links + stalls -> simulated seconds."""
 
-    def __init__(self, profile: Profile, cluster_cfg, hardware_cfg, n_params: int, state_bytes: int,
-                 modes: Dict[str, object], max_steps: int, method: str = "", shape: Optional[LayoutShape] = None):
+    def __init__(
+        self,
+        profile: Profile,
+        cluster_cfg,
+        hardware_cfg,
+        n_params: int,
+        state_bytes: int,
+        modes: Dict[str, object],
+        max_steps: int,
+        method: str = "",
+        shape: Optional[LayoutShape] = None,
+    ):
         self.profile = profile
         self.max_steps = max_steps
         self.modes = modes  # mode name -> Mode (its profile kernel)
@@ -69,8 +79,9 @@ class CostModel:
         key = ("table", nodes, slowdown, ft_overhead)
         if key not in self._steps:
             normal = self.table.step_s(nodes)
-            self._steps[key] = StepCost(compute=normal, ft_overhead=ft_overhead,
-                                        degraded_extra=self.table.step_s(nodes, slowdown) - normal)
+            self._steps[key] = StepCost(
+                compute=normal, ft_overhead=ft_overhead, degraded_extra=self.table.step_s(nodes, slowdown) - normal
+            )
         return self._steps[key]
 
     # ---------------------------------------------------------------- communication
@@ -102,8 +113,9 @@ class CostModel:
         """One micro-batch's forward; every mode runs the forward exactly (backward = rest)."""
         return self.profile.kernels.get("mb:forward", 0.0)
 
-    def synchronous_step(self, slowest_s: float, slowest_microbatches: float, n_allreduce: int,
-                         ft_overhead: float = 0.0) -> StepCost:
+    def synchronous_step(
+        self, slowest_s: float, slowest_microbatches: float, n_allreduce: int, ft_overhead: float = 0.0
+    ) -> StepCost:
         """Synchronous DP: the slowest worker's compute, the exposed all-reduce, the method's overhead.
 
         What the slowest worker spends beyond one normal micro-batch is `degraded_extra`; its
@@ -115,9 +127,12 @@ class CostModel:
         if key not in self._steps:
             normal = self.profile["mb:normal"]
             backward = max(0.0, slowest_s - slowest_microbatches * self.forward_s)
-            self._steps[key] = StepCost(compute=min(slowest_s, normal) + self.profile["optimizer"],
-                                        comm=self.comm_s(n_allreduce, backward), ft_overhead=ft_overhead,
-                                        degraded_extra=max(0.0, slowest_s - normal))
+            self._steps[key] = StepCost(
+                compute=min(slowest_s, normal) + self.profile["optimizer"],
+                comm=self.comm_s(n_allreduce, backward),
+                ft_overhead=ft_overhead,
+                degraded_extra=max(0.0, slowest_s - normal),
+            )
         return self._steps[key]  # shared: a StepCost is never changed in place (bamboo._minus copies)
 
     def layout_step(self, stage_factor: Dict[int, float], share: float = 1.0, ft_overhead: float = 0.0) -> StepCost:
@@ -126,16 +141,23 @@ class CostModel:
         key = ("layout", tuple(sorted(stage_factor.items())), share, ft_overhead)
         if key not in self._steps:
             extra = degraded_pipeline_s(self.profile.kernels, stage_factor, share)
-            self._steps[key] = StepCost(compute=self.layout.compute, comm=self.layout.comm, ft_overhead=ft_overhead,
-                                        degraded_extra=extra)
+            self._steps[key] = StepCost(
+                compute=self.layout.compute, comm=self.layout.comm, ft_overhead=ft_overhead, degraded_extra=extra
+            )
         return self._steps[key]
 
     # ------------------------------------------------------- a step, by the clock chosen once
     def failure_free_step(self, n_workers: int) -> StepCost:
         return self.steps.failure_free(n_workers)
 
-    def step(self, plan, helpers: Optional[Helpers] = None, slots: Optional[int] = None,
-             model_work_s: float = 0.0, redundant: Optional[RedundantForward] = None) -> StepCost:
+    def step(
+        self,
+        plan,
+        helpers: Optional[Helpers] = None,
+        slots: Optional[int] = None,
+        model_work_s: float = 0.0,
+        redundant: Optional[RedundantForward] = None,
+    ) -> StepCost:
         """The step of `plan`: the workers that differ from one normal micro-batch run their modes
         (read in O(changes), for 65,536-worker plans). `helpers`: each kind of help (steps.Help)
         and the workers covering a failed one with it; `slots`: the job's size, the workers whose places the configuration keeps
@@ -143,8 +165,9 @@ class CostModel:
         refresh); `redundant`: Bamboo's redundant forwards. steps.py has the formulas."""
         if not helpers and redundant is None and not model_work_s and slots is None:
             return self.steps.workers(plan.special_modes(), plan.first_normal_worker(), plan.n_computing, 0.0)
-        return self.steps.helped(plan, helpers or {}, plan.n_computing if slots is None else slots,
-                                 model_work_s, redundant)
+        return self.steps.helped(
+            plan, helpers or {}, plan.n_computing if slots is None else slots, model_work_s, redundant
+        )
 
     def spread_step(self, n_workers: int, n_computing: int) -> StepCost:
         """Elastic data parallelism: the global batch of `n_workers` spread evenly over `n_computing`."""
@@ -253,9 +276,11 @@ class SimClock:
         if seconds < 0:
             raise ValueError(f"negative time {seconds} for {category}")
         if not math.isfinite(self.now + seconds):
-            raise ClockOverflow(f"the simulated clock overflowed: {seconds:g} s of {category} at {self.now:.4g} s is "
-                                "not a time (a restart, detection, reconfiguration or other time setting is far too "
-                                "large)")
+            raise ClockOverflow(
+                f"the simulated clock overflowed: {seconds:g} s of {category} at {self.now:.4g} s is "
+                "not a time (a restart, detection, reconfiguration or other time setting is far too "
+                "large)"
+            )
         self.breakdown[category] += seconds
         self.now += seconds
 
@@ -294,9 +319,12 @@ class SimClock:
         entry[category] = entry.get(category, 0.0) + seconds
 
     def state_dict(self) -> Dict[str, object]:
-        return {"now": self.now, "breakdown": dict(self.breakdown),
-                "committed": {s: dict(parts) for s, parts in self._committed.items()},
-                "runs": [[first, count, dict(parts)] for first, count, parts in self._runs]}
+        return {
+            "now": self.now,
+            "breakdown": dict(self.breakdown),
+            "committed": {s: dict(parts) for s, parts in self._committed.items()},
+            "runs": [[first, count, dict(parts)] for first, count, parts in self._runs],
+        }
 
     def load_state_dict(self, state: Dict[str, object]) -> None:
         self.now = state["now"]
@@ -316,7 +344,9 @@ class SimClock:
             for cat, sec in self._committed.pop(s).items():
                 self.breakdown[cat] -= sec
                 lost += sec
-        runs = self._runs  # booked in step order (a rollback trims the tail, rebooking appends): only the last reach `step`
+        runs = (
+            self._runs
+        )  # booked in step order (a rollback trims the tail, rebooking appends): only the last reach `step`
         while runs and runs[-1][0] + runs[-1][1] > step:
             first, count, parts = runs[-1]
             gone = first + count - max(first, step)  # steps of this run at or after `step`

@@ -32,8 +32,12 @@ def cached_counts(key: Dict, count) -> Dict[str, Dict[str, float]]:
     with FileLock(str(path) + ".lock"):
         if path.exists():
             return json.loads(path.read_text())["counts"]
-        log.info("counting the FLOPs of %s on the meta device (once per shape, ~1-2 s for the tiny model on 2 "
-                 "cores, longer for larger shapes); cached in %s", key.get("model", {}).get("name", "the model"), folder)
+        log.info(
+            "counting the FLOPs of %s on the meta device (once per shape, ~1-2 s for the tiny model on 2 "
+            "cores, longer for larger shapes); cached in %s",
+            key.get("model", {}).get("name", "the model"),
+            folder,
+        )
         t0 = time.perf_counter()
         counts = count()
         log.info("FLOPs counted in %.1f s", time.perf_counter() - t0)
@@ -114,13 +118,22 @@ def build_model_on_meta(model_cfg, vocab_size: int, seed: int, dtype):
 def shape_facts(model_cfg, vocab_size: int) -> Dict[str, int]:
     """The parameter count and the embedding's size of a model shape: built once on the meta
     device, then cached beside the FLOP counts (a numerics-free run then builds no model)."""
+
     def count() -> Dict[str, int]:
         model = build_model_on_meta(model_cfg, vocab_size, 0, "torch.float32")
-        return {"n_params": sum(p.numel() for p in model.parameters()),
-                "embedding": model.get_input_embeddings().weight.numel()}
+        return {
+            "n_params": sum(p.numel() for p in model.parameters()),
+            "embedding": model.get_input_embeddings().weight.numel(),
+        }
 
-    return cached_counts({"shape_of": {k: model_cfg[k] for k in model_cfg}, "vocab": vocab_size,
-                          "transformers": _version("transformers")}, count)
+    return cached_counts(
+        {
+            "shape_of": {k: model_cfg[k] for k in model_cfg},
+            "vocab": vocab_size,
+            "transformers": _version("transformers"),
+        },
+        count,
+    )
 
 
 def parameter_count(model_cfg, vocab_size: int) -> int:

@@ -47,14 +47,17 @@ def meta_safe_attention():
     def flash(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kwargs):
         grouped = key.shape[1] != query.shape[1]
         if attn_mask is not None or dropout_p or (grouped and query.shape[1] % key.shape[1]):
-            return sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
-                        scale=scale, **kwargs)
+            return sdpa(
+                query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **kwargs
+            )
         if grouped:  # grouped-query attention (enable_gqa, or K/V with fewer heads than Q)
             return _GroupedFlash.apply(query, key, value, is_causal, scale)
         return fused(query, key, value, 0.0, is_causal, scale=scale)[0]
 
-    with mock.patch.object(llama, "create_causal_mask", lambda **kwargs: None), \
-            mock.patch.object(torch.nn.functional, "scaled_dot_product_attention", flash):
+    with (
+        mock.patch.object(llama, "create_causal_mask", lambda **kwargs: None),
+        mock.patch.object(torch.nn.functional, "scaled_dot_product_attention", flash),
+    ):
         yield
 
 
@@ -74,7 +77,8 @@ class _GroupedFlash:
             def forward(ctx, q, k, v):
                 rep = q.shape[1] // k.shape[1]
                 out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                    q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), 0.0, is_causal, scale=scale)
+                    q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), 0.0, is_causal, scale=scale
+                )
                 ctx.save_for_backward(q, k, v, out, lse)
                 return out
 
@@ -83,8 +87,16 @@ class _GroupedFlash:
                 q, k, v, out, lse = ctx.saved_tensors
                 rep = q.shape[1] // k.shape[1]
                 dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-                    grad, q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), out, lse, 0.0, is_causal,
-                    scale=scale)
+                    grad,
+                    q,
+                    k.repeat_interleave(rep, 1),
+                    v.repeat_interleave(rep, 1),
+                    out,
+                    lse,
+                    0.0,
+                    is_causal,
+                    scale=scale,
+                )
                 b, kv, s, d = k.shape
                 return dq, dk.view(b, kv, rep, s, d).sum(2), dv.view(b, kv, rep, s, d).sum(2)
 
@@ -105,8 +117,10 @@ def _flash_flop_formulas():
     import torch
 
     aten = torch.ops.aten
-    return {aten._scaled_dot_product_flash_attention_for_cpu: _flash_forward_flops,
-            aten._scaled_dot_product_flash_attention_for_cpu_backward: _flash_backward_flops}
+    return {
+        aten._scaled_dot_product_flash_attention_for_cpu: _flash_forward_flops,
+        aten._scaled_dot_product_flash_attention_for_cpu_backward: _flash_backward_flops,
+    }
 
 
 def count_kernels(kernels: Dict[str, Callable[[], None]], model) -> Dict[str, Dict[str, float]]:
@@ -118,14 +132,23 @@ def count_kernels(kernels: Dict[str, Callable[[], None]], model) -> Dict[str, Di
         formula = getattr(fn, "formula_flops", None)
         if formula is not None:  # "formula": a full SVD; "formula_randomized_svd": the randomized one
             kind = getattr(fn, "formula_kind", "svd")
-            out[name] = {"flops": float(formula), "saved_bytes": 0,
-                         "counted": "formula" if kind == "svd" else f"formula_{kind}"}
+            out[name] = {
+                "flops": float(formula),
+                "saved_bytes": 0,
+                "counted": "formula" if kind == "svd" else f"formula_{kind}",
+            }
             continue
         saved: Dict[str, int] = {}
-        with meta_safe_attention(), FlopCounterMode(display=False, custom_mapping=_flash_flop_formulas()) as counter, \
-                saved_activation_bytes(model, saved):
+        with (
+            meta_safe_attention(),
+            FlopCounterMode(display=False, custom_mapping=_flash_flop_formulas()) as counter,
+            saved_activation_bytes(model, saved),
+        ):
             fn()
-        out[name] = {"flops": float(counter.get_total_flops()), "saved_bytes": saved.get("bytes", 0),
-                     "counted": "torch"}
+        out[name] = {
+            "flops": float(counter.get_total_flops()),
+            "saved_bytes": saved.get("bytes", 0),
+            "counted": "torch",
+        }
     model.zero_grad(set_to_none=True)
     return out

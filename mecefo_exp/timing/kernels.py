@@ -20,15 +20,23 @@ import torch
 from ..executor import LocalCluster
 from ..optim import make_optimizer
 from ..plan import FORWARD, Mode, Sample
-from .seconds import BYTE_KERNELS
 
 
 class KernelBench(LocalCluster):
     """A model copy with the run's modes. On the meta device it reads token ids of the right
     shape (zeros: FLOPs and saved bytes do not depend on the values)."""
 
-    def __init__(self, model: torch.nn.Module, modes: Dict[str, Mode], device: torch.device,
-                 micro_batch: int, seq_len: int, stream=None, grad_accum: int = 1, precision: str = "fp32"):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        modes: Dict[str, Mode],
+        device: torch.device,
+        micro_batch: int,
+        seq_len: int,
+        stream=None,
+        grad_accum: int = 1,
+        precision: str = "fp32",
+    ):
         # what a worker really does per step: its micro-batch in grad_accum chunks, at the run's precision
         super().__init__(model, stream, modes, device, grad_accum=grad_accum, precision=precision)
         self.micro_batch, self.seq_len = micro_batch, seq_len
@@ -41,9 +49,11 @@ class KernelBench(LocalCluster):
 
 def micro_batch_kernel(bench: KernelBench, mode: Mode) -> Callable[[], None]:
     """One micro-batch forward (+ backward unless forward-only) in `mode`."""
+
     def fn():
         bench.model.zero_grad(set_to_none=True)
         bench.run_mode([Sample(0, 0)], mode)
+
     return fn
 
 
@@ -71,6 +81,7 @@ def build_kernels(bench: KernelBench, method, trainer_cfg) -> Dict[str, Callable
             give_gradients()
         torch.nn.utils.clip_grad_norm_(model.parameters(), trainer_cfg.grad_clip or float("inf"))
         optimizer.step()
+
     optimizer_step.prepare = give_gradients
 
     def state_copy():

@@ -15,8 +15,8 @@ from typing import Dict, Iterator, List
 
 from ..config import AttrDict, plain, stage_layers
 from .comm import exposed_comm_s
-from .seconds import optimizer_s
 from .memory import worker_memory
+from .seconds import optimizer_s
 
 #: Megatron's tensor-parallel all-reduces per layer and micro-batch (Shoeybi et al. 2019, Section 3:
 #: the f and g operators, one pair in the attention block and one in the MLP; each all-reduces in
@@ -30,6 +30,7 @@ class LayerParts:
 
     flops: forward + backward; forward_flops: forward only; saved: bytes autograd keeps for
     backward; params: parameters. `rest_*`: the embedding, final norm, output head and loss."""
+
     layer_flops: float
     layer_forward_flops: float
     layer_saved: float
@@ -48,8 +49,9 @@ def ring_allreduce_s(nbytes: float, n: int, GBps: float, latency_s: float) -> fl
     return 2 * (n - 1) / n * nbytes / (GBps * 1e9) + 2 * (n - 1) * latency_s
 
 
-def layout_step(parts: LayerParts, n_layers: int, hw, parallel, efficiency: float, micro_batch: int, seq_len: int,
-                hidden: int) -> Dict[str, object]:
+def layout_step(
+    parts: LayerParts, n_layers: int, hw, parallel, efficiency: float, micro_batch: int, seq_len: int, hidden: int
+) -> Dict[str, object]:
     """Seconds of one failure-free step of the layout, and what makes them (module doc)."""
     hw = plain(hw)
     tp, pp, dp, m = parallel["tp"], parallel["pp"], parallel["dp"], parallel["microbatches"]
@@ -72,13 +74,20 @@ def layout_step(parts: LayerParts, n_layers: int, hw, parallel, efficiency: floa
         tp_comm = (TP_ALLREDUCES_PER_LAYER * n + (1 if first and tp > 1 else 0)) * tp_allreduce
         backward = (flops - forward) / tp / flop_s
         gpu_params = params / tp
-        stages.append({"layers": n, "params_per_gpu": gpu_params, "compute_s": compute, "tp_comm_s": tp_comm,
-                       "p2p_s": 2 * p2p,  # a micro-batch: its activation forward, its gradient backward
-                       "backward_s": backward,
-                       "dp_comm_s": exposed_comm_s(gpu_params * grad_per_param, dp, dp_hw, backward),
-                       "optimizer_s": optimizer_s(gpu_params, hw, dp),
-                       "saved_bytes": n * parts.layer_saved + (parts.rest_saved if last else 0.0),
-                       "in_flight": min(m, pp - i)})
+        stages.append(
+            {
+                "layers": n,
+                "params_per_gpu": gpu_params,
+                "compute_s": compute,
+                "tp_comm_s": tp_comm,
+                "p2p_s": 2 * p2p,  # a micro-batch: its activation forward, its gradient backward
+                "backward_s": backward,
+                "dp_comm_s": exposed_comm_s(gpu_params * grad_per_param, dp, dp_hw, backward),
+                "optimizer_s": optimizer_s(gpu_params, hw, dp),
+                "saved_bytes": n * parts.layer_saved + (parts.rest_saved if last else 0.0),
+                "in_flight": min(m, pp - i),
+            }
+        )
     # 1F1B: m + p - 1 slots of the slowest stage's micro-batch (forward + backward + its sends)
     slot = max(stages, key=lambda s: s["compute_s"] + s["tp_comm_s"] + s["p2p_s"])
     slot_s = slot["compute_s"] + slot["tp_comm_s"] + slot["p2p_s"]
@@ -86,18 +95,34 @@ def layout_step(parts: LayerParts, n_layers: int, hw, parallel, efficiency: floa
     tail = max(stages, key=lambda s: s["dp_comm_s"] + s["optimizer_s"])
     compute = slots * slot["compute_s"] + tail["optimizer_s"]
     comm = slots * (slot["tp_comm_s"] + slot["p2p_s"]) + tail["dp_comm_s"]
-    return {"compute_s": compute, "comm_s": comm, "step_s": compute + comm, "pipeline_s": slots * slot_s,
-            "bubble_s": (pp - 1) * slot_s, "bubble_fraction": (pp - 1) / slots, "slot_s": slot_s,
-            "stage_layers": layers, "stages": stages, "tp": tp, "pp": pp, "dp": dp, "microbatches": m,
-            "schedule": parallel.get("schedule", "1f1b")}
+    return {
+        "compute_s": compute,
+        "comm_s": comm,
+        "step_s": compute + comm,
+        "pipeline_s": slots * slot_s,
+        "bubble_s": (pp - 1) * slot_s,
+        "bubble_fraction": (pp - 1) / slots,
+        "slot_s": slot_s,
+        "stage_layers": layers,
+        "stages": stages,
+        "tp": tp,
+        "pp": pp,
+        "dp": dp,
+        "microbatches": m,
+        "schedule": parallel.get("schedule", "1f1b"),
+    }
 
 
 def layout_kernels(step: Dict[str, object]) -> Dict[str, float]:
     """What the clock keeps of the layout's step (profile kernels, hence in the clock's
     fingerprint): the failure-free compute and comm, the pipeline's slots, each stage's micro-batch
     time (compute + TP all-reduces + sends) and the bubble."""
-    out = {"layout:compute": step["compute_s"], "layout:comm": step["comm_s"],
-           "layout:slots": float(step["microbatches"] + step["pp"] - 1), "layout:bubble": step["bubble_s"]}
+    out = {
+        "layout:compute": step["compute_s"],
+        "layout:comm": step["comm_s"],
+        "layout:slots": float(step["microbatches"] + step["pp"] - 1),
+        "layout:bubble": step["bubble_s"],
+    }
     for i, s in enumerate(step["stages"]):
         out[f"layout:stage{i}"] = s["compute_s"] + s["tp_comm_s"] + s["p2p_s"]
         # its forward alone (compute and the forward's half of the TP all-reduces): what Bamboo's
@@ -136,6 +161,7 @@ class LayoutShape:
     then data parallelism, then pipeline stages): GPU g is tensor rank g % tp of replica
     (g // tp) % dp on stage g // (tp x dp). With tp = hardware.gpus_per_node a node is one
     tensor-parallel group, i.e. one (stage, replica) slot."""
+
     tp: int
     pp: int
     dp: int
@@ -149,8 +175,11 @@ class LayoutShape:
     def replica_chains(self) -> List[List[int]]:
         """For every (stage, tensor rank), its GPUs in replica order: the GPUs that hold the same
         weights, one per replica (REFT's parity groups run along them)."""
-        return [[stage * self.tp * self.dp + r * self.tp + t for r in range(self.dp)]
-                for stage in range(self.pp) for t in range(self.tp)]
+        return [
+            [stage * self.tp * self.dp + r * self.tp + t for r in range(self.dp)]
+            for stage in range(self.pp)
+            for t in range(self.tp)
+        ]
 
     def same_slot_in_next_replicas(self, gpu: int) -> Iterator[int]:
         """The GPU at the same tensor rank and stage in replicas r+1, r+2, ... (mod dp): MeCeFO's
@@ -194,22 +223,36 @@ def layout_memory(step: Dict[str, object], hw, dp: int, shadow_next_stage: bool 
         per_stage.append(mem)
     peak = max(range(len(per_stage)), key=lambda i: per_stage[i]["peak_GB"]["normal"])
     out = dict(per_stage[peak])
-    out.update(layout=f"tp{step['tp']} x pp{step['pp']} x dp{dp}", peak_stage=peak,
-               stage_peak_GB=[m["peak_GB"]["normal"] for m in per_stage])
+    out.update(
+        layout=f"tp{step['tp']} x pp{step['pp']} x dp{dp}",
+        peak_stage=peak,
+        stage_peak_GB=[m["peak_GB"]["normal"] for m in per_stage],
+    )
     return out
 
 
-def parts_from_counts(one: Dict[str, Dict[str, float]], two: Dict[str, Dict[str, float]], params_one: int,
-                      params_two: int, embed_params: int) -> LayerParts:
+def parts_from_counts(
+    one: Dict[str, Dict[str, float]],
+    two: Dict[str, Dict[str, float]],
+    params_one: int,
+    params_two: int,
+    embed_params: int,
+) -> LayerParts:
     """A layer = the two-layer model less the one-layer model; the rest = one-layer less a layer."""
     layer = {k: two[k]["flops"] - one[k]["flops"] for k in ("mb:normal", "mb:forward")}
     saved = two["mb:normal"]["saved_bytes"] - one["mb:normal"]["saved_bytes"]
     layer_params = params_two - params_one
-    return LayerParts(layer_flops=layer["mb:normal"], layer_forward_flops=layer["mb:forward"], layer_saved=saved,
-                      layer_params=layer_params, rest_flops=one["mb:normal"]["flops"] - layer["mb:normal"],
-                      rest_forward_flops=one["mb:forward"]["flops"] - layer["mb:forward"],
-                      rest_saved=one["mb:normal"]["saved_bytes"] - saved, embed_params=embed_params,
-                      head_params=params_one - layer_params - embed_params)
+    return LayerParts(
+        layer_flops=layer["mb:normal"],
+        layer_forward_flops=layer["mb:forward"],
+        layer_saved=saved,
+        layer_params=layer_params,
+        rest_flops=one["mb:normal"]["flops"] - layer["mb:normal"],
+        rest_forward_flops=one["mb:forward"]["flops"] - layer["mb:forward"],
+        rest_saved=one["mb:normal"]["saved_bytes"] - saved,
+        embed_params=embed_params,
+        head_params=params_one - layer_params - embed_params,
+    )
 
 
 def stage_table(step: Dict[str, object]) -> List[Dict[str, object]]:

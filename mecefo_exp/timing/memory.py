@@ -18,8 +18,9 @@ from typing import Dict, Optional
 GB = 1e9
 
 
-def worker_memory(n_params: int, hw, n_workers: int, normal_bytes: float,
-                  neighbour_bytes: Optional[float] = None) -> Dict[str, object]:
+def worker_memory(
+    n_params: int, hw, n_workers: int, normal_bytes: float, neighbour_bytes: Optional[float] = None
+) -> Dict[str, object]:
     mixed = hw.compute_dtype == "bf16"
     shards = n_workers
     weights = n_params * (2 if mixed else 4) / (shards if hw.shard == "full" else 1)
@@ -32,8 +33,12 @@ def worker_memory(n_params: int, hw, n_workers: int, normal_bytes: float,
         activations["neighbour"] = neighbour_bytes
     peak = {k: static + v for k, v in activations.items()}
     return {
-        "capacity_GB": hw.memory_GB, "shard": hw.shard,
-        "weights_GB": weights / GB, "master_GB": master / GB, "optimizer_GB": adam / GB, "grads_GB": grads / GB,
+        "capacity_GB": hw.memory_GB,
+        "shard": hw.shard,
+        "weights_GB": weights / GB,
+        "master_GB": master / GB,
+        "optimizer_GB": adam / GB,
+        "grads_GB": grads / GB,
         "static_GB": static / GB,
         "activations_GB": {k: v / GB for k, v in activations.items()},
         "peak_GB": {k: v / GB for k, v in peak.items()},

@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def time_kernels(fns: Dict[str, Callable[[], None]], warmup: int, repeats: int,
-                 device: torch.device) -> Dict[str, float]:
+def time_kernels(
+    fns: Dict[str, Callable[[], None]], warmup: int, repeats: int, device: torch.device
+) -> Dict[str, float]:
     """Median seconds of each fn() after warm-up, timed round-robin.
 
     Round-robin (a, b, c, a, b, c, ...) rather than one kernel after the other, so that a
@@ -94,13 +95,20 @@ def machine_meta(device: torch.device) -> dict:
     import torch
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
-    return {"device": device.type, "device_name": name, "torch": torch.__version__,
-            "threads": torch.get_num_threads()}
+    return {"device": device.type, "device_name": name, "torch": torch.__version__, "threads": torch.get_num_threads()}
 
 
-def load_or_measure(kernels: Dict[str, Callable[[], None]], meta: dict, cache_dir: Path,
-                    warmup: int, repeats: int, device: torch.device, fixed_path: Optional[str] = None,
-                    use_cache: bool = True, reference: str = "mb:normal") -> Profile:
+def load_or_measure(
+    kernels: Dict[str, Callable[[], None]],
+    meta: dict,
+    cache_dir: Path,
+    warmup: int,
+    repeats: int,
+    device: torch.device,
+    fixed_path: Optional[str] = None,
+    use_cache: bool = True,
+    reference: str = "mb:normal",
+) -> Profile:
     """The profile for `meta`: measured kernels are cached and reused; missing ones are measured.
 
     Kernels added to a cached profile later (another method's) are timed side by side with
@@ -125,20 +133,27 @@ def load_or_measure(kernels: Dict[str, Callable[[], None]], meta: dict, cache_di
         cached = json.loads(path.read_text())["kernels"] if path.exists() else {}
         missing = [k for k in kernels if k not in cached]
         if missing:
-            log.info("timing %d kernels on this machine (%d warm-up + %d timed runs each: about a minute for the "
-                     "tiny model on 2 busy cores, more for larger ones); cached in %s, later runs reuse it",
-                     len(missing), warmup, repeats, path)
+            log.info(
+                "timing %d kernels on this machine (%d warm-up + %d timed runs each: about a minute for the "
+                "tiny model on 2 busy cores, more for larger ones); cached in %s, later runs reuse it",
+                len(missing),
+                warmup,
+                repeats,
+                path,
+            )
             rescale = reference in cached and reference in kernels
             todo = {k: kernels[k] for k in missing + ([reference] if rescale else [])}
             fresh = time_kernels(todo, warmup, repeats, device)
             scale = cached[reference] / fresh[reference] if rescale else 1.0
             for name in missing:
                 cached[name] = fresh[name] * scale
-                log.info("profiled %-36s %.4f s%s", name, cached[name],
-                         f" (scaled x{scale:.2f} to the cached {reference})" if rescale else "")
+                log.info(
+                    "profiled %-36s %.4f s%s",
+                    name,
+                    cached[name],
+                    f" (scaled x{scale:.2f} to the cached {reference})" if rescale else "",
+                )
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps({"kernels": cached, "meta": meta}, indent=1))
             tmp.replace(path)
     return Profile(cached, meta, str(path))
-
-

@@ -25,8 +25,9 @@ def optimizer_s(n_params: int, hw, n_workers: int) -> float:
     return n_params * per_param / shards / (hw.hbm_GBps * 1e9)
 
 
-def kernel_seconds(counts: Dict[str, Dict[str, float]], hw, efficiency: float, n_params: int,
-                   state_bytes: int, n_workers: int) -> Dict[str, float]:
+def kernel_seconds(
+    counts: Dict[str, Dict[str, float]], hw, efficiency: float, n_params: int, state_bytes: int, n_workers: int
+) -> Dict[str, float]:
     """Seconds of every kernel: compute kernels by FLOPs, byte kernels by bandwidth."""
     peak = hw.peak_tflops * 1e12
     seconds = {}
@@ -40,8 +41,9 @@ def kernel_seconds(counts: Dict[str, Dict[str, float]], hw, efficiency: float, n
     return seconds
 
 
-def calibrate_efficiency(hw, row, normal_flops_per_seq: float, forward_flops_per_seq: float,
-                         n_params: int, grad_bytes: int) -> float:
+def calibrate_efficiency(
+    hw, row, normal_flops_per_seq: float, forward_flops_per_seq: float, n_params: int, grad_bytes: int
+) -> float:
     """The efficiency at which the failure-free step gives the paper's throughput at its shape.
 
     `row`: tokens_per_s (cluster-wide), global_batch (sequences), seq_len; the cluster is the
@@ -62,8 +64,10 @@ def calibrate_efficiency(hw, row, normal_flops_per_seq: float, forward_flops_per
         return compute + opt + exposed_comm_s(grad_bytes, hw.gpus, hw, backward)
 
     if step(1.0) > target:
-        raise ValueError(f"hardware={hw.name}: even at 100% efficiency a step takes {step(1.0):.3f} s, "
-                         f"the paper's throughput needs {target:.3f} s (check the bandwidths)")
+        raise ValueError(
+            f"hardware={hw.name}: even at 100% efficiency a step takes {step(1.0):.3f} s, "
+            f"the paper's throughput needs {target:.3f} s (check the bandwidths)"
+        )
     lo, hi = 1e-4, 1.0
     for _ in range(100):
         mid = (lo + hi) / 2

@@ -25,6 +25,7 @@ from . import layout as pipeline
 @dataclass
 class StepCost:
     """Simulated seconds of one optimizer step, by category (a subset of CATEGORIES)."""
+
     compute: float = 0.0  # the failure-free worker's forward+backward and the optimizer
     comm: float = 0.0  # the gradient all-reduce, as far as backward does not hide it
     ft_overhead: float = 0.0  # what the method pays every step to be fault tolerant
@@ -35,8 +36,12 @@ class StepCost:
         return self.compute + self.comm + self.ft_overhead + self.degraded_extra
 
     def as_dict(self) -> Dict[str, float]:
-        return {"compute": self.compute, "comm": self.comm, "ft_overhead": self.ft_overhead,
-                "degraded_extra": self.degraded_extra}
+        return {
+            "compute": self.compute,
+            "comm": self.comm,
+            "ft_overhead": self.ft_overhead,
+            "degraded_extra": self.degraded_extra,
+        }
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,7 @@ class Help:
     micro-batches in one pass) holding `microbatches` forwards. None: it takes over its ward's part
     of the model as well as its own (Bamboo's shadow): the ward's stage in a pipeline, the ward's
     micro-batches in data parallelism (as the plan deals them)."""
+
     kernel: Optional[str] = None
     microbatches: int = 2
     #: how many times longer a whole step runs while it helps, for a clock without kernels (a
@@ -59,6 +65,7 @@ class RedundantForward:
     """Bamboo's eager redundancy: every computing worker also runs the forward of its ring
     predecessor's micro-batches. `pairs`: the (predecessor's, own) micro-batch counts that occur
     between neighbouring computing workers; `heaviest`: the most micro-batches a worker holds."""
+
     pairs: FrozenSet[Tuple[int, int]]
     heaviest: int
 
@@ -86,8 +93,9 @@ class DataParallelSteps:
     def failure_free(self, n: int) -> StepCost:
         return self.costs.synchronous_step(self.costs.profile["mb:normal"], 1, n)
 
-    def workers(self, special: Mapping[int, Tuple[str, ...]], first_normal: Optional[int], n_computing: int,
-                ft_overhead: float) -> StepCost:
+    def workers(
+        self, special: Mapping[int, Tuple[str, ...]], first_normal: Optional[int], n_computing: int, ft_overhead: float
+    ) -> StepCost:
         """The slowest of the workers in `special` (their modes) and one normal worker, if any."""
         costs = self.costs
         candidates = sorted(special.items())  # in worker order: the lowest of equally slow workers counts
@@ -101,12 +109,13 @@ class DataParallelSteps:
         share = n / n_computing
         return self.costs.synchronous_step(share * self.costs.profile["mb:normal"], share, n_computing)
 
-    def helped(self, plan, helpers: Helpers, slots: int, model_work_s: float,
-               redundant: Optional[RedundantForward]) -> StepCost:
+    def helped(
+        self, plan, helpers: Helpers, slots: int, model_work_s: float, redundant: Optional[RedundantForward]
+    ) -> StepCost:
         costs = self.costs
         slowest, helping = None, 0
         for h, workers in helpers.items():  # the slowest: a helper's kernel or, if any computing
-            if h.kernel is not None:        # worker helps nobody, a normal micro-batch
+            if h.kernel is not None:  # worker helps nobody, a normal micro-batch
                 slowest = max(slowest or (0.0, 0), (costs.profile[h.kernel], h.microbatches))
                 helping += len(workers)
         if slowest is not None:
@@ -115,8 +124,9 @@ class DataParallelSteps:
             return costs.synchronous_step(slowest[0], slowest[1], plan.n_computing, ft_overhead=model_work_s)
         base = self.workers(plan.special_modes(), plan.first_normal_worker(), plan.n_computing, 0.0)
         extra = self.redundant_s(redundant) if redundant is not None else 0.0
-        return StepCost(compute=base.compute, comm=base.comm, ft_overhead=extra + model_work_s,
-                        degraded_extra=base.degraded_extra)
+        return StepCost(
+            compute=base.compute, comm=base.comm, ft_overhead=extra + model_work_s, degraded_extra=base.degraded_extra
+        )
 
     def redundant_s(self, redundant: RedundantForward) -> float:
         """How much the redundant forwards lengthen the step beyond the slowest planned worker: a
@@ -172,8 +182,11 @@ class LayoutSteps(DataParallelSteps):
         for h, workers in helpers.items():
             for w in workers:
                 stage = shape.stage(w)
-                factor = (costs.profile[h.kernel] / costs.profile["mb:normal"] if h.kernel is not None
-                          else pipeline.shadow_factor(kernels, stage))
+                factor = (
+                    costs.profile[h.kernel] / costs.profile["mb:normal"]
+                    if h.kernel is not None
+                    else pipeline.shadow_factor(kernels, stage)
+                )
                 factors[stage] = max(factors.get(stage, 0.0), factor)
         overhead = model_work_s / (shape.pp * shape.tp)
         if redundant is not None:
@@ -220,8 +233,17 @@ class TableSteps(DataParallelSteps):
         """The step at the job's `slots` nodes, slowed by the largest helper's factor (a shadow doing
         its ward's work too: two micro-batches' time)."""
         profile = self.costs.profile
-        slowdown = max((profile[h.kernel] / profile["mb:normal"] if h.kernel is not None
-                        else h.slowdown if h.slowdown is not None else 2.0 for h in helpers), default=1.0)
+        slowdown = max(
+            (
+                profile[h.kernel] / profile["mb:normal"]
+                if h.kernel is not None
+                else h.slowdown
+                if h.slowdown is not None
+                else 2.0
+                for h in helpers
+            ),
+            default=1.0,
+        )
         return self.costs.table_step(slots, slowdown=slowdown)
 
 

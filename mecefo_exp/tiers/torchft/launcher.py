@@ -26,9 +26,22 @@ from ...errors import ConfigError
 from ...metrics import write_json_atomic
 from ...signals import Terminated, signals_end_the_run
 from .machines import ALIVE_EVERY_S, POLL_S, MachinesOfARun, WorkerFailed
-from .network import (ENV_ADVERTISE, ENV_BIND, ENV_INCARNATION, ENV_LIGHTHOUSE, ENV_STARTED, ENV_STORE, ENV_WORKER,
-                      bound_store, connect_store, host_port, local_host, network_environment, require_torchft,
-                      split_host_port)
+from .network import (
+    ENV_ADVERTISE,
+    ENV_BIND,
+    ENV_INCARNATION,
+    ENV_LIGHTHOUSE,
+    ENV_STARTED,
+    ENV_STORE,
+    ENV_WORKER,
+    bound_store,
+    connect_store,
+    host_port,
+    local_host,
+    network_environment,
+    require_torchft,
+    split_host_port,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +49,10 @@ STOP_GRACE_S = 10.0  # SIGTERM, then this long to write the record, then SIGKILL
 #: a process the survivors replaced but still running gets this long to end by itself (a worker
 #: failing writes its record first) before it is taken for hung and killed
 STALE_GRACE_S = STOP_GRACE_S
-STORE_LOST = ("machine 0's coordination store is gone: machine 0 died or was stopped, and the run cannot go on "
-              "without it (it serves the store and the lighthouse)")
+STORE_LOST = (
+    "machine 0's coordination store is gone: machine 0 died or was stopped, and the run cannot go on "
+    "without it (it serves the store and the lighthouse)"
+)
 
 
 def _die_with_parent() -> None:
@@ -93,9 +108,12 @@ class Launcher(MachinesOfARun):
 
                 # min_replicas 1: the survivors go on down to one worker; join_timeout: how long a
                 # quorum waits for a live worker that is late; heartbeat_timeout: when a silent one is out
-                self.lighthouse = LighthouseServer(bind=host_port(self.bind, 0), min_replicas=1,
-                                                   join_timeout_ms=c.join_timeout_ms,
-                                                   heartbeat_timeout_ms=c.heartbeat_timeout_ms)
+                self.lighthouse = LighthouseServer(
+                    bind=host_port(self.bind, 0),
+                    min_replicas=1,
+                    join_timeout_ms=c.join_timeout_ms,
+                    heartbeat_timeout_ms=c.heartbeat_timeout_ms,
+                )
                 # its own address names this host, which may resolve to another interface than the one it listens on
                 port = int(self.lighthouse.address().rsplit(":", 1)[1])
                 self.lighthouse_address = f"http://{host_port(self.advertise, port)}"
@@ -107,14 +125,23 @@ class Launcher(MachinesOfARun):
                 self.store = connect_store(c.coordinator, c.restart_timeout_s)
                 self.lighthouse_address = self.store.get("lighthouse").decode()
             except Exception as e:
-                raise WorkerFailed(f"machine {self.machine}: cannot reach machine 0's coordination store at "
-                                   f"cluster.coordinator={c.coordinator} ({' '.join(str(e).split())[:200]})") from None
+                raise WorkerFailed(
+                    f"machine {self.machine}: cannot reach machine 0's coordination store at "
+                    f"cluster.coordinator={c.coordinator} ({' '.join(str(e).split())[:200]})"
+                ) from None
             self.check_same_run()  # another run's store at that address: refused before anything is written
             self._check_same_settings()
         self.adopt_run_under_way()
-        log.info("%s: lighthouse %s%s, coordination store %s, workers %s%s, logs in %s", self.tag,
-                 self.lighthouse_address, " (started for this run)" if self.lighthouse else "", self.store_address,
-                 self.mine, " (joining the run under way)" if self.rejoined else "", self.run_dir / "torchft")
+        log.info(
+            "%s: lighthouse %s%s, coordination store %s, workers %s%s, logs in %s",
+            self.tag,
+            self.lighthouse_address,
+            " (started for this run)" if self.lighthouse else "",
+            self.store_address,
+            self.mine,
+            " (joining the run under way)" if self.rejoined else "",
+            self.run_dir / "torchft",
+        )
 
     def start_workers(self) -> None:
         if self.rejoined:
@@ -123,25 +150,42 @@ class Launcher(MachinesOfARun):
             self.start_worker(w, 0)
 
     def start_worker(self, w: int, incarnation: int) -> None:
-        env = {**self.net_env, "TORCH_CPP_LOG_LEVEL": "ERROR", **os.environ, ENV_WORKER: str(w),
-               ENV_INCARNATION: str(incarnation),
-               ENV_LIGHTHOUSE: self.lighthouse_address, ENV_STORE: self.store_address, ENV_STARTED: repr(time.time()),
-               ENV_BIND: self.bind, ENV_ADVERTISE: self.advertise}
-        self.procs[w] = subprocess.Popen([sys.executable, "-m", "mecefo_exp.torchft_worker", str(self.run_dir)],
-                                         env=env, preexec_fn=_die_with_parent)
+        env = {
+            **self.net_env,
+            "TORCH_CPP_LOG_LEVEL": "ERROR",
+            **os.environ,
+            ENV_WORKER: str(w),
+            ENV_INCARNATION: str(incarnation),
+            ENV_LIGHTHOUSE: self.lighthouse_address,
+            ENV_STORE: self.store_address,
+            ENV_STARTED: repr(time.time()),
+            ENV_BIND: self.bind,
+            ENV_ADVERTISE: self.advertise,
+        }
+        self.procs[w] = subprocess.Popen(
+            [sys.executable, "-m", "mecefo_exp.torchft_worker", str(self.run_dir)], env=env, preexec_fn=_die_with_parent
+        )
         self.incarnation[w] = incarnation
         self.store.set(f"launched/{w}", str(incarnation))
         if incarnation:
-            log.info("%s: worker %d started again (process %d, incarnation %d)", self.tag, w, self.procs[w].pid,
-                     incarnation)
+            log.info(
+                "%s: worker %d started again (process %d, incarnation %d)", self.tag, w, self.procs[w].pid, incarnation
+            )
 
     def kill_stale(self, w: int, wanted: int) -> None:
         """The survivors gave up on worker w's process and want a new one, but the old one is still
         there: hung (stopped, deadlocked) or cut off, it missed their quorums. It cannot rejoin as what
         it was, and it holds w's place: it is killed before the new one starts."""
         p = self.procs.pop(w)
-        log.warning("%s: worker %d's process %d (incarnation %d) is still there but out of the run (hung?): "
-                    "killed, incarnation %d replaces it", self.tag, w, p.pid, self.incarnation[w], wanted)
+        log.warning(
+            "%s: worker %d's process %d (incarnation %d) is still there but out of the run (hung?): "
+            "killed, incarnation %d replaces it",
+            self.tag,
+            w,
+            p.pid,
+            self.incarnation[w],
+            wanted,
+        )
         p.kill()  # SIGKILL: a stopped process ignores everything else
         p.wait()
 
@@ -176,8 +220,11 @@ class Launcher(MachinesOfARun):
             ended = self.end()
             if ended is not None:
                 if ended["status"] != "ok":
-                    raise WorkerFailed(ended["error"] if ended["machine"] == self.machine
-                                       else f"machine {ended['machine']}: {ended['error']}")
+                    raise WorkerFailed(
+                        ended["error"]
+                        if ended["machine"] == self.machine
+                        else f"machine {ended['machine']}: {ended['error']}"
+                    )
                 self.finish()
                 return
             for w, p in list(self.procs.items()):
@@ -192,8 +239,9 @@ class Launcher(MachinesOfARun):
                     continue
                 if rc == -signal.SIGKILL:
                     if not planned:
-                        log.warning("%s: worker %d was SIGKILLed from outside: a real fault, the others go on",
-                                    self.tag, w)
+                        log.warning(
+                            "%s: worker %d was SIGKILLed from outside: a real fault, the others go on", self.tag, w
+                        )
                         # the survivors may be waiting for this very process (it was healing): they
                         # ask for the next one when they read this
                         self.store.set(f"exited/{w}/{self.incarnation[w]}", repr(time.time()))
@@ -219,8 +267,9 @@ class Launcher(MachinesOfARun):
         """The run is done: this machine's workers end on their own (the last step is behind them)."""
         deadline = time.time() + self.cfg.cluster.quorum_timeout_s
         # read from the store before waiting: machine 0 stops it once every live launcher has left
-        healed = {w: self.incarnation[w] == 0 or self.store.check([f"heal/{w}/{self.incarnation[w]}"])
-                  for w in self.procs}
+        healed = {
+            w: self.incarnation[w] == 0 or self.store.check([f"heal/{w}/{self.incarnation[w]}"]) for w in self.procs
+        }
         for w, p in list(self.procs.items()):
             if not healed[w]:
                 continue  # started again but never healed into the run (it ended first): stop() ends it
@@ -234,8 +283,10 @@ class Launcher(MachinesOfARun):
                 time.sleep(POLL_S)
             del self.procs[w]
             if rc != 0:
-                raise WorkerFailed(f"worker {w} exited with code {rc} at the end of the run "
-                                   f"(its log: {self.run_dir}/torchft/worker-{w}.log)")
+                raise WorkerFailed(
+                    f"worker {w} exited with code {rc} at the end of the run "
+                    f"(its log: {self.run_dir}/torchft/worker-{w}.log)"
+                )
 
     def stop(self) -> None:
         """Every worker of this machine gone; safe to call twice."""
@@ -310,8 +361,11 @@ def launch(cfg, run_dir: Path) -> dict:
             except Exception:
                 started = {}
             summary.setdefault("torchft", {}).update(
-                lighthouse=launcher.lighthouse_address, lighthouse_started_here=launcher.started_lighthouse,
-                machines=launcher.machines, processes_started=started)
+                lighthouse=launcher.lighthouse_address,
+                lighthouse_started_here=launcher.started_lighthouse,
+                machines=launcher.machines,
+                processes_started=started,
+            )
             write_json_atomic(run_dir / "summary.json", summary)
         elif launcher.store_lost and summary.get("status") == "running":  # nobody else is left to close the record
             summary.update(_progress_of(run_dir))  # the leader died with machine 0: its summary says where it began
@@ -329,14 +383,18 @@ def _progress_of(run_dir: Path) -> dict:
     launcher closes because its writer died."""
     try:
         text = (run_dir / "metrics.jsonl").read_text()
-        row = json.loads(text[:text.rfind("\n")].rsplit("\n", 1)[-1])
+        row = json.loads(text[: text.rfind("\n")].rsplit("\n", 1)[-1])
     except (OSError, ValueError):
         return {}
     if not isinstance(row, dict) or not isinstance(row.get("step"), int) or "tokens" not in row:
         return {}
     sim = row.get("sim_time_s") or 0.0
-    return {"steps": row["step"] + 1, "tokens_committed": row["tokens"], "sim_time_s": sim,
-            "throughput_tok_s": row["tokens"] / sim if sim > 0 else None}
+    return {
+        "steps": row["step"] + 1,
+        "tokens_committed": row["tokens"],
+        "sim_time_s": sim,
+        "throughput_tok_s": row["tokens"] / sim if sim > 0 else None,
+    }
 
 
 def _read_summary(run_dir: Path) -> dict:

@@ -93,12 +93,18 @@ class MachinesOfARun:
                 break
             time.sleep(0.2)
         self.store = None  # nothing of this launcher goes into another run's store
-        why = (f"this run folder's machine 0 never served a store (no {RUN_ID_FILE}: was that address taken "
-               "when it started?)" if ours is None else f"this run folder's {RUN_ID_FILE} names another")
-        raise ConfigError(f"cluster.machine_rank={self.machine}: the coordination store at cluster.coordinator="
-                          f"{self.store_address} belongs to another run (machine 0 of {theirs['run_dir']} on "
-                          f"{theirs['host']}), not to {self.run_dir}: {why}; give each run its own "
-                          "cluster.coordinator port")
+        why = (
+            f"this run folder's machine 0 never served a store (no {RUN_ID_FILE}: was that address taken "
+            "when it started?)"
+            if ours is None
+            else f"this run folder's {RUN_ID_FILE} names another"
+        )
+        raise ConfigError(
+            f"cluster.machine_rank={self.machine}: the coordination store at cluster.coordinator="
+            f"{self.store_address} belongs to another run (machine 0 of {theirs['run_dir']} on "
+            f"{theirs['host']}), not to {self.run_dir}: {why}; give each run its own "
+            "cluster.coordinator port"
+        )
 
     def _check_same_settings(self) -> None:
         """A machine's launcher must run machine 0's run: the same settings but its own place."""
@@ -106,15 +112,18 @@ class MachinesOfARun:
 
         written = self.run_dir / "config.yaml"  # machine 0 writes it before it serves the store
         if not written.is_file():
-            raise ConfigError(f"machine {self.machine}: {written} is not there: every machine must see the run folder "
-                              "machine 0 writes (a shared file system, the same hydra.run.dir on each)")
+            raise ConfigError(
+                f"machine {self.machine}: {written} is not there: every machine must see the run folder "
+                "machine 0 writes (a shared file system, the same hydra.run.dir on each)"
+            )
         ours = flatten(OmegaConf.to_container(self.cfg, resolve=True), sep=".")
         theirs = flatten(OmegaConf.to_container(OmegaConf.load(written), resolve=True), sep=".")
         differ = sorted(k for k in set(ours) | set(theirs) if k not in PER_MACHINE and ours.get(k) != theirs.get(k))
         if differ:
-            raise ConfigError(f"cluster.machine_rank={self.machine}: settings differ from machine 0's run in "
-                              f"{self.run_dir}: " + "; ".join(f"{k}={ours.get(k)} (machine 0: {theirs.get(k)})"
-                                                              for k in differ[:5]))
+            raise ConfigError(
+                f"cluster.machine_rank={self.machine}: settings differ from machine 0's run in "
+                f"{self.run_dir}: " + "; ".join(f"{k}={ours.get(k)} (machine 0: {theirs.get(k)})" for k in differ[:5])
+            )
 
     def _check_announced(self, now: float) -> None:
         """Machine 0: every other machine's launcher says it is alive within seconds of its start.
@@ -125,16 +134,24 @@ class MachinesOfARun:
         missing = [m for m in range(1, self.machines) if not self.store.check([f"alive/{m}"])]
         waited = now - self._started_at
         if missing and waited >= self.cfg.cluster.restart_timeout_s:
-            raise WorkerFailed(f"{_machines(missing, 'never announced itself', 'never announced themselves')} in "
-                               f"cluster.restart_timeout_s={self.cfg.cluster.restart_timeout_s:g} s "
-                               f"(cluster.machines={self.machines}): start each launcher with its "
-                               f"cluster.machine_rank and cluster.coordinator={self.store_address}, or correct "
-                               "cluster.machines")
+            raise WorkerFailed(
+                f"{_machines(missing, 'never announced itself', 'never announced themselves')} in "
+                f"cluster.restart_timeout_s={self.cfg.cluster.restart_timeout_s:g} s "
+                f"(cluster.machines={self.machines}): start each launcher with its "
+                f"cluster.machine_rank and cluster.coordinator={self.store_address}, or correct "
+                "cluster.machines"
+            )
         if missing and waited >= ANNOUNCE_WARN_S and self._unannounced is None:
-            log.warning("%s: %s after %.0f s (cluster.machines=%d): waiting until cluster.restart_timeout_s=%g s; "
-                        "start each launcher with its cluster.machine_rank and cluster.coordinator=%s", self.tag,
-                        _machines(missing, "has not announced itself", "have not announced themselves"), waited,
-                        self.machines, self.cfg.cluster.restart_timeout_s, self.store_address)
+            log.warning(
+                "%s: %s after %.0f s (cluster.machines=%d): waiting until cluster.restart_timeout_s=%g s; "
+                "start each launcher with its cluster.machine_rank and cluster.coordinator=%s",
+                self.tag,
+                _machines(missing, "has not announced itself", "have not announced themselves"),
+                waited,
+                self.machines,
+                self.cfg.cluster.restart_timeout_s,
+                self.store_address,
+            )
             self._unannounced = missing
         elif not missing:
             self._unannounced = []
@@ -181,8 +198,10 @@ class MachinesOfARun:
 
     def processes_started(self) -> Dict[str, int]:
         """How many processes each worker had, on every machine (a restarted job would show more for all)."""
-        return {str(w): int(self.store.get(f"launched/{w}").decode()) + 1 if self.store.check([f"launched/{w}"])
-                else 0 for w in range(self.n)}
+        return {
+            str(w): int(self.store.get(f"launched/{w}").decode()) + 1 if self.store.check([f"launched/{w}"]) else 0
+            for w in range(self.n)
+        }
 
 
 def _machines(ms: List[int], one: str, many: str) -> str:

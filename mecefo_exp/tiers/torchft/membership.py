@@ -24,15 +24,24 @@ from typing import Dict, List, Optional, Set
 import torch
 
 from ...failures import FAIL, RECOVER
-from .network import (ENV_ADVERTISE, ENV_BIND, ENV_STARTED, LOOPBACK, bound_store, connect_store, local_host,
-                      manager_server_bound_to)
 from ..torchrun import TorchrunCluster
+from .network import (
+    ENV_ADVERTISE,
+    ENV_BIND,
+    ENV_STARTED,
+    LOOPBACK,
+    bound_store,
+    connect_store,
+    local_host,
+    manager_server_bound_to,
+)
 
 log = logging.getLogger(__name__)
 
 QUORUM_ATTEMPTS = 5  # how often a quorum is taken again when a peer died inside its membership all-reduce
 #: how often a worker waiting for a restarted peer looks whether it is up, or died
 WAIT_POLL_S = 0.05
+
 
 class ReplacedInQuorum(Exception):
     """A quorum holds a process the survivors replaced (hung or stopped past their timeouts, then
@@ -105,8 +114,9 @@ class TorchftMembership:
     process knows what its peers know.
     """
 
-    def __init__(self, run, worker: int, incarnation: int, lighthouse: str, store_address: str, cfg,
-                 membership_from_quorum: bool):
+    def __init__(
+        self, run, worker: int, incarnation: int, lighthouse: str, store_address: str, cfg, membership_from_quorum: bool
+    ):
         self.run, self.me, self.n = run, worker, run.n_workers
         # failure.kill=false: every process stays up and the trace masks failed workers (simulated membership)
         self.from_quorum = membership_from_quorum
@@ -150,15 +160,34 @@ class TorchftMembership:
         # torchft's default HTTP server, which would listen on every interface
         transport = PGTransport(pg, timeout=timeout, device=self.run.device)
         with manager_server_bound_to(bind):
-            return Manager(pg=pg, min_replica_size=1, load_state_dict=self._load_from_peer,
-                           state_dict=self._state_for_peer, replica_id=f"worker{self.me}", store_addr=advertise,
-                           store_port=self._group_store.port, rank=0, world_size=1, lighthouse_addr=lighthouse,
-                           port=0, hostname=advertise, use_async_quorum=False, init_sync=False, timeout=timeout,
-                           quorum_timeout=timeout, connect_timeout=timeout, checkpoint_transport=transport)
+            return Manager(
+                pg=pg,
+                min_replica_size=1,
+                load_state_dict=self._load_from_peer,
+                state_dict=self._state_for_peer,
+                replica_id=f"worker{self.me}",
+                store_addr=advertise,
+                store_port=self._group_store.port,
+                rank=0,
+                world_size=1,
+                lighthouse_addr=lighthouse,
+                port=0,
+                hostname=advertise,
+                use_async_quorum=False,
+                init_sync=False,
+                timeout=timeout,
+                quorum_timeout=timeout,
+                connect_timeout=timeout,
+                checkpoint_transport=transport,
+            )
 
     def _state_for_peer(self) -> dict:
         """What a healing peer receives: the training state and every book a later step reads."""
-        return {"training": self.run.state_dict(), "books": self.run.books.state_dict(), "membership": self.state_dict()}
+        return {
+            "training": self.run.state_dict(),
+            "books": self.run.books.state_dict(),
+            "membership": self.state_dict(),
+        }
 
     def _load_from_peer(self, state: dict) -> None:
         self._healed_bytes = tensor_bytes(state)
@@ -166,9 +195,15 @@ class TorchftMembership:
         self.load_state_dict(state["membership"])
 
     def state_dict(self) -> dict:
-        return {"live": sorted(self.live), "incarnation": dict(self.incarnation), "awaiting": dict(self.awaiting),
-                "replacing": sorted(self.replacing), "pending": [dict(e) for e in self.pending], "leader": self.leader,
-                "real": json.loads(json.dumps(self.real))}
+        return {
+            "live": sorted(self.live),
+            "incarnation": dict(self.incarnation),
+            "awaiting": dict(self.awaiting),
+            "replacing": sorted(self.replacing),
+            "pending": [dict(e) for e in self.pending],
+            "leader": self.leader,
+            "real": json.loads(json.dumps(self.real)),
+        }
 
     def load_state_dict(self, s: dict) -> None:
         own = self.incarnation[self.me]  # this process; a replaced one learns so from `restart/<me>`
@@ -207,16 +242,23 @@ class TorchftMembership:
             except ReplacedInQuorum as e:
                 replaced_since = replaced_since or time.time()
                 if time.time() - replaced_since > self.restart_timeout_s:
-                    raise RuntimeError(f"torchft: {e} in every quorum for cluster.restart_timeout_s="
-                                       f"{self.restart_timeout_s:g} s") from None
+                    raise RuntimeError(
+                        f"torchft: {e} in every quorum for cluster.restart_timeout_s={self.restart_timeout_s:g} s"
+                    ) from None
                 log.warning("torchft: %s: not admitted; quorum again without it", e)
                 continue
             if members is not None:
                 return members
             if attempt == QUORUM_ATTEMPTS:
-                raise RuntimeError(f"torchft: the membership all-reduce failed {attempt} times: {self.manager.errored()}")
-            log.warning("torchft: a peer died during the membership all-reduce (%s); quorum again (%d of %d)",
-                        self.manager.errored(), attempt, QUORUM_ATTEMPTS)
+                raise RuntimeError(
+                    f"torchft: the membership all-reduce failed {attempt} times: {self.manager.errored()}"
+                )
+            log.warning(
+                "torchft: a peer died during the membership all-reduce (%s); quorum again (%d of %d)",
+                self.manager.errored(),
+                attempt,
+                QUORUM_ATTEMPTS,
+            )
             attempt += 1
 
     def _no_quorum_in_time(self, error: TimeoutError, waited_s: float) -> None:
@@ -225,7 +267,9 @@ class TorchftMembership:
         died while the last group was set up (several collective timeouts, where others failed at once)."""
         said = " ".join(str(error).split())[:120]  # torchft's own: "status: Cancelled, ..."
         if waited_s > self.restart_timeout_s:
-            raise RuntimeError(f"torchft: no quorum within cluster.restart_timeout_s={self.restart_timeout_s:g} s ({said})")
+            raise RuntimeError(
+                f"torchft: no quorum within cluster.restart_timeout_s={self.restart_timeout_s:g} s ({said})"
+            )
         log.warning("torchft: no quorum in time (%s); quorum again (waiting %.0f s)", said, waited_s)
         self.manager._quorum_future = None  # torchft 0.2.0 would raise this error again at the next quorum
 
@@ -239,14 +283,24 @@ class TorchftMembership:
             healed = getattr(self, "_healed_bytes", None)
             if healed is None:
                 if self.manager.errored() is not None:  # the peer sending the state died: heal again
-                    log.warning("torchft: worker %d's heal failed (%s); quorum again", self.me,
-                                " ".join(str(self.manager.errored()).split())[:200])
+                    log.warning(
+                        "torchft: worker %d's heal failed (%s); quorum again",
+                        self.me,
+                        " ".join(str(self.manager.errored()).split())[:200],
+                    )
                     return None
                 raise RuntimeError(f"torchft: worker {self.me} rejoined without healing from a peer")
             me, n = self.me, self.incarnation[self.me]
-            self.store.set(f"heal/{me}/{n}", json.dumps({
-                "started_at": float(os.environ.get(ENV_STARTED, started)), "quorum_and_heal_s": self._quorum_s,
-                "state_bytes": healed}))
+            self.store.set(
+                f"heal/{me}/{n}",
+                json.dumps(
+                    {
+                        "started_at": float(os.environ.get(ENV_STARTED, started)),
+                        "quorum_and_heal_s": self._quorum_s,
+                        "state_bytes": healed,
+                    }
+                ),
+            )
             self.joining = False
         # who is in the quorum, and which process of each: torchft knows a worker by its replica id
         # alone, which every process of that worker shares
@@ -259,8 +313,12 @@ class TorchftMembership:
         got = {w: round(processes[w].item()) - 1 for w in range(self.n) if processes[w].item() > 0.5}
         replaced = {w: n for w, n in got.items() if n != self.incarnation[w]}
         if replaced:
-            raise ReplacedInQuorum("; ".join(f"worker {w}'s process {n} is in the quorum where process "
-                                             f"{self.incarnation[w]} is wanted" for w, n in sorted(replaced.items())))
+            raise ReplacedInQuorum(
+                "; ".join(
+                    f"worker {w}'s process {n} is in the quorum where process {self.incarnation[w]} is wanted"
+                    for w, n in sorted(replaced.items())
+                )
+            )
         return set(got)
 
     def _leave_if_replaced(self) -> None:
@@ -273,9 +331,14 @@ class TorchftMembership:
         if wanted <= mine:
             return
         self.store.set(f"killed/{self.me}/{mine}", repr(time.time()))
-        log.warning("worker %d's process %d (incarnation %d) was replaced while it was out of the quorum (stopped "
-                    "or hung past the others' timeouts): it leaves, incarnation %d takes its place", self.me,
-                    os.getpid(), mine, wanted)
+        log.warning(
+            "worker %d's process %d (incarnation %d) was replaced while it was out of the quorum (stopped "
+            "or hung past the others' timeouts): it leaves, incarnation %d takes its place",
+            self.me,
+            os.getpid(),
+            mine,
+            wanted,
+        )
         for handler in logging.getLogger().handlers:
             handler.flush()
         os.kill(os.getpid(), signal.SIGKILL)
@@ -320,11 +383,16 @@ class TorchftMembership:
         while True:
             self._ask_again_for_lost_restarts()
             self._wait_for_restarts()
-            late = [w for w, asked in self.awaiting.items()
-                    if w not in self.replacing and time.time() - asked > self.restart_timeout_s]
+            late = [
+                w
+                for w, asked in self.awaiting.items()
+                if w not in self.replacing and time.time() - asked > self.restart_timeout_s
+            ]
             if late:  # up (its Manager said so) but never in a quorum: it died after starting
-                raise RuntimeError(f"torchft: restarted workers {late} did not join a quorum within "
-                                   f"cluster.restart_timeout_s={self.restart_timeout_s:g} s")
+                raise RuntimeError(
+                    f"torchft: restarted workers {late} did not join a quorum within "
+                    f"cluster.restart_timeout_s={self.restart_timeout_s:g} s"
+                )
             quorum = self._quorum()
             self._apply(quorum)
             needed = self.run.method.needs_workers()
@@ -343,8 +411,12 @@ class TorchftMembership:
             n = self.incarnation[w]
             if not self.store.check([f"exited/{w}/{n}"]):
                 continue
-            lost = {"worker": w, "incarnation": n, "step": self.run.step,
-                    "died_at": float(self.store.get(f"exited/{w}/{n}").decode())}
+            lost = {
+                "worker": w,
+                "incarnation": n,
+                "step": self.run.step,
+                "died_at": float(self.store.get(f"exited/{w}/{n}").decode()),
+            }
             self.real["restarts_lost"].append(lost)
             self.run.event("restart_lost", w, {"membership": "torchft", **lost})
             self._request_restart(w)
@@ -353,14 +425,19 @@ class TorchftMembership:
         """Until every restarted worker the survivors wait for has its Manager up; one that dies
         meanwhile is asked for again."""
         while True:
-            down = [w for w in sorted(set(self.awaiting) - self.replacing)
-                    if not self.store.check([f"ready/{w}/{self.incarnation[w]}"])]
+            down = [
+                w
+                for w in sorted(set(self.awaiting) - self.replacing)
+                if not self.store.check([f"ready/{w}/{self.incarnation[w]}"])
+            ]
             if not down:
                 return
             late = [w for w in down if time.time() - self.awaiting[w] > self.restart_timeout_s]
             if late:
-                raise RuntimeError(f"torchft: restarted workers {late} were not up within "
-                                   f"cluster.restart_timeout_s={self.restart_timeout_s:g} s")
+                raise RuntimeError(
+                    f"torchft: restarted workers {late} were not up within "
+                    f"cluster.restart_timeout_s={self.restart_timeout_s:g} s"
+                )
             time.sleep(WAIT_POLL_S)
             self._ask_again_for_lost_restarts()
 
@@ -370,7 +447,7 @@ class TorchftMembership:
             self.run.set_leader(self.leader)
         run = self.run
         back: List[int] = []  # confirmed in this quorum: they reach the method together, as a trace's
-        i = 0                 # recoveries of one instant do (Oobleck re-forms once for a whole machine)
+        i = 0  # recoveries of one instant do (Oobleck re-forms once for a whole machine)
         while i < len(self.pending):
             ev = self.pending[i]
             workers = ev["workers"]
@@ -380,12 +457,19 @@ class TorchftMembership:
                     back = []
                 still = [w for w in workers if w in quorum]
                 if still:
-                    raise RuntimeError(f"torchft: workers {still} were killed by the trace at {ev['time']:.3f} s but "
-                                       "are still in the quorum")
+                    raise RuntimeError(
+                        f"torchft: workers {still} were killed by the trace at {ev['time']:.3f} s but "
+                        "are still in the quorum"
+                    )
                 for w in workers:
                     killed_at = float(self.store.get(f"killed/{w}/{self.incarnation[w]}").decode())
-                    real = {"worker": w, "step": run.step, "detection_s": self._quorum_at - killed_at,
-                            "quorum_s": self._quorum_s, "survivors": len(quorum)}
+                    real = {
+                        "worker": w,
+                        "step": run.step,
+                        "detection_s": self._quorum_at - killed_at,
+                        "quorum_s": self._quorum_s,
+                        "survivors": len(quorum),
+                    }
                     self.real["failures"].append(real)
                     run.membership_event(FAIL, w, {"trace_time_s": ev["time"], "membership": "torchft", **real})
                 self.live -= set(workers)
@@ -397,7 +481,7 @@ class TorchftMembership:
                         i += 1
                         continue
                     break  # not back yet (it was slower than the quorum): keep the trace's order
-                detail = ({"unplanned": True} if ev["time"] is None else {"trace_time_s": ev["time"]})
+                detail = {"unplanned": True} if ev["time"] is None else {"trace_time_s": ev["time"]}
                 detail["membership"] = "torchft"
                 if ev["confirm"]:
                     detail.update(self._rejoined(w))
@@ -414,8 +498,13 @@ class TorchftMembership:
         # quorum), reaching the method together as a trace's failures of one instant do
         missing = sorted(self.live - quorum)
         for w in missing:
-            real = {"worker": w, "step": run.step, "unplanned": True, "survivors": len(quorum),
-                    "detected_at": self._quorum_at}
+            real = {
+                "worker": w,
+                "step": run.step,
+                "unplanned": True,
+                "survivors": len(quorum),
+                "detected_at": self._quorum_at,
+            }
             self.real["failures"].append(real)
             run.membership_event(FAIL, w, {"membership": "torchft", **real})
         if missing:
@@ -441,18 +530,27 @@ class TorchftMembership:
         # both written before that process's membership all-reduce, which showed it is process n:
         # read, never waited for (a wait here would outlast a process that dies)
         if not self.store.check([f"ready/{w}/{n}", f"heal/{w}/{n}"]):
-            raise RuntimeError(f"torchft: worker {w}'s process {n} is in the quorum but never said it was up and healed")
+            raise RuntimeError(
+                f"torchft: worker {w}'s process {n} is in the quorum but never said it was up and healed"
+            )
         ready_at = float(self.store.get(f"ready/{w}/{n}").decode())
         heal = json.loads(self.store.get(f"heal/{w}/{n}").decode())
-        return {"process_start_to_ready_s": ready_at - heal["started_at"], "heal_s": heal["quorum_and_heal_s"],
-                "state_bytes": heal["state_bytes"], "requested_to_rejoined_s": self._quorum_at - asked}
+        return {
+            "process_start_to_ready_s": ready_at - heal["started_at"],
+            "heal_s": heal["quorum_and_heal_s"],
+            "state_bytes": heal["state_bytes"],
+            "requested_to_rejoined_s": self._quorum_at - asked,
+        }
 
     def summary(self) -> dict:
         det = [f["detection_s"] for f in self.real["failures"] if "detection_s" in f]
         heal = [r["heal_s"] for r in self.real["recoveries"] + self.real["spares"]]
-        return {"membership": "torchft" if self.from_quorum else "trace", **self.real,
-                "detection_s_mean": sum(det) / len(det) if det else None,
-                "heal_s_mean": sum(heal) / len(heal) if heal else None}
+        return {
+            "membership": "torchft" if self.from_quorum else "trace",
+            **self.real,
+            "detection_s_mean": sum(det) / len(det) if det else None,
+            "heal_s_mean": sum(heal) / len(heal) if heal else None,
+        }
 
     def shutdown(self) -> None:
         self.manager.shutdown(wait=False)

@@ -13,7 +13,6 @@ from typing import Dict, Optional
 from ...config.checks import require
 from ...errors import ConfigError
 
-
 #: the environment the launcher gives each worker process
 ENV_WORKER, ENV_INCARNATION = "MECEFO_TORCHFT_WORKER", "MECEFO_TORCHFT_INCARNATION"
 ENV_LIGHTHOUSE, ENV_STORE, ENV_STARTED = "MECEFO_TORCHFT_LIGHTHOUSE", "MECEFO_TORCHFT_STORE", "MECEFO_TORCHFT_STARTED"
@@ -37,8 +36,10 @@ def is_loopback(host: str) -> bool:
 def split_host_port(address: str, key: str) -> tuple:
     """host:port (an IPv6 host in brackets) -> (host, port), or a ConfigError naming `key`."""
     host, sep, port = str(address).rpartition(":")
-    require(bool(sep) and bool(host.strip("[]")) and port.isdigit() and 0 < int(port) < 65536,
-           f"{key}={address!r}: give host:port (a port in 1..65535), e.g. node001:29510")
+    require(
+        bool(sep) and bool(host.strip("[]")) and port.isdigit() and 0 < int(port) < 65536,
+        f"{key}={address!r}: give host:port (a port in 1..65535), e.g. node001:29510",
+    )
     return host.strip("[]"), int(port)
 
 
@@ -46,9 +47,9 @@ def require_torchft() -> None:
     try:
         import torchft  # noqa: F401  (is it there?)
     except ImportError as e:
-
-        raise ConfigError("cluster=torchft needs torchft (optional): pip install -c constraints.txt torchft==0.2.0 "
-                          f"({e})") from None
+        raise ConfigError(
+            f"cluster=torchft needs torchft (optional): pip install -c constraints.txt torchft==0.2.0 ({e})"
+        ) from None
 
 
 #: the interface a torchft run listens on unless cluster.bind names another
@@ -73,8 +74,13 @@ def connect_store(address: str, timeout_s: float):
     from torch.distributed import TCPStore
 
     host, port = address.rsplit(":", 1)
-    return TCPStore(host.strip("[]"), int(port), is_master=False, wait_for_workers=False,
-                    timeout=datetime.timedelta(seconds=timeout_s))
+    return TCPStore(
+        host.strip("[]"),
+        int(port),
+        is_master=False,
+        wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
 
 
 def bound_store(bind: str, timeout_s: float, port: int = 0):
@@ -89,11 +95,19 @@ def bound_store(bind: str, timeout_s: float, port: int = 0):
     except OSError as e:
         sock.close()
 
-        raise ConfigError(f"cannot listen on {host_port(bind, port)} (cluster.bind, cluster.coordinator): {e}") from None
+        raise ConfigError(
+            f"cannot listen on {host_port(bind, port)} (cluster.bind, cluster.coordinator): {e}"
+        ) from None
     sock.listen(128)
     port = sock.getsockname()[1]
-    return TCPStore(local_host(bind), port, is_master=True, wait_for_workers=False,
-                    timeout=datetime.timedelta(seconds=timeout_s), master_listen_fd=sock.detach())
+    return TCPStore(
+        local_host(bind),
+        port,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        master_listen_fd=sock.detach(),
+    )
 
 
 def loopback_interface() -> Optional[str]:
@@ -150,9 +164,10 @@ def network_environment(bind: str) -> Dict[str, str]:
     if name is None and is_loopback(bind):
         return {}  # loopback under a name other than lo/lo0: gloo's default resolves to it as well
     if name is None:
-
-        raise ConfigError(f"cluster.bind={bind}: no interface of this machine has this address; give one of this "
-                          "machine's addresses (127.0.0.1, the default, listens on loopback only)")
+        raise ConfigError(
+            f"cluster.bind={bind}: no interface of this machine has this address; give one of this "
+            "machine's addresses (127.0.0.1, the default, listens on loopback only)"
+        )
     return {"GLOO_SOCKET_IFNAME": name, "NCCL_SOCKET_IFNAME": name}
 
 

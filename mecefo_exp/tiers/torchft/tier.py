@@ -36,8 +36,15 @@ class TorchftTier(LocalTier):
     def cluster_extra(self, run) -> Dict:
         from .membership import TorchftMembership
 
-        self.membership = TorchftMembership(run, self.rank, self.incarnation, os.environ[ENV_LIGHTHOUSE],
-                                            os.environ[ENV_STORE], self.cluster_cfg, membership_from_quorum=self.kill)
+        self.membership = TorchftMembership(
+            run,
+            self.rank,
+            self.incarnation,
+            os.environ[ENV_LIGHTHOUSE],
+            os.environ[ENV_STORE],
+            self.cluster_cfg,
+            membership_from_quorum=self.kill,
+        )
         return {"worker": self.rank, "manager": self.membership.manager, "group": self.membership.group}
 
     def begin(self, resumed: bool) -> bool:
