@@ -176,6 +176,19 @@ def test_node_trace_rules(tmp_path):
     assert [(e.time, e.worker, e.kind) for e in strict.events] == [(5.0, 0, FAIL), (7.0, 0, FAIL), (10.0, 0, RECOVER)]
 
 
+def test_a_node_removed_at_its_own_ready_instant_never_joins_under_the_artifacts_rules(tmp_path):
+    # c is added at 6 s and removed at 8 s, the instant it would become usable: the artifact pops the
+    # removal before the ready event (kind 2 before 4, B:1059, B:1159-1162; V and O alike), so c never
+    # joins and never counts as waiting; with unready_removals_fail its removal is a failure of its
+    # empty slot, with no recovery before it. Without the flag, our default keeps both events.
+    rows = [(0, "add", "a"), (0, "add", "b"), (5000, "remove", "a"), (6000, "add", "c"), (8000, "remove", "c")]
+    rows.append((20000, "remove", "b"))
+    strict = read_node_trace(str(trace_file(tmp_path, rows)), 2, ready_s=2.0, unready_removals_fail=True)
+    assert [(e.time, e.worker, e.kind) for e in strict.events] == [(5.0, 0, FAIL), (8.0, 0, FAIL)]
+    default = read_node_trace(str(trace_file(tmp_path, rows)), 2, ready_s=2.0)
+    assert [(e.time, e.worker, e.kind) for e in default.events] == [(5.0, 0, FAIL), (8.0, 0, RECOVER), (8.0, 0, FAIL)]
+
+
 def test_node_traces_that_start_late_and_grow(tmp_path):
     # nothing at t=0; a and b at 100 s, usable at 102; the first rendezvous takes 3 s (to 105): c,
     # added at 102.5 and usable at 104.5, is in it; d (usable at 110) joins later in the third slot,

@@ -11,7 +11,8 @@ spot-instance traces). Nodes come and go under their names; the harness maps the
   slots start empty (`initial_down`); a trace that removes every such node before the
   rendezvous completes is refused (the job would start with no node);
 - a node removed before it is usable never joins; with `unready_removals_fail` its removal
-  is still a failure of its (empty) slot, as the Oobleck authors' simulators treat it;
+  is still a failure of its (empty) slot, as the Oobleck authors' simulators treat it, and so
+  is one removed at the instant it would become usable (they hear the removal first);
 - the last row's time is the hard stop (`stop_s`): nothing at or after it is applied, and the
   run ends with the last step that completes before it.
 
@@ -151,7 +152,9 @@ def read_node_trace(
             raise TraceError(f"{path} line {lineno}: node {name!r} is removed but {why}")
         slot = slot_of.pop(name)
         ready = ready_at.pop(slot)
-        if ready > t:  # not usable yet: it never joins
+        # not usable yet: it never joins; with unready_removals_fail nor at its own ready instant (the
+        # Oobleck authors' simulators pop a removal before a ready event of the same millisecond)
+        if ready > t or (unready_removals_fail and ready == t):
             if ready <= begins:
                 up_at_start.discard(slot)
             events = [e for e in events if not (e.worker == slot and e.time == ready and e.kind == RECOVER)]
