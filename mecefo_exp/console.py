@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import math
+import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -56,20 +58,56 @@ def install_console(hydra_cfg=None) -> None:
                 handler.setFormatter(_PrefixFormatter(prefix, handler.formatter))
 
 
+def hydra_quoted(value: str) -> str:
+    """`value` as a quoted Hydra override value that Hydra and OmegaConf read back as `value`.
+    Single quotes, or double quotes for a value holding an apostrophe and no double quote (easier
+    to read and to paste); an interpolation's `${` escaped, with the backslashes before it doubled
+    (OmegaConf's rule); the backslashes before a quote or the closing quote doubled and that
+    quote escaped (Hydra's rule: it leaves every other backslash as it is)."""
+    quote = '"' if "'" in value and '"' not in value else "'"
+    value = re.sub(r"(\\*)\$\{", lambda m: m[1] * 2 + "\\${", value)
+    value = re.sub(rf"(\\*){quote}", lambda m: m[1] * 2 + "\\" + quote, value)
+    value = re.sub(r"(\\+)$", lambda m: m[1] * 2, value)
+    return f"{quote}{value}{quote}"
+
+
+def shell_quoted(word: str) -> str:
+    """`word` as one shell word: in double quotes (`\\`, `"`, `$` and backquote escaped) unless it
+    holds `!` (history expansion in an interactive bash) or a line break, then in single quotes."""
+    if "!" in word or "\n" in word:
+        return shlex.quote(word)
+    return '"' + re.sub(r'(["$`\\])', r"\\\1", word) + '"'
+
+
+def program_name() -> str:
+    """How this process was started, for the lines it prints: `python run.py`, `python -m
+    mecefo_exp` or `mecefo-exp`."""
+    name = Path(sys.argv[0]).name
+    if name == "run.py":
+        return "python run.py"
+    if name == "__main__.py":
+        return "python -m mecefo_exp"
+    return "mecefo-exp"
+
+
+def shown_path(path) -> str:
+    """A folder as the lines a run prints name it: relative to the working folder when inside it."""
+    path = Path(path)
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(path)
+
+
 def resume_command(run_dir: Path, program: str = "python run.py") -> str:
-    """The exact line that continues this run after a crash, ready to paste into a shell.
+    """The exact line that continues this run after a crash, ready to paste into a shell (bash,
+    sh, zsh) whatever the folder's name: an apostrophe, a quote, `$`, `!`, a space or a backslash.
 
     The folder name holds '=' and ',' (Hydra's override_dirname), which Hydra's override
-    parser reads as syntax unless the value is quoted; the shell then needs the quotes kept.
+    parser reads as syntax unless the value is quoted (hydra_quoted); the whole argument is
+    then quoted for the shell (shell_quoted).
     """
-    path = Path(run_dir)
-    try:
-        path = path.resolve().relative_to(Path.cwd().resolve())
-    except ValueError:
-        pass
-    hydra_value = "'" + str(path).replace("\\", "\\\\").replace("'", "\\'") + "'"
-    shell_arg = '"hydra.run.dir=' + "".join("\\" + c if c in '"$`\\' else c for c in hydra_value) + '"'
-    return f"{program} resume=true {shell_arg}"
+    return f"{program} resume=true {shell_quoted('hydra.run.dir=' + hydra_quoted(shown_path(run_dir)))}"
 
 
 def describe_event(row: Dict[str, Any]) -> Optional[str]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
+import hashlib
 import logging
 from pathlib import Path
 from typing import Dict, Optional
@@ -206,8 +208,26 @@ def log_done(logger: logging.Logger, summary: Dict, run_dir: Path) -> None:
     )
 
 
+@functools.lru_cache(maxsize=None)
+def source_sha256(package: Optional[Path] = None) -> str:
+    """The SHA-256 of this package's Python source (every `*.py` under mecefo_exp/, by path and
+    content): the code a run segment ran, also without git (an installed wheel) and for edits a
+    commit does not name (`<sha>-dirty`). The wheel's copy of analysis/ (mecefo_exp/analysis) is
+    left out, as in a checkout. Read once per process (~100 files, a few ms)."""
+    root = Path(package) if package is not None else Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py"), key=lambda p: p.relative_to(root).as_posix()):
+        parts = path.relative_to(root).parts
+        if "__pycache__" in parts or parts[0] == "analysis":
+            continue
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def identity(cfg, git_sha: Optional[str], run_dir: Path) -> Dict:
-    """The fields of summary.json that are fixed for the run."""
+    """The fields of summary.json that are fixed for the run segment (git_sha and source_sha256:
+    the code of the process that writes it; start.json keeps the start's)."""
     return {
         "method": cfg.method.name,
         "failure": cfg.failure.name,
@@ -219,6 +239,7 @@ def identity(cfg, git_sha: Optional[str], run_dir: Path) -> Dict:
         "hardware": cfg.hardware.name,
         "timing_model": cfg.hardware.timing_model or cfg.model.name,
         "git_sha": git_sha,
+        "source_sha256": source_sha256(),
         "run_dir": str(run_dir),
     }
 

@@ -4,21 +4,38 @@ A resume loads the newest complete checkpoint, the method's own or the harness's
 one (`trainer.resume_every`), restores the training state and the books, and moves the rows
 written after that checkpoint (a killed segment's) to `superseded/resume-N/`, so that the
 run's files read as one uninterrupted run. summary.json keeps one record per resume.
+
+What the run started with is written once beside config.yaml, in start.json: the hash of its
+settings (a resume refuses a config.yaml edited since, also when summary.json lost its copy),
+the commit and the hash of the package's source (a resume with other code says so, and its
+record keeps both).
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import json
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from .errors import ConfigError
 
 log = logging.getLogger(__name__)
+
+#: settings a resume may change: how the console reports, never what is computed or recorded
+#: (not trainer.threads: a matmul's summation order, so its last bits, can depend on it); left
+#: out of config_sha256, since the torchft launcher writes config.yaml again with them on a resume
+RESUME_MAY_CHANGE = ("trainer.progress", "trainer.log_events")
+
+#: what a run started with (config_sha256, git_sha, source_sha256, at): written once, at the start
+START_NAME = "start.json"
+#: the largest start.json read (a few hundred bytes in practice)
+MAX_START_BYTES = 64 * 1024
 
 
 def previous_record(run_dir: Path) -> Dict:
@@ -36,10 +53,22 @@ def previous_resumes(run_dir: Path) -> List[Dict]:
     return list(resumes) if isinstance(resumes, list) else []
 
 
-def config_sha256(run_dir: Path) -> Optional[str]:
-    """The hash of the settings in the run's config.yaml, `resume` left out (the torchft launcher
-    writes it again with resume: true for its workers); summary.json keeps the start's, and a
-    resume refuses a config.yaml edited since. None when there is no readable config.yaml."""
+def start_record(run_dir: Path) -> Dict:
+    """The folder's start.json, {} when there is none to read (a run from before it, or not a run)."""
+    from .bounded_read import InputRefused, read_text_bounded
+
+    try:
+        record = json.loads(read_text_bounded(Path(run_dir) / START_NAME, MAX_START_BYTES))
+    except (OSError, ValueError, InputRefused):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def config_sha256(run_dir: Path, legacy: bool = False) -> Optional[str]:
+    """The hash of the settings in the run's config.yaml, `resume` and the console's settings
+    (RESUME_MAY_CHANGE) left out (`legacy`: only `resume`, as runs recorded it before). start.json
+    and summary.json keep the start's; a resume refuses a config.yaml edited since. None when
+    there is no readable config.yaml."""
     import yaml
 
     try:
@@ -49,7 +78,50 @@ def config_sha256(run_dir: Path) -> Optional[str]:
     if not isinstance(settings, dict):
         return None
     settings.pop("resume", None)
+    for key in () if legacy else RESUME_MAY_CHANGE:
+        section, name = key.split(".")
+        if isinstance(settings.get(section), dict):
+            settings[section].pop(name, None)
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def code_identity() -> Dict[str, Optional[str]]:
+    """The code this process runs: its commit (`-dirty` with uncommitted changes; None without
+    git) and the hash of the package's source."""
+    from .record import source_sha256
+
+    return {"git_sha": _git_sha(), "source_sha256": source_sha256()}
+
+
+@functools.lru_cache(maxsize=None)
+def _git_sha() -> Optional[str]:
+    from .metrics import git_sha
+
+    return git_sha()
+
+
+def save_run_config(cfg, run_dir: Path, start: bool) -> None:
+    """Write the run's resolved config (config.yaml: what a resume reuses) and, at the run's start,
+    start.json beside it: the hash of those settings and the code that started the run."""
+    from omegaconf import OmegaConf
+
+    from .metrics import write_json_atomic
+
+    run_dir = Path(run_dir)
+    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    if start:
+        at = datetime.datetime.now().isoformat(timespec="seconds")
+        write_json_atomic(run_dir / START_NAME, {"config_sha256": config_sha256(run_dir), **code_identity(), "at": at})
+
+
+def recorded_config_sha256(run_dir: Path) -> Tuple[Optional[str], str]:
+    """The hash of config.yaml the run recorded at its start, and where: start.json's, else (a run
+    from before start.json) summary.json's; (None, "") when neither holds one."""
+    for where, record in ((START_NAME, start_record(run_dir)), ("summary.json", previous_record(run_dir))):
+        recorded = record.get("config_sha256")
+        if isinstance(recorded, str) and recorded:
+            return recorded, where
+    return None, ""
 
 
 def config_incomplete(run_dir: Path) -> Optional[str]:
@@ -68,15 +140,78 @@ def config_incomplete(run_dir: Path) -> Optional[str]:
 
 def config_edited(run_dir: Path) -> Optional[str]:
     """Why the run's config.yaml is not the one it started with (None when it is, or when the
-    record predates the hash)."""
-    recorded = previous_record(run_dir).get("config_sha256")
-    if recorded and recorded != config_sha256(run_dir):
+    run recorded no hash of it: config_unchecked)."""
+    recorded, where = recorded_config_sha256(run_dir)
+    if recorded and recorded not in (config_sha256(run_dir), config_sha256(run_dir, legacy=True)):
         return (
             f"{Path(run_dir) / 'config.yaml'} was edited after the run started (its sha256 is not the "
-            f"config_sha256 summary.json recorded, {str(recorded)[:12]}...): put back the settings the run "
+            f"config_sha256 {where} recorded at the start, {recorded[:12]}...): put back the settings the run "
             "started with, or start a new run"
         )
     return None
+
+
+def config_unchecked(run_dir: Path) -> Optional[str]:
+    """A warning, in one line, when a resume cannot check config.yaml for edits: neither start.json
+    nor summary.json holds the hash of the settings the run started with (a run from before the
+    hash, or a record that lost it). None when it can."""
+    recorded, _ = recorded_config_sha256(run_dir)
+    if recorded:
+        return None
+    return (
+        f"{Path(run_dir) / 'config.yaml'} cannot be checked for edits made since the run started: neither "
+        f"{START_NAME} nor summary.json records its hash (a run from before them, or a record that lost it); "
+        "the resume uses the file as it is"
+    )
+
+
+def earlier_run(run_dir: Path) -> Optional[Dict]:
+    """What a run started in `run_dir` before left there: {"status": ok / failed / running /
+    unknown, "resumable": a complete checkpoint to resume from}; None when the folder holds no
+    run (new, empty, or only a config error recorded before any compute)."""
+    from .methods.checkpointing import complete_steps
+
+    run_dir = Path(run_dir)
+    started = ("config.yaml", START_NAME, "metrics.jsonl", "events.jsonl", "checkpoints", "resume")
+    if not any((run_dir / name).exists() for name in started):
+        return None
+    status = previous_record(run_dir).get("status")
+    return {
+        "status": status if status in ("ok", "failed", "running") else "unknown",
+        "resumable": (run_dir / "config.yaml").exists()
+        and bool(complete_steps(run_dir / "checkpoints") or complete_steps(run_dir / "resume")),
+    }
+
+
+def _short(sha: Optional[str]) -> str:
+    """A commit or source hash as a line names it: 12 hex digits (and `-dirty`), `unknown` for None."""
+    if not sha:
+        return "unknown"
+    found = re.fullmatch(r"([0-9a-f]{12})[0-9a-f]*(-dirty)?", sha)
+    return found[1] + (found[2] or "") if found else sha
+
+
+def last_code(run_dir: Path, previous: Optional[Dict] = None) -> Dict[str, Optional[str]]:
+    """The code the run's last segment ran: summary.json's git_sha and source_sha256 (each segment
+    writes its own), else the last resume record's, else start.json's; a field it cannot tell is None."""
+    previous = previous_record(run_dir) if previous is None else previous
+    resumes = previous.get("resumes") if isinstance(previous.get("resumes"), list) else []
+    last_resume = resumes[-1].get("code") if resumes and isinstance(resumes[-1], dict) else None
+    sources = [previous, last_resume if isinstance(last_resume, dict) else {}, start_record(run_dir)]
+    out: Dict[str, Optional[str]] = {}
+    for key in ("git_sha", "source_sha256"):
+        out[key] = next((s[key] for s in sources if isinstance(s.get(key), str) and s[key]), None)
+    return out
+
+
+def code_change(before: Dict[str, Optional[str]], now: Dict[str, Optional[str]]) -> Optional[str]:
+    """What differs between two code identities, in a few words (only fields both know); None: the same."""
+    changed = [
+        f"{name} {_short(before.get(key))} -> {_short(now.get(key))}"
+        for key, name in (("git_sha", "commit"), ("source_sha256", "package source sha256"))
+        if before.get(key) and now.get(key) and before[key] != now[key]
+    ]
+    return "; ".join(changed) or None
 
 
 @dataclass
@@ -92,6 +227,8 @@ def resume_from_folder(
     """Restore the newest complete checkpoint into `training` and `books`; supersede later rows."""
     if store is None:
         raise ConfigError(f"resume=true: method={method_name} writes no checkpoints to resume from")
+    before, code = last_code(run_dir), code_identity()  # before this resume rewrites summary.json
+    changed = code_change(before, code)
     steps = store.on_disk()
     harness_steps = resume_store.on_disk() if resume_store is not None else []
     if not steps and not harness_steps:
@@ -144,7 +281,17 @@ def resume_from_folder(
         "checkpoint": str(source.path(step).relative_to(run_dir)),
         "sim_time_s": books.clock.now,
         "superseded_rows": superseded,
+        "code": code,
     }
+    if changed:
+        record["code_changed_from"] = before
+        log.warning(
+            "resume: this run last ran other code (%s): the steps after step %d run this code, so the run equals "
+            "an uninterrupted one only if the change leaves what it computes alone (model, method, optimizer, data, "
+            "clock); summary.json's resume record keeps both",
+            changed,
+            step,
+        )
     return ResumePoint(step=step, wall_time_s=harness.get("wall_time_s", 0.0), record=record)
 
 

@@ -50,7 +50,7 @@ from .record import (
     warn_if_memory_does_not_fit,
     window_summary,
 )
-from .resume import config_sha256, previous_record, previous_resumes, resume_from_folder
+from .resume import config_sha256, previous_resumes, recorded_config_sha256, resume_from_folder, save_run_config
 from .shape_only import ShapeOnlyState
 from .signals import Terminated, signals_end_the_run, signals_held
 from .timing import CostModel, build_timing, state_bytes
@@ -104,12 +104,9 @@ class Experiment(Context):
                 tmp.unlink(missing_ok=True)
             if cfg.resume:
                 self.resumes = previous_resumes(self.run_dir)
-                self.config_sha256 = previous_record(self.run_dir).get("config_sha256")
-            else:
-                from omegaconf import OmegaConf
-
-                # the run's identity, written first and never again: what resume=true reuses
-                OmegaConf.save(cfg, self.run_dir / "config.yaml", resolve=True)
+                self.config_sha256 = recorded_config_sha256(self.run_dir)[0]
+            else:  # the run's identity, written first and never again: what resume=true reuses (and start.json)
+                save_run_config(cfg, self.run_dir, start=True)
         self.config_sha256 = self.config_sha256 or config_sha256(self.run_dir)
         self.records = RunRecords(self.run_dir, cfg.logger, plain(cfg), enabled=self.is_main)
         if not cfg.resume:  # a resume says `running` once it has loaded a checkpoint (resume())

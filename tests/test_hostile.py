@@ -861,6 +861,7 @@ def test_a_config_yaml_missing_a_section_is_one_line_on_resume(run_exp):
 
     _, run_dir = run_exp(*RESUMABLE)
     _edit_summary(run_dir, config_sha256=None)
+    (run_dir / "start.json").unlink()  # a run from before start.json
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     del config["method"]
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))

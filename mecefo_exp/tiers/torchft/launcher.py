@@ -312,15 +312,15 @@ class Launcher(MachinesOfARun):
 def launch(cfg, run_dir: Path) -> dict:
     """Run `cfg` on torchft (this machine's part); returns the run's summary (status ok), or
     raises with it failed."""
-    from omegaconf import OmegaConf
+    from ...resume import save_run_config
 
     # torchft's lighthouse and managers log every quorum at info (read once, at torchft's import)
     os.environ.setdefault("RUST_LOG", "warn")
     require_torchft()
     run_dir = Path(run_dir)
     machine = cfg.cluster.machine_rank
-    if machine == 0:
-        OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)  # what every worker process loads
+    if machine == 0:  # what every worker process loads (and at the start, start.json beside it)
+        save_run_config(cfg, run_dir, start=not cfg.resume)
     (run_dir / "torchft").mkdir(parents=True, exist_ok=True)
     launcher = Launcher(cfg, run_dir)
     error: Optional[str] = None
