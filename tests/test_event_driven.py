@@ -85,7 +85,18 @@ def assert_same_run(stepped, driven, ev_stepped, ev_driven):
     scale = stepped["sim_time_s"]
     assert same_value(driven["time_breakdown"], stepped["time_breakdown"], scale)
     # the method's own counters (neighbour assignments, SVD refreshes, snapshots, degraded steps ...)
-    skip = {"wall_time_s", "updated_at", "run_dir", "config_sha256", "time_breakdown", "window"}
+    # (and the provenance: a commit between the two runs changes git_sha, not the run)
+    skip = {
+        "wall_time_s",
+        "updated_at",
+        "run_dir",
+        "config_sha256",
+        "time_breakdown",
+        "window",
+        "git_sha",
+        "git_dirty",
+        "source_sha256",
+    }
     for key in stepped.keys() - skip:
         assert key in driven and same_value(driven[key], stepped[key], scale), key
     assert len(ev_driven) == len(ev_stepped)
