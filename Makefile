@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: setup run test test-slow test-crash test-cli test-fingerprints test-torchft bench bench-gpu figures paper-mini paper-table2 paper-table3 oobleck-artifact decision-map results notebook clean FORCE
+.PHONY: setup run test lint test-slow test-crash test-cli test-fingerprints test-torchft bench bench-gpu figures paper-mini paper-table2 paper-table3 oobleck-artifact decision-map results notebook clean FORCE
 
 setup: $(VENV)/.installed .cache/corpus/lee_background.cor .cache/data/default-corpus.txt
 
@@ -47,6 +47,16 @@ run: setup
 TEST_WORKERS ?= 2
 test: setup
 	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS)
+
+# ruff's formatter (check only) and linter over the checkout's Python, then mypy on the package
+# (pyproject.toml's [tool.ruff] and [tool.mypy]; mypy ~1 min the first time, seconds with its
+# .mypy_cache); installs requirements-lint.txt. .pre-commit-config.yaml runs the same at each commit.
+LINT_PATHS := mecefo_exp analysis hydra_plugins run.py bench scripts tests
+lint: $(VENV)/.installed
+	$(PY) -m pip install -q -c constraints.txt -r requirements-lint.txt
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/mypy
 
 test-slow: setup
 	$(PY) -m pip install -q -c constraints.txt -r requirements-notebook.txt

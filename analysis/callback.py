@@ -67,7 +67,7 @@ class CollectCallback(Callback):
             return
         out = Path(self.out) if self.out else sweep / "analysis"
         # this package is `analysis` in a checkout and `mecefo_exp.analysis` in an installed wheel
-        module = f"{__package__}.{STUDIES.get(self.study, 'figures')}"
+        module = f"{__package__}.{STUDIES.get(self.study or '', 'figures')}"
         try:
             import importlib
 

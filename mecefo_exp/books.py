@@ -11,10 +11,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import TYPE_CHECKING, Dict, Optional
 
 from .failures import FAIL, Trace
 from .timing import SimClock
+
+if TYPE_CHECKING:
+    from .methods.base import Method
+    from .methods.checkpointing import CheckpointStore
 
 
 @dataclass
@@ -75,17 +79,20 @@ class Window:
 class Books:
     """Stateful-like: `state_dict()` / `load_state_dict()` with the checkpoint's historical keys."""
 
+    # the parts whose positions the books save: `keep` names them once the run has built them
+    trace: Trace
+    method: Method
+    store: Optional[CheckpointStore]  # the method's disk checkpoints (None for a method that writes none)
+
     def __init__(self, clock: SimClock):
         self.clock = clock
-        self.trace: Optional[Trace] = None  # the parts whose positions the books save: `keep` names them
-        self.method = None
-        self.store = None  # the method's disk checkpoints (None for a method that writes none)
+        self.store = None
         self.counters = Counters()
         self.tokens_processed = 0
         self.final_val_loss = float("nan")
         self.window = Window()
 
-    def keep(self, trace: Trace, method, store) -> None:
+    def keep(self, trace: Trace, method: Method, store: Optional[CheckpointStore]) -> None:
         """Once the run has built them: the trace, the method and its store, whose positions and
         state the books save and restore with their own (built once, these books live as long as the run)."""
         self.trace, self.method, self.store = trace, method, store

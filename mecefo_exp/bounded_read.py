@@ -46,7 +46,9 @@ def _human(n: int) -> str:
     return f"{n} bytes"
 
 
-def open_bounded(path: Union[str, Path], max_bytes: int, what: str = "", mode: str = "r", **kwargs) -> IO:
+def open_bounded(
+    path: Union[str, Path], max_bytes: int, what: str = "", mode: str = "r", **kwargs
+) -> Union[IO, "_Bounded"]:
     """Open `path` for reading if it is a regular file (links followed) of at most `max_bytes`.
 
     The check is made on the opened descriptor (a file swapped between a check and the open is

@@ -1,7 +1,8 @@
 """The run as methods, checkpoint stores and the torchft membership see it.
 
-`Context` declares every attribute of a run up front, with its type (a part not built yet is
-None), and implements `RunContext` (methods/base.py): the clock and costs, the event log, the
+`Context` declares every attribute of a run up front, with its type (a part `setup()` has not
+built yet is absent: `built(name)` says whether it is there), and implements `RunContext`
+(methods/run_context.py): the clock and costs, the event log, the
 saved state and the rollback, the trace's expectations, the record's writer. The trainer's
 `Experiment` builds the parts and runs the loop on top of it.
 """
@@ -11,13 +12,19 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Union
 
 if TYPE_CHECKING:
     import torch
+    from omegaconf import DictConfig
+
+    from .executor import LocalCluster
+    from .shape_only import ShapeOnlyState
+    from .training import TrainingState
 
 from .books import Books
 from .config import is_hybrid, plain, sequences_per_step
+from .config.schema import AttrDict
 from .console import EventPrinter, Progress, speak_for_the_run
 from .failures import Trace
 from .methods.base import Method
@@ -34,28 +41,28 @@ class Context:
     """Everything a run holds, declared; the services methods may call."""
 
     # ---- what the run is (fixed at construction)
-    cfg: object
+    cfg: DictConfig
     run_dir: Path
     n_workers: int
     max_steps: int
     tokens_per_step: int
     resume_every: int  # trainer.resume_every, read every step: a plain int, not a config lookup
     numerics: bool  # trainer.numerics
-    cluster_cfg: object  # plain cluster settings (detection_s, restart_s, reconfigure_s, ...)
-    model_cfg: object
+    cluster_cfg: AttrDict  # plain cluster settings (detection_s, restart_s, reconfigure_s, ...)
+    model_cfg: DictConfig
     placement: Optional[LayoutShape]  # where each GPU sits in a hybrid layout; None: pure data parallelism
     tier: Tier
-    # ---- the parts, built by setup(); None until then
-    records: Optional[RunRecords]
-    training: Optional[object]  # TrainingState, or ShapeOnlyState without numerics
-    device: Optional[torch.device]
-    method: Optional[Method]
-    timing: Optional[Timing]
-    costs: Optional[CostModel]
-    trace: Optional[Trace]
+    # ---- the parts, built by setup() in this order; absent until then (`built`)
+    records: RunRecords
+    training: Union[TrainingState, ShapeOnlyState]  # ShapeOnlyState without numerics
+    device: Optional[torch.device]  # None without numerics
+    method: Method
+    timing: Timing
+    costs: CostModel
+    trace: Trace
     books: Books
-    resume_store: Optional[CheckpointStore]  # the harness's own crash-safety checkpoints
-    progress: Optional[Progress]
+    resume_store: Optional[CheckpointStore]  # the harness's own crash-safety checkpoints (None without numerics)
+    progress: Optional[Progress]  # the console's progress line, once the loop starts
     # ---- where the run is
     step: int
     resumed: bool
@@ -65,7 +72,7 @@ class Context:
     eval_every: int  # trainer.eval_every, read every step
     wall_start: float
 
-    def __init__(self, cfg, run_dir: Path):
+    def __init__(self, cfg: DictConfig, run_dir: Path):
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.n_workers = cfg.cluster.n_workers
@@ -78,8 +85,7 @@ class Context:
         self.model_cfg = cfg.model
         self.placement = layout_shape(cfg)
         self.tier = build_tier(cfg, self.run_dir)
-        self.records = self.training = self.device = self.method = None
-        self.timing = self.costs = self.trace = self.resume_store = self.progress = None
+        self.device = self.resume_store = self.progress = None
         self.books = Books(clock=SimClock())
         self.step = 0
         self.resumed = False
@@ -94,17 +100,22 @@ class Context:
         self._locked = False  # this process holds the folder's lock
         self.print_event = EventPrinter(log, cfg.trainer.log_events)  # failures, rollbacks ... on the console
 
+    def built(self, part: str) -> bool:
+        """Whether `setup()` has built this part (records, training, method, timing, costs,
+        trace) yet: a summary or a failure record can come before the end of setup."""
+        return part in self.__dict__
+
     # ------------------------------------------------------- what methods may use (RunContext)
     @property
-    def clock(self):
+    def clock(self) -> SimClock:
         return self.books.clock
 
     @property
-    def model(self):
+    def model(self) -> Optional[torch.nn.Module]:
         return self.training.model
 
     @property
-    def cluster(self):
+    def cluster(self) -> Optional[LocalCluster]:
         return self.training.cluster
 
     @property

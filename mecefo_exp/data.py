@@ -144,7 +144,7 @@ def _builder_hash() -> str:
     says whether the tokens changed)."""
     import inspect
 
-    parts = [
+    parts: List[Callable[..., object]] = [
         python_texts,
         _pydoc_topics,
         _docstrings,

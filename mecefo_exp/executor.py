@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Union
+from typing import Any, Callable, Dict, List, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +42,7 @@ class StepResult:
     tokens: int  # tokens processed (forward) this step
 
 
-def microbatch_losses(model: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor:
+def microbatch_losses(model: Callable[..., Any], batch: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy of each [b, seq_len + 1] micro-batch stacked in `batch`.
 
     `batch` is [k, b, seq_len + 1]; returns a tensor of k losses.
@@ -99,7 +99,7 @@ class LocalCluster:
         try:
             for start in range(0, len(samples), size):
                 batch = self.load(samples[start : start + size])
-                per_mb = 0.0
+                per_mb: Union[float, torch.Tensor] = 0.0
                 # grad_accum chunks along the sequences of every micro-batch; the micro-batch's
                 # loss is the mean of its chunks' mean losses (equal chunks: its mean loss)
                 for part in batch.chunk(self.grad_accum, dim=1):
@@ -113,6 +113,7 @@ class LocalCluster:
                             with torch.no_grad():
                                 part_losses = microbatch_losses(runner, part) / self.grad_accum
                     per_mb = per_mb + part_losses.detach()
+                assert isinstance(per_mb, torch.Tensor)  # grad_accum >= 1 chunk
                 if per_mb.device.type == "meta":  # the FLOP counter's shape-only model has no values
                     losses.extend([float("nan")] * per_mb.shape[0])
                 else:  # float64: their sums and mean are a float sum's, bit for bit, read or not

@@ -113,7 +113,7 @@ class RunRecords:
     def __init__(self, run_dir: Path, logger_cfg=None, config: Optional[dict] = None, enabled: bool = True):
         self.dir = Path(run_dir)
         self.enabled = enabled
-        self._files = {}
+        self._files: Dict[str, Any] = {}  # stream name -> its open file
         self._wandb = None
         self._executions: Dict[int, int] = {}  # step -> times executed (replays after rollbacks)
         self._event_counts: Dict[str, int] = {}
@@ -162,7 +162,7 @@ class RunRecords:
         The cut rows are the discarded segment of a killed run: they are kept, out of the
         way of analysis, in superseded/<label>/<name>.jsonl. Returns rows moved per stream.
         """
-        moved = {}
+        moved: Dict[str, int] = {}
         if not self.enabled:
             return moved
         for f in self._files.values():

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 
 def build_model(
     model_cfg, vocab_size: int, seed: int, device: str = "cpu", dtype: torch.dtype = torch.float32
-) -> LlamaForCausalLM:
+) -> torch.nn.Module:
     """A freshly initialised LlamaForCausalLM; the same seed gives the same weights.
 
     `device="meta"` builds the shape only (no memory, no values): what the FLOP counter and a
@@ -34,12 +36,14 @@ def build_model(
         use_cache=False,
     )
     config._attn_implementation = model_cfg.attn_implementation
+    # held as a torch Module: transformers wraps Module.to with functools.wraps, which a type
+    # checker reads as an unbound function
     if device == "meta":
         with torch.device("meta"):
-            return LlamaForCausalLM(config).to(dtype)
+            return cast(torch.nn.Module, LlamaForCausalLM(config)).to(dtype)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
+        model = cast(torch.nn.Module, LlamaForCausalLM(config))
     return model.to(dtype) if dtype != torch.float32 else model
 
 

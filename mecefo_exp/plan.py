@@ -51,7 +51,7 @@ class Plan:
         return {w: [i.mode for i in items] for w, items in self.work.items() if items}
 
     @property
-    def computing_workers(self) -> List[int]:
+    def computing_workers(self) -> Sequence[int]:
         return sorted(w for w, items in self.work.items() if items)
 
     @property
@@ -120,6 +120,10 @@ class SparsePlan(Plan):
             self._work = work
         return self._work
 
+    @work.setter
+    def work(self, work: Dict[int, List[WorkItem]]) -> None:
+        self._work = work
+
     @property
     def computing_workers(self) -> Sequence[int]:
         if not self.changes:
@@ -155,7 +159,7 @@ class FailureFreePlan(SparsePlan):
         super().__init__(step, n)
 
 
-def resplit_plan(step: int, n: int, down: set) -> Plan:
+def resplit_plan(step: int, n: int, down: set) -> SparsePlan:
     """Elastic data parallelism that keeps the global batch: every alive worker computes its own
     micro-batch and the down workers' micro-batches, in owner order, are dealt round-robin over
     the alive workers. Samples are named by their owner and run in canonical order whoever

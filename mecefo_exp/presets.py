@@ -63,8 +63,8 @@ def sweep_options(arg: str, allowed: Optional[List[str]] = None) -> List[str]:
         override = OverridesParser.create().parse_override(arg.lstrip("~"))
     except HydraException:  # Hydra says it in its own words when it composes
         return [option.strip() for option in value.split(",")]
-    if isinstance(override.value(), Glob):
-        return override.value().filter(allowed or [])
+    if isinstance(glob := override.value(), Glob):
+        return glob.filter(allowed or [])
     if override.is_sweep_override():
         return [str(option) for option in override.sweep_string_iterator()]
     return [override.get_value_element_as_str()]

@@ -5,16 +5,18 @@ which steps pay for an SVD), so this module imports torch only to compute a deco
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Optional
+from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Optional, cast
 
 if TYPE_CHECKING:
     import torch
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaForCausalLM
 
 FFN_LINEARS = ("gate_proj", "up_proj", "down_proj")
 
 
-def decoder_layers(model: torch.nn.Module) -> List[torch.nn.Module]:
-    return list(model.model.layers)
+def decoder_layers(model: torch.nn.Module) -> List[LlamaDecoderLayer]:
+    """The decoder layers of the LLaMA model.py builds."""
+    return cast(List["LlamaDecoderLayer"], list(cast("LlamaForCausalLM", model).model.layers))
 
 
 def is_attention_parameter(name: str) -> bool:
@@ -99,9 +101,9 @@ class LowRankProjections:
         return {"v": [self.v[id(lin)] for lin in self.linears()] if self.v else None, "refreshed_at": self.refreshed_at}
 
     def load_state_dict(self, state: Dict[str, object]) -> None:
-        v = state["v"]
+        v = cast(Optional[List["torch.Tensor"]], state["v"])
         self.v = {} if v is None else {id(lin): t for lin, t in zip(self.linears(), v)}
-        self.refreshed_at = state["refreshed_at"]
+        self.refreshed_at = cast(Optional[int], state["refreshed_at"])
 
     def due(self, step: int) -> bool:
         last = self.refreshed_at

@@ -5,7 +5,13 @@ One line per method, one per tier. The config layer reads a method's own setting
 imports (torch, torchft) slow down another's run.
 """
 
+from __future__ import annotations
+
 import importlib
+from typing import TYPE_CHECKING, Type
+
+if TYPE_CHECKING:
+    from .methods.base import Method
 
 # method name -> "module:Class" under mecefo_exp.methods
 REGISTRY = {
@@ -25,7 +31,7 @@ def _load(package: str, spec: str):
     return getattr(importlib.import_module(f"mecefo_exp.{package}.{module}"), name)
 
 
-def method_class(name: str) -> type:
+def method_class(name: str) -> Type[Method]:
     if name not in REGISTRY:
         raise ValueError(f"method={name!r}: allowed: {', '.join(REGISTRY)}")
     return _load("methods", REGISTRY[name])

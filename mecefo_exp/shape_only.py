@@ -69,7 +69,7 @@ class ShapeOnlyState:
         pass
 
     def summary(self) -> Dict:
-        out = {"achieved_tflops_s": None, "mfu": None, "n_params": self.n_params}
+        out: Dict[str, object] = {"achieved_tflops_s": None, "mfu": None, "n_params": self.n_params}
         if self.corpus is not None:
             out["data_fingerprint"] = self.corpus.fingerprint
         return out

@@ -24,7 +24,7 @@ import gc
 import itertools
 import math
 import time
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
 
 from . import runlock
 from .config import plain
@@ -77,9 +77,9 @@ class Experiment(Context):
     """
 
     _idle = 0  # loop passes in a row that left the step, the trace position and the clock as they were
-    _last_place = None
-    _job_workers = None  # the workers a job-wide failure stopped; its recovery, at the same instant, brings them back
-    _job_workers = None  # the workers a job-wide fault stopped, until its recovery at the same instant
+    _last_place: Optional[Tuple[int, int, float]] = None
+    #: the workers a job-wide fault stopped; its recovery, at the same instant, brings them back
+    _job_workers: Optional[List[int]] = None
 
     # ------------------------------------------------------------------ building
     def setup(self) -> None:
@@ -115,6 +115,7 @@ class Experiment(Context):
         if cfg.trainer.numerics:
             from .training import TrainingState
 
+            assert self.device is not None  # numerics: the device prepare_device chose (the tier's rank's)
             self.training = TrainingState(cfg, self.n_workers, self.device, peak_tflops)
         else:
             self.training = ShapeOnlyState(cfg, self.n_workers)
@@ -405,11 +406,12 @@ class Experiment(Context):
     def book_quiet_steps(self, plan, cost, count: int) -> None:
         """`count` steps of `plan`'s shape and equal `cost`, booked at once: the clock, the window,
         the tokens, the method's step counters, one metrics row with the steps' range."""
-        books, clock, first = self.books, self.clock, self.step
+        books, clock, first, training, progress = self.books, self.clock, self.step, self.training, self.progress
+        assert isinstance(training, ShapeOnlyState) and progress is not None, "an event-driven loop without numerics"
         self.presence.check_step(first, plan.n_computing, count)
         books.window.commit(clock.now, count * cost.total)
         clock.commit_steps(first, count, cost)
-        numbers = self.training.book_steps(first, count)
+        numbers = training.book_steps(first, count)
         books.tokens_processed += numbers.pop("tokens")
         self.method.book_quiet(plan, count)
         self.step += count
@@ -429,7 +431,7 @@ class Experiment(Context):
         )
         with signals_held():
             self.method.after_quiet_steps(self.step - 1)  # as after_step: a method's periodic work ending the run
-        self.progress.update(self.step, None, clock.now, self.tokens_per_step, alive)
+        progress.update(self.step, None, clock.now, self.tokens_per_step, alive)
         self.end_of_boundary(evaluated=False)
 
     def start_job(self) -> None:
@@ -504,18 +506,18 @@ class Experiment(Context):
             "config_sha256": self.config_sha256,
             **self.books.summary(),
         }
-        if self.trace is not None:
+        if self.built("trace"):
             data.update(self.books.trace_summary())
-        if self.training is not None:
+        if self.built("training"):
             data.update(self.training.summary())
-        if self.costs is not None:
+        if self.built("costs"):
             data["clock"] = clock_summary(self.timing, self.costs, self.cfg.hardware, self.n_workers)
             data["memory"] = self.timing.memory
             if self.costs.table is not None:
                 data["window"] = window_summary(
                     self.books.window, self.trace, self.costs.table, self.step, self.n_workers
                 )
-        if self.method is not None:
+        if self.built("method"):
             data.update(self.method.summary())
         data.update(self.tier.summary())
         if error:
@@ -544,7 +546,7 @@ class Experiment(Context):
                     left = (
                         None
                         if self.is_main
-                        else close_a_record_left_behind(self.tier, self.records, self._record_failure)
+                        else close_a_record_left_behind(self.tier, self._records_if_built(), self._record_failure)
                     )
                     if left is not None:
                         raise left from None
@@ -559,7 +561,10 @@ class Experiment(Context):
 
     def _record_failure(self, e: BaseException) -> None:
         """Leave summary.json `failed` with the reason, even on a full disk."""
-        record_failure(self.records, lambda error: self.summary("failed", error=error), e, self.run_dir)
+        record_failure(self._records_if_built(), lambda error: self.summary("failed", error=error), e, self.run_dir)
+
+    def _records_if_built(self) -> Optional[RunRecords]:
+        return self.records if self.built("records") else None
 
 
 @contextlib.contextmanager

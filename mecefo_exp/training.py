@@ -21,7 +21,7 @@ import torch
 from .config import plain
 from .data import SampleStream, load_corpus, validation_blocks
 from .errors import ConfigError
-from .executor import microbatch_losses
+from .executor import LocalCluster, microbatch_losses
 from .model import build_model, count_parameters
 from .optim import make_optimizer, make_scheduler
 from .plan import NonFiniteLoss, StepNotCommitted
@@ -67,6 +67,7 @@ class TrainingState:
     """Corpus, model, optimizer, scheduler, RNG; a step and an evaluation."""
 
     numerics = True
+    cluster: LocalCluster  # the tier's executor, attached once the method's modes are known (attach)
 
     def __init__(self, cfg, n_workers: int, device: torch.device, peak_tflops: Optional[float]):
         self.tcfg = plain(cfg.trainer)
@@ -81,7 +82,6 @@ class TrainingState:
         self.optimizer = make_optimizer(self.model, cfg.trainer)
         self.scheduler = make_scheduler(self.optimizer, cfg.trainer)
         self.n_params = count_parameters(self.model)
-        self.cluster = None  # the tier's executor, attached once the method's modes are known
         self.modes: Dict = {}
         self.kernel_counts: Dict = {}  # FLOPs per kernel (timing/flops.py), attached with the clock
         self.flops_done, self.compute_s = 0.0, 0.0  # this segment's computed steps, wall clock

@@ -34,24 +34,27 @@ def _name(spec):
 
 def test_dependency_lists_agree():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    runtime, optional, test = (
+    runtime, optional, test, lint = (
         _pins("requirements.txt"),
         _pins("requirements-optional.txt"),
         _pins("requirements-test.txt"),
+        _pins("requirements-lint.txt"),
     )
     constraints = _pins("constraints.txt")
     torch_pin = constraints["torch"]
     # pyproject: runtime dependencies = requirements.txt (+ torch, installed first); extras = the optional files
     assert {_name(d) for d in project["dependencies"]} == set(runtime) | {"torch"}
     extras = project["optional-dependencies"]
-    assert {_name(d) for k, v in extras.items() if k != "test" for d in v} == set(optional)
+    assert {_name(d) for k, v in extras.items() if k not in ("test", "lint") for d in v} == set(optional)
     assert {_name(d) for d in extras["test"]} == set(test)
+    assert {_name(d) for d in extras["lint"]} == set(lint)  # `make lint` installs it; environment.yml leaves it out
     assert "pytest" not in runtime  # not a runtime requirement
     # environment.yml: the same pins, every one of them
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     conda_pins = dict((_norm(p.split("==")[0]), p.split("==")[1]) for p in pip if "==" in p)
-    assert not set(constraints) & (set(runtime) | set(optional) | set(test))  # each package pinned in one file
+    # each package pinned in one file
+    assert not set(constraints) & (set(runtime) | set(optional) | set(test) | set(lint))
     assert conda_pins == {**runtime, **optional, **test, **constraints}
     assert f"TORCH_SPEC ?= torch=={torch_pin}" in (ROOT / "Makefile").read_text()
 

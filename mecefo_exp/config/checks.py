@@ -307,7 +307,8 @@ def _validate_failure(f: Any, n_workers: int) -> None:
 
     require(f.kind in MODELS, f"failure.kind={f.kind!r}: allowed: {', '.join(MODELS)}")
     problem = check_failure(f, n_workers)  # the failure model's own settings (mecefo_exp/failures/<kind>.py)
-    require(problem is None, problem)
+    if problem is not None:
+        raise ConfigError(problem)
     if f.workers is not None:
         bad = [w for w in f.workers if not 0 <= w < n_workers]
         require(not bad, f"failure.workers={list(f.workers)}: workers {bad} do not exist (0..{n_workers - 1})")
@@ -321,10 +322,10 @@ def _validate_table_fits(cfg: Any) -> None:
     from ..throughput import table_for
 
     table = table_for(h.tables, cfg.method.name, h.samples_per_step)
-    require(
-        table is not None,
-        f"hardware.tables has no table for method={cfg.method.name} and no default; tables: {', '.join(h.tables)}",
-    )
+    if table is None:
+        raise ConfigError(
+            f"hardware.tables has no table for method={cfg.method.name} and no default; tables: {', '.join(h.tables)}"
+        )
     require(
         table.fits(cfg.cluster.n_workers),
         f"method={cfg.method.name} cannot run here: {table.label} is 0 (out of memory) at "
@@ -343,4 +344,5 @@ def _validate_method(cfg: Any) -> None:
     if key is not None and key in m:
         _check_interval(f"method.{key}", m[key])
     problem = cls.check_config(m, cfg)
-    require(problem is None, problem)
+    if problem is not None:
+        raise ConfigError(problem)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from omegaconf import MISSING
 
@@ -34,7 +34,7 @@ def within(lo: float, hi: float, closed: Any = True) -> Dict[str, Any]:
     return {"within": (lo, hi, closed)}
 
 
-def _field_error(key: str, value: Any, rule: Dict[str, Any]) -> Optional[str]:
+def _field_error(key: str, value: Any, rule: Mapping[str, Any]) -> Optional[str]:
     """Why `value` breaks the field's rule (None when it does not), in today's words."""
     unit = (" " + rule["unit"]) if rule.get("unit") else ""
     if "choices" in rule and value not in rule["choices"]:

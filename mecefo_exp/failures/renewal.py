@@ -54,7 +54,7 @@ def _per_unit_events(
     One RNG stream per unit keeps a unit's failures independent of how many others exist;
     with unit_gpus=1 the stream is the worker's own (mecefo-trace:{seed}:{w}), as it always was.
     """
-    events = []
+    events: List[FailureEvent] = []
     for u, members in units:
         rng = random.Random(f"mecefo-trace:{seed}:{members[0]}" if unit_gpus == 1 else f"mecefo-trace:{seed}:unit{u}")
         t = 0.0

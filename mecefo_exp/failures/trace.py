@@ -30,8 +30,8 @@ def _in_order(events: List[FailureEvent]) -> List[FailureEvent]:
     ordered = sorted(events, key=lambda e: (e.time, e.kind != RECOVER, e.worker))
     down: set = set()
     out: List[FailureEvent] = []
-    for _, group in itertools.groupby(ordered, key=lambda e: e.time):
-        group = list(group)
+    for _, same_time in itertools.groupby(ordered, key=lambda e: e.time):
+        group = list(same_time)
         both = {e.worker for e in group if e.kind == FAIL} & {e.worker for e in group if e.kind == RECOVER}
         flip = {w for w in both if w not in down}  # up now: its failure comes first
         group.sort(key=lambda e: (e.worker in flip and e.kind == RECOVER, e.kind != RECOVER and e.worker not in flip))

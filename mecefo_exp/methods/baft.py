@@ -21,7 +21,7 @@ failed worker's place, so the loss curve is the failure-free one, bit for bit.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Dict
 
 from ..config import at_least
 from .base import RestartConfig, RollbackMethod, steps_before_multiple
@@ -62,7 +62,7 @@ class Baft(RollbackMethod):
         if (step + 1) % self.interval == 0:
             self.save_checkpoint(step + 1, charge_s=self.checkpoint_charge_s)
 
-    def quiet_steps(self, plan, step_s: float) -> Optional[int]:
+    def quiet_steps(self, plan, step_s: float) -> int:
         return steps_before_multiple(plan.step, self.interval)  # its after_step writes on the interval only
 
     def summary(self) -> Dict[str, object]:

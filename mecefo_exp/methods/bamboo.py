@@ -13,7 +13,7 @@ silent.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, cast
 
 from ..config import at_least, choices
 from ..plan import FORWARD, NORMAL, FailureFreePlan, Mode, Plan, Sample, SparsePlan, WorkItem
@@ -323,7 +323,7 @@ class Bamboo(InPlaceMethod):
         failure was done at the speed it started at (the clock says what is left)."""
         costs = self.run.costs
         shadow = Help(slowdown=self.cfg.fallback_slowdown)
-        cover = plan.notes.get("cover", {})
+        cover = cast(Dict[int, int], plan.notes.get("cover", {}))  # failed worker -> its shadow (_layout_plan)
         cost = costs.step(
             plan,
             helpers={shadow: cover.values()} if cover else None,
@@ -349,20 +349,21 @@ class Bamboo(InPlaceMethod):
             self.degraded_steps += 1
             self.degraded_since_cover += 1
 
-    def quiet_steps(self, plan: Plan, step_s: float) -> Optional[int]:
+    def quiet_steps(self, plan: Plan, step_s: float) -> int:
         """Quiet until the next checkpoint or rebalance (after so many degraded steps, or once the
         cover is old enough); a step that survived a failure is an event of its own."""
         if self.credit:
             return 0
-        quiet = super().quiet_steps(plan, step_s)
+        quiet: float = super().quiet_steps(plan, step_s)
         if self.cover:
             after_steps = self.cfg.rebalance_after_steps
             if after_steps is not None and plan.degraded:
                 quiet = min(quiet, max(0, after_steps - self.degraded_since_cover - 1))
             if self.cfg.rebalance_after_s is not None:
+                assert self.cover_since is not None  # set with the first cover
                 due_s = self.cover_since + self.run.costs.stall_s(self.cfg.rebalance_after_s)
                 quiet = min(quiet, steps_ending_by(self.run.clock.now, step_s, due_s))
-        return quiet
+        return int(quiet)  # a whole number: no more than the checkpoint's steps
 
     def book_quiet(self, plan: Plan, count: int) -> None:
         if plan.degraded:

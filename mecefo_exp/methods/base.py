@@ -222,7 +222,9 @@ class CheckpointedMethod(Method):
     """
 
     Config = CheckpointedConfig
-    interval_key = "checkpoint_interval"
+    #: the setting that holds the checkpoint interval (None: the method keeps no periodic checkpoint)
+    interval_key: Optional[str] = "checkpoint_interval"
+    store: CheckpointStore
 
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
@@ -234,6 +236,9 @@ class CheckpointedMethod(Method):
         self.writes_cut = 0  # checkpoint writes a failure cut (checkpoint_write=sync)
 
     def setup(self) -> None:
+        assert self.interval_key is not None, (
+            f"{type(self).__name__} keeps no periodic checkpoint: it sets its own interval"
+        )
         self.interval = self.resolve_interval(self.cfg[self.interval_key])
 
     def resolve_interval(self, value) -> int:
@@ -309,7 +314,7 @@ class CheckpointedMethod(Method):
             self.checkpoint_due = False
             self.save_checkpoint(step + 1)
 
-    def quiet_steps(self, plan: Plan, step_s: float) -> Optional[int]:
+    def quiet_steps(self, plan: Plan, step_s: float) -> int:
         """Quiet until the next step that ends on a multiple of the interval (its checkpoint)."""
         return 0 if self.checkpoint_due else steps_before_multiple(plan.step, self.interval)
 

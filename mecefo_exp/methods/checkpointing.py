@@ -198,7 +198,7 @@ class CheckpointStore:
 
     def clean_incomplete(self) -> List[str]:
         """Remove what a killed run left half-written (temp files, dcp folders without metadata)."""
-        removed = []
+        removed: List[str] = []
         if not self.root.exists() or not self.writes():
             return removed
         for p in sorted(self.root.glob("step_*")):

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set, cast
 
 from ..config import at_least, choices
 from ..plan import NORMAL, Mode, Plan, Sample, SparsePlan, WorkItem
 from ..projections import LowRankProjections, is_attention_parameter, svd_flops
 from ..timing.clock import StepCost
+from ..timing.profile import Kernel
 from ..timing.steps import Help
 from .base import CheckpointedConfig, InPlaceMethod, neighbors_on_ring
 
@@ -167,9 +168,12 @@ class Mecefo(InPlaceMethod):
         # torch's FLOP counter does not count an SVD (nor a QR): the FLOP model uses these formulas
         # instead, a full SVD at hardware.svd_efficiency, the randomized one's GEMM work at
         # hardware.rsvd_efficiency
-        svd.formula_flops = svd_flops(bench_proj) if bench_proj is not None else 0.0
-        svd.formula_kind = "randomized_svd" if self.cfg.svd == "randomized" else "svd"
-        return {f"neighbor_pair{self.tag}": neighbor_pair, self.svd_kernel: svd}
+        svd_kernel = Kernel(
+            svd,
+            formula_flops=svd_flops(bench_proj) if bench_proj is not None else 0.0,
+            formula_kind="randomized_svd" if self.cfg.svd == "randomized" else "svd",
+        )
+        return {f"neighbor_pair{self.tag}": neighbor_pair, self.svd_kernel: svd_kernel}
 
     def rollback_share(self, p_down: float) -> float:
         """Fatal only when every live worker already covers someone: at least half the
@@ -288,7 +292,7 @@ class Mecefo(InPlaceMethod):
             self._svd_step = step
 
         def changes() -> Dict[int, List[WorkItem]]:  # read by the numerics only: the clock needs the cover
-            out = {w: [] for w in self.down}
+            out: Dict[int, List[WorkItem]] = {w: [] for w in self.down}
             for failed, nb in self.cover.items():
                 out[nb] = [WorkItem(Sample(step, nb), MODE), WorkItem(Sample(step, failed), MODE)]
             return out
@@ -304,15 +308,17 @@ class Mecefo(InPlaceMethod):
             return super().step_cost(plan)
         costs = self.run.costs
         svd = costs.profile[self.svd_kernel] if self._svd_step == plan.step else 0.0
-        return costs.step(plan, helpers={self.pair: plan.notes["cover"].values()}, slots=self.n, model_work_s=svd)
+        cover = cast(Dict[int, int], plan.notes["cover"])  # failed worker -> its neighbour (plan)
+        return costs.step(plan, helpers={self.pair: cover.values()}, slots=self.n, model_work_s=svd)
 
-    def quiet_steps(self, plan: Plan, step_s: float) -> Optional[int]:
+    def quiet_steps(self, plan: Plan, step_s: float) -> int:
         """Quiet until the next checkpoint and, while degraded, the next SVD refresh (a refresh
         step costs more: it is an event of its own)."""
         quiet = super().quiet_steps(plan, step_s)
         if "cover" in plan.notes and self.projections is not None:
             if self._svd_step == plan.step:
                 return 0
+            assert self.projections.refreshed_at is not None  # refreshed when the cover began (plan)
             quiet = min(quiet, self.projections.refreshed_at + self.projections.every - plan.step)
         return quiet
 
@@ -333,15 +339,18 @@ class Mecefo(InPlaceMethod):
         """||g_hat - g|| / ||g|| against the exact gradient of the same micro-batches."""
         import torch
 
-        model = self.run.model
+        model, cluster = self.run.model, self.run.cluster
+        assert model is not None and cluster is not None  # a result to measure: numerics on
         approx = {n: (p.grad.clone() if p.grad is not None else None) for n, p in model.named_parameters()}
         exact_plan = Plan(plan.step, {w: [WorkItem(i.sample) for i in items] for w, items in plan.work.items()})
         with torch.random.fork_rng(devices=[]):
-            self.run.cluster.execute(exact_plan)
+            cluster.execute(exact_plan)
         groups = {"all": [0.0, 0.0], "attention": [0.0, 0.0], "ffn": [0.0, 0.0], "other": [0.0, 0.0]}
         for n, p in model.named_parameters():
             g = p.grad if p.grad is not None else torch.zeros_like(p)
-            a = approx[n] if approx[n] is not None else torch.zeros_like(p)
+            a = approx[n]
+            if a is None:
+                a = torch.zeros_like(p)
             diff, ref = (a - g).pow(2).sum().item(), g.pow(2).sum().item()
             group = "attention" if is_attention_parameter(n) else "ffn" if ".mlp." in n else "other"
             for key in ("all", group):
@@ -372,7 +381,7 @@ class Mecefo(InPlaceMethod):
         state = dict(state)
         projections = state.pop("projections", None)
         if projections is not None and self.projections is not None:
-            self.projections.load_state_dict(projections)
+            self.projections.load_state_dict(cast(Dict[str, object], projections))
         super().load_state_dict(state)
         self.ward_of = {nb: failed for failed, nb in self.cover.items()}  # derived: a checkpoint may predate it
         self.uncovered = set(self.down) - set(self.cover)

@@ -49,15 +49,14 @@ class ShardedSnapshot:
         padded = np.zeros(self.shard_bytes * n_workers, dtype=np.uint8)
         padded[: self.length] = np.frombuffer(payload, dtype=np.uint8)
         # each worker holds its own copy (no views into one buffer): losing one touches nothing else
-        self.shards: List[Optional[np.ndarray]] = [
-            padded[w * self.shard_bytes : (w + 1) * self.shard_bytes].copy() for w in range(n_workers)
-        ]
-        self.digests = [hashlib.sha1(s.tobytes()).digest() for s in self.shards]
+        shards = [padded[w * self.shard_bytes : (w + 1) * self.shard_bytes].copy() for w in range(n_workers)]
+        self.digests = [hashlib.sha1(s.tobytes()).digest() for s in shards]
         # parity of group k on the first worker of group k+1; None: the separate holder
         self.groups, self.parity_holder = parity_layout(n_workers, group_size, chains)
         self.parity: List[Optional[np.ndarray]] = [
-            np.bitwise_xor.reduce(np.stack([self.shards[w] for w in g]), axis=0) for g in self.groups
+            np.bitwise_xor.reduce(np.stack([shards[w] for w in g]), axis=0) for g in self.groups
         ]
+        self.shards: List[Optional[np.ndarray]] = list(shards)  # None: a lost shard
 
     @classmethod
     def of_state(
@@ -108,9 +107,10 @@ class ShardedSnapshot:
         """Shard `worker` from the survivors of its group and the parity, checked byte for byte."""
         k = self.group_of(worker)
         others = [w for w in self.groups[k] if w != worker]
-        if self.parity[k] is None or any(self.shards[w] is None for w in others):
+        parity = self.parity[k]
+        if parity is None or any(self.shards[w] is None for w in others):
             raise UnrecoverableSnapshot({k: self.erasures().get(k, [])})
-        shard = self.parity[k].copy()
+        shard = parity.copy()
         for w in others:
             np.bitwise_xor(shard, self.shards[w], out=shard)
         if hashlib.sha1(shard.tobytes()).digest() != self.digests[worker]:
@@ -192,7 +192,7 @@ class SnapshotLedger:
         step: int,
         groups: List[List[int]],
         holders: List[Optional[int]],
-        group_of: Dict[int, int],
+        group_of: Dict,  # ledger_index: worker -> its group, ("parity", worker) -> the groups of its parities
     ):
         self.step, self.n, self.length = step, n_workers, len(payload)
         self.shard_bytes = max(1, math.ceil(self.length / n_workers))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 from ..config import at_least, is_hybrid, within
 from ..failures.classes import HOST_SNAPSHOT, STORAGE
@@ -53,7 +53,7 @@ class Reft(RollbackMethod):
 
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
-        self.snapshot: Optional[ShardedSnapshot] = None
+        self.snapshot: Optional[Union[ShardedSnapshot, SnapshotLedger]] = None  # a ledger without numerics
         self.counts = {"snapshots": 0, "memory_restores": 0, "shards_rebuilt": 0, "fatal": 0}
         self.heal_pending = False
         self.members: Optional[List[int]] = None  # survivors: the worker holding each shard (None: shard w on w)
@@ -77,7 +77,7 @@ class Reft(RollbackMethod):
             self.take_snapshot(step + 1)
         super().after_step(step)  # the disk checkpoint, every `interval` steps
 
-    def quiet_steps(self, plan, step_s: float) -> Optional[int]:
+    def quiet_steps(self, plan, step_s: float) -> int:
         """Quiet until the next disk checkpoint; the next snapshot's step is included (booked with
         the steps before it, the snapshot taken after them: `after_quiet_steps`), so a run pays one
         loop pass per snapshot period, not two."""
@@ -109,7 +109,7 @@ class Reft(RollbackMethod):
             },
         )
 
-    def _sharded(self, state: Dict):
+    def _sharded(self, state: Dict) -> Union[ShardedSnapshot, SnapshotLedger]:
         """The state as a snapshot over the workers that hold it: every worker, or on the
         survivors the workers up now (shard i on `members[i]`, groups of consecutive members)."""
         self.members = sorted(set(range(self.n)) - self.down) if self.on_survivors else None
@@ -159,6 +159,7 @@ class Reft(RollbackMethod):
     def restart_from_memory(self, worker: int, lost: List[str]) -> None:
         """Restart every worker, rebuild the lost shards from parity, restore the snapshot."""
         cc, costs, snap = self.run.cluster_cfg, self.run.costs, self.snapshot
+        assert snap is not None  # restart_after called this with the snapshot it holds
         self.run.clock.charge("stall", costs.stall_s(cc.detection_s + cc.restart_s) + costs.profile["state_copy"])
         rebuilt = snap.missing()
         state = snap.state()  # rebuilds every missing shard, each checked against its digest
@@ -205,6 +206,7 @@ class Reft(RollbackMethod):
         if snapshot is None or isinstance(snapshot, (ShardedSnapshot, SnapshotLedger)):
             self.snapshot = snapshot
         else:
+            assert isinstance(snapshot, dict), type(snapshot)  # to_state()'s dict, as a checkpoint holds it
             self.snapshot = (SnapshotLedger if snapshot.get("ledger") else ShardedSnapshot).from_state(snapshot)
         super().load_state_dict(state)
 

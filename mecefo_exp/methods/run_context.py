@@ -7,10 +7,35 @@ against a strict proxy of this list, so a new dependency on the trainer shows up
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Optional, Protocol
+from typing import TYPE_CHECKING, Dict, Optional, Protocol, Sequence, Tuple
 
 if TYPE_CHECKING:
+    import torch
+    from omegaconf import DictConfig
+
+    from ..books import Books
+    from ..config.schema import AttrDict
+    from ..executor import LocalCluster
+    from ..failures.events import FailureEvent
+    from ..metrics import RunRecords
     from ..timing.clock import CostModel, SimClock
+    from ..timing.layout import LayoutShape
+    from .base import Method
+
+
+class TraceView(Protocol):
+    """What a method reads of the failure trace: only the trainer's loop moves its cursor."""
+
+    @property
+    def events(self) -> Sequence[FailureEvent]: ...
+
+    @property
+    def node_rows(self) -> Sequence[Tuple[float, str]]:
+        """A node trace's rows as read, (seconds, add | remove); empty for any other trace."""
+
+    def next_failure_time(self) -> Optional[float]: ...
+
+    def last_time(self) -> Optional[float]: ...
 
 
 class RunContext(Protocol):
@@ -25,22 +50,43 @@ class RunContext(Protocol):
     max_steps: int
     run_dir: Path
     numerics: bool
-    cluster_cfg: Any  # plain cluster settings: detection_s, restart_s, reconfigure_s, ...
-    model_cfg: Any
-    placement: Any  # where each GPU sits in a hybrid layout (timing.layout.LayoutShape); None: pure DP
-    device: Any  # torch.device
-    failure_units: int  # independent failure units (failure.unit_gpus workers each)
+    cluster_cfg: AttrDict  # plain cluster settings: detection_s, restart_s, reconfigure_s, ...
+    model_cfg: DictConfig
+    placement: Optional[LayoutShape]  # where each GPU sits in a hybrid layout; None: pure data parallelism
+    device: Optional[torch.device]  # None without numerics
+
+    @property
+    def failure_units(self) -> int:
+        """Independent failure units (failure.unit_gpus workers each)."""
+
     # the live run
     step: int
-    model: Any  # the torch module being trained (the meta-device shape without numerics)
-    cluster: Any  # the executor of a plan (MeCeFO runs the exact gradient for its measurement)
-    clock: SimClock
+
+    @property
+    def model(self) -> Optional[torch.nn.Module]:
+        """The torch module being trained; None without numerics (the model is only a shape)."""
+
+    @property
+    def cluster(self) -> Optional[LocalCluster]:
+        """The executor of a plan (MeCeFO runs the exact gradient for its measurement); None
+        without numerics."""
+
+    @property
+    def clock(self) -> SimClock: ...
+
     costs: CostModel
-    records: Any  # RunRecords: extra jsonl streams, cut back on resume like the others
-    method: Any  # the run's method (methods/base.Method)
-    books: Any  # Books: what torchft's heal hands a restarted worker
-    trace: Any  # the failure trace (faults.Trace): a method reads it (last_time, events, node rows), never pops it
-    is_main: bool  # this process writes the run folder
+    records: RunRecords  # extra jsonl streams, cut back on resume like the others
+    method: Method  # the run's method
+    books: Books  # what torchft's heal hands a restarted worker
+
+    @property
+    def trace(self) -> TraceView:
+        """The failure trace: a method reads it (last_time, events, node rows), never pops it."""
+
+    @property
+    def is_main(self) -> bool:
+        """This process writes the run folder."""
+
     leader: int  # the worker whose process writes it (torchft moves it when that one dies)
 
     def event(self, kind: str, worker: Optional[int] = None, detail: Optional[dict] = None) -> None: ...

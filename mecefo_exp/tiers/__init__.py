@@ -42,7 +42,7 @@ class Tier(Protocol):
     def closes_a_left_record(self) -> bool:
         """Whether this process closes such a record (one per machine)."""
 
-    def start(self, device: torch.device) -> torch.device:
+    def start(self, device: Optional[torch.device]) -> Optional[torch.device]:
         """Join the other processes before anything is written; returns this process's device."""
 
     def make_cluster(self, run, training, modes, cluster_cfg, tcfg):

@@ -48,7 +48,7 @@ class LocalTier:
         """A restarted torchft worker: its books come from the peer that heals it."""
         return False
 
-    def start(self, device: torch.device) -> torch.device:
+    def start(self, device: Optional[torch.device]) -> Optional[torch.device]:
         """Join the other processes before anything is written; returns this process's device."""
         return device
 

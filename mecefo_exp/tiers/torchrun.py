@@ -167,7 +167,7 @@ def broadcast_object(obj: Optional[object]) -> object:
 class TorchrunTier(LocalTier):
     """One worker per torchrun rank; gradients all-reduced (TorchrunCluster above)."""
 
-    def start(self, device: torch.device) -> torch.device:
+    def start(self, device: Optional[torch.device]) -> Optional[torch.device]:
         if not launched_by_torchrun():
             raise ConfigError(
                 "cluster=torchrun needs torchrun: torchrun --nproc-per-node=N run.py cluster=torchrun ..."

@@ -20,7 +20,7 @@ import copy
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, cast
 
 from ..config import data_parallel_size, is_hybrid, plain
 from ..errors import ConfigError
@@ -34,9 +34,9 @@ from .counts import (
     parameter_count,  # noqa: F401
     shape_facts,  # noqa: F401
 )
-from .layout import LayoutShape, layout_kernels, layout_memory, layout_step, parts_from_counts, stage_table
+from .layout import LayoutShape, LayoutStep, layout_kernels, layout_memory, layout_step, parts_from_counts, stage_table
 from .memory import worker_memory
-from .profile import Profile, load_or_measure
+from .profile import Profile, load_fixed, load_or_measure
 from .seconds import BYTE_KERNELS, calibrate_efficiency, kernel_seconds
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class Timing:
     profile: Profile
     n_params: int  # of the timed shape
     timed_model: str
-    counts: Dict[str, Dict[str, float]]  # kernel -> flops, saved_bytes
+    counts: Dict[str, Dict[str, Any]]  # kernel -> flops, saved_bytes
     memory: Dict[str, object]
     info: Dict[str, object] = field(default_factory=dict)  # compute model, efficiency, ...
 
@@ -81,7 +81,7 @@ def build_timing(
     method,
     modes,
     vocab_size: int,
-    device: torch.device,
+    device: Optional[torch.device],  # None without numerics
     real_model: Optional[torch.nn.Module] = None,
     stream=None,
     is_main: bool = True,
@@ -127,26 +127,18 @@ def build_timing(
     )
     n = cfg.cluster.n_workers
     info: Dict[str, object] = {"hardware": hw.name, "timed_model": model_cfg.name}
-    layout = None  # the hybrid layout's step (parallel.tp or pp > 1), else None: pure DP
+    layout: Optional[LayoutStep] = None  # the hybrid layout's step (parallel.tp or pp > 1), else None: pure DP
 
     choice = str(own_profile) if own_profile is not None else cfg.cluster.profile
     if choice not in ("auto", "fresh"):  # a profile file pins the clock
-        profile = load_or_measure(
-            {k: None for k in counts} | {"optimizer": None, "state_copy": None, "checkpoint_save": None},
-            {},
-            Path("."),
-            0,
-            1,
-            device,
-            fixed_path=choice,
-        )
+        profile = load_fixed(choice, [*counts, "optimizer", "state_copy", "checkpoint_save"])
         made_by = ("compute", "efficiency", "efficiency_source", "profile_file")
         if own_profile:  # a resumed run reads its own profile.json: the record keeps saying what made its clock
             info["compute"] = "profile_file"
             info.update({k: profile.meta[k] for k in made_by if k in profile.meta})
         else:  # the seconds are the file's; what made the file is kept beside (its profile.json says the same)
-            source = {k: profile.meta.pop(k) for k in made_by[:3] if k in profile.meta}
-            profile.meta.update(compute="profile_file", profile_file={"path": str(choice), **source})
+            made = {k: profile.meta.pop(k) for k in made_by[:3] if k in profile.meta}
+            profile.meta.update(compute="profile_file", profile_file={"path": str(choice), **made})
             info.update(compute="profile_file", profile_file=profile.meta["profile_file"])
     elif choice == "fresh" or hw.compute == "profile":
         if real_model is None or model_cfg is not cfg.model:
@@ -212,22 +204,20 @@ def build_timing(
     if layout is not None:
         dp = layout["dp"]
         memory = layout_memory(layout, hw, dp, shadow_next_stage=cfg.method.name == "bamboo")
-        info["layout"] = {
-            k: layout[k]
-            for k in (
-                "tp",
-                "pp",
-                "dp",
-                "microbatches",
-                "schedule",
-                "stage_layers",
-                "step_s",
-                "pipeline_s",
-                "bubble_s",
-                "bubble_fraction",
-            )
+        layout_info: Dict[str, object] = {
+            "tp": layout["tp"],
+            "pp": layout["pp"],
+            "dp": layout["dp"],
+            "microbatches": layout["microbatches"],
+            "schedule": layout["schedule"],
+            "stage_layers": layout["stage_layers"],
+            "step_s": layout["step_s"],
+            "pipeline_s": layout["pipeline_s"],
+            "bubble_s": layout["bubble_s"],
+            "bubble_fraction": layout["bubble_fraction"],
         }
-        info["layout"].update(
+        info["layout"] = layout_info
+        layout_info.update(
             stages=stage_table(layout),
             flops_per_gpu_step=layout["microbatches"] * counts["mb:normal"]["flops"] / (layout["tp"] * layout["pp"]),
         )
@@ -245,7 +235,7 @@ def kernel_names(modes, method) -> List[str]:
 
 def count_forward_and_normal(
     model_cfg, vocab_size: int, seed: int, dtype: str, modes, micro_batch: int, seq_len: int
-) -> Dict[str, Dict[str, float]]:
+) -> Dict[str, Dict[str, Any]]:
     """FLOP counts of one normal and one forward-only micro-batch of a shape (a cache miss)."""
     import torch
 
@@ -267,17 +257,17 @@ def layout_shape(cfg) -> Optional[LayoutShape]:
     return LayoutShape(tp=cfg.parallel.tp, pp=cfg.parallel.pp, dp=data_parallel_size(cfg))
 
 
-def time_layout(cfg, model_cfg, modes, vocab_size: int, dtype: str, efficiency: float) -> Dict[str, object]:
+def time_layout(cfg, model_cfg, modes, vocab_size: int, dtype: str, efficiency: float) -> LayoutStep:
     """The hybrid layout's step (timing/layout.py) from one layer's counts: models of one and of
     two layers are counted on the meta device, their difference is a layer (all layers have the
     same shape), the rest the embedding and head. A 126-layer 405B shape is thus counted as two
     small models, not as the whole stack."""
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
     d = cfg.data
     counts, params = {}, {}
     for n_layers in (1, 2):
-        small = OmegaConf.merge(model_cfg, {"num_hidden_layers": n_layers})
+        small = cast(DictConfig, OmegaConf.merge(model_cfg, {"num_hidden_layers": n_layers}))
         facts = shape_facts(small, vocab_size)
         params[n_layers], embed = facts["n_params"], facts["embedding"]
         counts[n_layers] = cached_counts(

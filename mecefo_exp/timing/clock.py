@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 from ..config import plain
+from ..plan import Mode
 from ..throughput import ThroughputTable, table_for
 from .comm import allreduce_s, exposed_comm_s
 from .layout import LayoutShape, degraded_pipeline_s
@@ -41,7 +42,7 @@ class CostModel:
         hardware_cfg,
         n_params: int,
         state_bytes: int,
-        modes: Dict[str, object],
+        modes: Dict[str, Mode],
         max_steps: int,
         method: str = "",
         shape: Optional[LayoutShape] = None,
@@ -78,9 +79,11 @@ class CostModel:
         """compute=table: a step on `nodes` nodes; what `slowdown` adds is `degraded_extra`."""
         key = ("table", nodes, slowdown, ft_overhead)
         if key not in self._steps:
-            normal = self.table.step_s(nodes)
+            table = self.table
+            assert table is not None  # TableSteps prices steps only under hardware.compute=table
+            normal = table.step_s(nodes)
             self._steps[key] = StepCost(
-                compute=normal, ft_overhead=ft_overhead, degraded_extra=self.table.step_s(nodes, slowdown) - normal
+                compute=normal, ft_overhead=ft_overhead, degraded_extra=table.step_s(nodes, slowdown) - normal
             )
         return self._steps[key]
 
@@ -140,9 +143,11 @@ class CostModel:
         their micro-batch work, and the global batch on n / `share` of the GPUs (timing/layout.py)."""
         key = ("layout", tuple(sorted(stage_factor.items())), share, ft_overhead)
         if key not in self._steps:
+            layout = self.layout
+            assert layout is not None  # LayoutSteps prices steps only under a hybrid layout
             extra = degraded_pipeline_s(self.profile.kernels, stage_factor, share)
             self._steps[key] = StepCost(
-                compute=self.layout.compute, comm=self.layout.comm, ft_overhead=ft_overhead, degraded_extra=extra
+                compute=layout.compute, comm=layout.comm, ft_overhead=ft_overhead, degraded_extra=extra
             )
         return self._steps[key]
 
@@ -326,7 +331,7 @@ class SimClock:
             "runs": [[first, count, dict(parts)] for first, count, parts in self._runs],
         }
 
-    def load_state_dict(self, state: Dict[str, object]) -> None:
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
         self.now = state["now"]
         self.breakdown = dict(state["breakdown"])
         self._committed = {int(s): dict(parts) for s, parts in state["committed"].items()}

@@ -10,14 +10,15 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, TypeVar
 
 from ..paths import default_cache_dir
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
-def cached_counts(key: Dict, count) -> Dict[str, Dict[str, float]]:
+def cached_counts(key: Dict, count: Callable[[], T]) -> T:
     """FLOP counts are a pure function of shape, dtype, kernels and torch version: counted once,
     kept in .cache/flops/ (a sweep of 400 numerics-free runs then counts each shape once)."""
     import hashlib

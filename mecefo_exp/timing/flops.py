@@ -14,7 +14,7 @@ copies and checkpoint writes move bytes and are charged by bandwidth (BYTE_KERNE
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Dict
+from typing import Any, Callable, Dict
 from unittest import mock
 
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
@@ -123,7 +123,7 @@ def _flash_flop_formulas():
     }
 
 
-def count_kernels(kernels: Dict[str, Callable[[], None]], model) -> Dict[str, Dict[str, float]]:
+def count_kernels(kernels: Dict[str, Callable[[], None]], model) -> Dict[str, Dict[str, Any]]:
     """FLOPs and saved-for-backward bytes of each compute kernel (byte kernels are skipped)."""
     out = {}
     for name, fn in kernels.items():

@@ -20,6 +20,7 @@ import torch
 from ..executor import LocalCluster
 from ..optim import make_optimizer
 from ..plan import FORWARD, Mode, Sample
+from .profile import Kernel
 
 
 class KernelBench(LocalCluster):
@@ -82,8 +83,6 @@ def build_kernels(bench: KernelBench, method, trainer_cfg) -> Dict[str, Callable
         torch.nn.utils.clip_grad_norm_(model.parameters(), trainer_cfg.grad_clip or float("inf"))
         optimizer.step()
 
-    optimizer_step.prepare = give_gradients
-
     def state_copy():
         {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
         copy.deepcopy(optimizer.state_dict())
@@ -92,6 +91,8 @@ def build_kernels(bench: KernelBench, method, trainer_cfg) -> Dict[str, Callable
         torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, io.BytesIO())
 
     kernels = {mode.kernel: micro_batch_kernel(bench, mode) for mode in list(bench.modes.values()) + [FORWARD]}
-    kernels.update(optimizer=optimizer_step, state_copy=state_copy, checkpoint_save=checkpoint_save)
+    kernels.update(
+        optimizer=Kernel(optimizer_step, prepare=give_gradients), state_copy=state_copy, checkpoint_save=checkpoint_save
+    )
     kernels.update(method.extra_kernels(bench))
     return kernels

@@ -11,7 +11,7 @@ rule, its source and what is assumed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Mapping, Sequence, TypedDict
 
 from ..config import AttrDict, plain, stage_layers
 from .comm import exposed_comm_s
@@ -42,6 +42,41 @@ class LayerParts:
     head_params: int  # output head and final norm
 
 
+class StageRow(TypedDict):
+    """One pipeline stage of a layout's step: one micro-batch's seconds on one GPU (the DP
+    exchange and the optimizer: once a step), its parameters and in-flight activations."""
+
+    layers: int
+    params_per_gpu: float
+    compute_s: float
+    tp_comm_s: float
+    p2p_s: float
+    backward_s: float
+    dp_comm_s: float
+    optimizer_s: float
+    saved_bytes: float
+    in_flight: int
+
+
+class LayoutStep(TypedDict):
+    """The failure-free step of a hybrid layout (`layout_step`), as summary.json keeps it."""
+
+    compute_s: float
+    comm_s: float
+    step_s: float
+    pipeline_s: float
+    bubble_s: float
+    bubble_fraction: float
+    slot_s: float
+    stage_layers: List[int]
+    stages: List[StageRow]
+    tp: int
+    pp: int
+    dp: int
+    microbatches: int
+    schedule: str
+
+
 def ring_allreduce_s(nbytes: float, n: int, GBps: float, latency_s: float) -> float:
     """A ring all-reduce of `nbytes` among `n` GPUs on one link kind (comm.py's formula, one level)."""
     if n <= 1 or nbytes <= 0:
@@ -51,7 +86,7 @@ def ring_allreduce_s(nbytes: float, n: int, GBps: float, latency_s: float) -> fl
 
 def layout_step(
     parts: LayerParts, n_layers: int, hw, parallel, efficiency: float, micro_batch: int, seq_len: int, hidden: int
-) -> Dict[str, object]:
+) -> LayoutStep:
     """Seconds of one failure-free step of the layout, and what makes them (module doc)."""
     hw = plain(hw)
     tp, pp, dp, m = parallel["tp"], parallel["pp"], parallel["dp"], parallel["microbatches"]
@@ -64,7 +99,7 @@ def layout_step(
     # the dp peers of one GPU: g / tp share its node; the node's link is shared by its tp groups
     dp_hw = AttrDict(hw, gpus_per_node=max(1, hw.gpus_per_node // tp), inter_node_GBps=hw.inter_node_GBps / tp)
     grad_per_param = 2 if hw.grad_dtype == "bf16" else 4
-    stages = []
+    stages: List[StageRow] = []
     for i, n in enumerate(layers):
         first, last = i == 0, i == pp - 1
         flops = n * parts.layer_flops + (parts.rest_flops if last else 0.0)
@@ -113,7 +148,7 @@ def layout_step(
     }
 
 
-def layout_kernels(step: Dict[str, object]) -> Dict[str, float]:
+def layout_kernels(step: LayoutStep) -> Dict[str, float]:
     """What the clock keeps of the layout's step (profile kernels, hence in the clock's
     fingerprint): the failure-free compute and comm, the pipeline's slots, each stage's micro-batch
     time (compute + TP all-reduces + sends) and the bubble."""
@@ -202,7 +237,7 @@ def degraded_pipeline_s(kernels: Dict[str, float], stage_factor: Dict[int, float
     return max(0.0, slots * (share * slowest - normal))
 
 
-def layout_memory(step: Dict[str, object], hw, dp: int, shadow_next_stage: bool = False) -> Dict[str, object]:
+def layout_memory(step: LayoutStep, hw, dp: int, shadow_next_stage: bool = False) -> Dict[str, Any]:
     """Memory per GPU: each stage's static state (memory.py) and its in-flight activations; the
     peak stage is the GPU's figure, with the `fits` flag against hardware.memory_GB.
     `shadow_next_stage` (Bamboo): each stage also holds the next stage's weights and optimizer
@@ -232,8 +267,8 @@ def layout_memory(step: Dict[str, object], hw, dp: int, shadow_next_stage: bool 
 
 
 def parts_from_counts(
-    one: Dict[str, Dict[str, float]],
-    two: Dict[str, Dict[str, float]],
+    one: Dict[str, Dict[str, Any]],
+    two: Dict[str, Dict[str, Any]],
     params_one: int,
     params_two: int,
     embed_params: int,
@@ -255,8 +290,9 @@ def parts_from_counts(
     )
 
 
-def stage_table(step: Dict[str, object]) -> List[Dict[str, object]]:
+def stage_table(step: LayoutStep) -> List[Dict[str, object]]:
     """One row per stage, for summary.json: compute, TP all-reduces and sends are one micro-batch's
     seconds on one GPU; the exposed DP exchange and the optimizer are once a step."""
     keys = ("layers", "params_per_gpu", "compute_s", "tp_comm_s", "p2p_s", "dp_comm_s", "optimizer_s", "in_flight")
-    return [{k: s[k] for k in keys} for s in step["stages"]]
+    stages: Sequence[Mapping[str, object]] = step["stages"]
+    return [{k: s[k] for k in keys} for s in stages]

@@ -13,14 +13,14 @@ Not modelled: allocator fragmentation, temporary buffers, FSDP's gathered layer 
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 GB = 1e9
 
 
 def worker_memory(
     n_params: int, hw, n_workers: int, normal_bytes: float, neighbour_bytes: Optional[float] = None
-) -> Dict[str, object]:
+) -> Dict[str, Any]:
     mixed = hw.compute_dtype == "bf16"
     shards = n_workers
     weights = n_params * (2 if mixed else 4) / (shards if hw.shard == "full" else 1)

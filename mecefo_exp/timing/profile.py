@@ -19,7 +19,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, Optional
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, Optional
 
 from filelock import FileLock
 
@@ -27,6 +27,21 @@ if TYPE_CHECKING:
     import torch
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class Kernel:
+    """A kernel with what its timing needs besides running it: `prepare`, work that must precede it
+    but is not part of it (run before its clock starts); `formula_flops` and `formula_kind`, its
+    FLOPs from a formula where torch's counter counts none (an SVD; timing/flops.py)."""
+
+    run: Callable[[], None]
+    prepare: Optional[Callable[[], None]] = None
+    formula_flops: Optional[float] = None
+    formula_kind: str = "svd"
+
+    def __call__(self) -> None:
+        self.run()
 
 
 def time_kernels(
@@ -98,6 +113,16 @@ def machine_meta(device: torch.device) -> dict:
     return {"device": device.type, "device_name": name, "torch": torch.__version__, "threads": torch.get_num_threads()}
 
 
+def load_fixed(fixed_path: str, names: Iterable[str]) -> Profile:
+    """cluster.profile=<file>: the profile read from that file, which must hold every kernel named."""
+    data = json.loads(Path(fixed_path).read_text())
+    prof = Profile(dict(data["kernels"]), dict(data.get("meta", {})), str(fixed_path))
+    missing = sorted(set(names) - set(prof.kernels))
+    if missing:
+        raise ValueError(f"cluster.profile={fixed_path} lacks kernels {missing}")
+    return prof
+
+
 def load_or_measure(
     kernels: Dict[str, Callable[[], None]],
     meta: dict,
@@ -119,12 +144,7 @@ def load_or_measure(
     contain every kernel: tests and cross-machine comparisons use it to pin the clock.
     """
     if fixed_path:
-        data = json.loads(Path(fixed_path).read_text())
-        prof = Profile(dict(data["kernels"]), dict(data.get("meta", {})), str(fixed_path))
-        missing = sorted(set(kernels) - set(prof.kernels))
-        if missing:
-            raise ValueError(f"cluster.profile={fixed_path} lacks kernels {missing}")
-        return prof
+        return load_fixed(fixed_path, kernels)
     if not use_cache:  # cluster.profile=fresh: measure now, keep nothing
         return Profile(time_kernels(kernels, warmup, repeats, device), meta, None)
     cache_dir.mkdir(parents=True, exist_ok=True)

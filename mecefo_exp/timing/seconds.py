@@ -6,7 +6,7 @@ A numerics-free run whose FLOP counts are cached reads only this: the counting i
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Any, Dict
 
 from ..config import AttrDict, plain
 from .comm import exposed_comm_s
@@ -26,7 +26,7 @@ def optimizer_s(n_params: int, hw, n_workers: int) -> float:
 
 
 def kernel_seconds(
-    counts: Dict[str, Dict[str, float]], hw, efficiency: float, n_params: int, state_bytes: int, n_workers: int
+    counts: Dict[str, Dict[str, Any]], hw, efficiency: float, n_params: int, state_bytes: int, n_workers: int
 ) -> Dict[str, float]:
     """Seconds of every kernel: compute kernels by FLOPs, byte kernels by bandwidth."""
     peak = hw.peak_tflops * 1e12

@@ -19,7 +19,7 @@ import logging
 import os
 import signal
 import time
-from typing import Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set
 
 import torch
 
@@ -74,8 +74,11 @@ def closing_gloo(timeout: datetime.timedelta):
     from torchft import ProcessGroupGloo
 
     class ClosingProcessGroupGloo(ProcessGroupGloo):
+        _pg: Any  # torchft's inner process group (torchft ships no types); None once closed
+
         def close_connections(self) -> None:
-            inner, self._pg = self._pg, None  # the next quorum's `configure` builds a new one
+            inner = self._pg
+            self._pg = None  # the next quorum's `configure` builds a new one
             if inner is not None:
                 inner.shutdown()
 
@@ -481,7 +484,7 @@ class TorchftMembership:
                         i += 1
                         continue
                     break  # not back yet (it was slower than the quorum): keep the trace's order
-                detail = {"unplanned": True} if ev["time"] is None else {"trace_time_s": ev["time"]}
+                detail: Dict[str, object] = {"unplanned": True} if ev["time"] is None else {"trace_time_s": ev["time"]}
                 detail["membership"] = "torchft"
                 if ev["confirm"]:
                     detail.update(self._rejoined(w))

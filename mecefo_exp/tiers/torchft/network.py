@@ -130,7 +130,7 @@ def _ipv4_of(name: str) -> Optional[str]:
 
 def _ipv6_interfaces() -> Dict[str, str]:
     """IPv6 address -> interface (Linux: /proc/net/if_inet6)."""
-    found = {}
+    found: Dict[str, str] = {}
     try:
         with open("/proc/net/if_inet6") as f:
             lines = f.read().splitlines()

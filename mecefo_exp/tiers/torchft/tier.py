@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Dict, List
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 from ..local import LocalTier
 from .network import ENV_INCARNATION, ENV_LIGHTHOUSE, ENV_STORE, ENV_WORKER
+
+if TYPE_CHECKING:
+    from .membership import TorchftMembership
 
 
 class TorchftTier(LocalTier):
@@ -22,7 +25,9 @@ class TorchftTier(LocalTier):
         self.incarnation = int(os.environ.get(ENV_INCARNATION, "0"))
         self.leader = 0 if self.incarnation == 0 else -1  # a restart learns it from a peer
         self.cluster_cfg = cfg.cluster
-        self.membership = None  # built with the cluster: its Manager carries the step's collectives
+        self.membership: Optional[TorchftMembership] = (
+            None  # built with the cluster: its Manager carries the step's collectives
+        )
 
     @property
     def joining(self) -> bool:
