@@ -36,6 +36,16 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def _dumps(row: Dict[str, Any]) -> str:
+    """One jsonl line: a row without NaN or inf (nearly all) is encoded as it is; one with them is cleaned
+    first. The same text as json.dumps(_clean(row)) (tuples become lists either way), without walking
+    every row of a long run through _clean."""
+    try:
+        return json.dumps(row, allow_nan=False)
+    except ValueError:
+        return json.dumps(_clean(row))
+
+
 def write_json_atomic(path: Path, data: Dict[str, Any]) -> None:
     """Temp file + fsync + rename: the file is the old one or the new one, never half of one.
 
@@ -144,7 +154,7 @@ class RunRecords:
         if not self.enabled:
             return
         f = self._files.get(name) or self._open(name)
-        f.write(json.dumps(_clean(row)) + "\n")
+        f.write(_dumps(row) + "\n")
         f.flush()
 
     def sizes(self) -> Dict[str, int]:
