@@ -8,8 +8,8 @@ spot-instance traces, and the samples/s its own simulators give on each, run unm
 be in known_gaps.csv with what is known of its cause; a listed cell that has come to agree fails too, so
 the list cannot hide progress (regenerate it with
 `python -m mecefo_exp.replay.differential --write-gaps tests/fixtures/artifact_generated/known_gaps.csv`).
-The fast tier runs 24 generated traces, 5 extended ones (one of each regime) and the artifact's two; the
-slow tier all of them.
+The fast tier runs 8 generated traces, 5 extended ones (one of each regime) and the artifact's two (140
+cells); the slow tier all of them.
 """
 
 import pytest
@@ -36,7 +36,7 @@ def check(generated, extended):
 
 
 def test_every_generated_cell_agrees_with_the_artifact_or_is_a_listed_gap():
-    # 15 traces x 3 models x 3 systems, and Varuna's spot setting on BERT-large; `make test-fingerprints`
+    # 15 traces: 140 cells (Bamboo's GPT-3 cells of the extended traces are left out); `make test-fingerprints`
     # replays all 220 traces
     check(generated=8, extended=5)
 
@@ -62,6 +62,14 @@ def test_all_generated_and_extended_traces():
         # Varuna stopped while a checkpoint write passed three restart timeouts: they all fire then (ours left one
         # pending in the past and the run stopped with "cannot make progress")
         (("ext_0019", "gpt3_6_7b", "varuna", "freq"), None),
+        # a node is added at 11128 s and removed at 11173 s, the instant it would become usable: the artifact pops
+        # the removal first (kind 2 before 4) and never counts it as waiting; ours heard it usable, then lost, and
+        # its count of waiting nodes re-formed Bamboo's pipelines once too often (ours was 5.8% high)
+        (("ext_0008", "bert_large", "bamboo", "freq"), 78.806),
+        # a Varuna restart completes during a checkpoint write (its first step is lost to the next removal), and
+        # the next restart queues its first step a whole step later; ours queued it shortened by the earlier
+        # restart's head start, the replayed heap's storage order changed and a checkpoint test with it (30% high)
+        (("ext_0092", "bert_large", "varuna", "freq"), 46.8168),
     ],
 )
 def test_the_behaviours_the_extended_traces_showed(cell, old):

@@ -487,6 +487,17 @@ def test_the_bamboo_orders_derived_from_a_standard_trace_are_the_artifacts_heap_
         assert (joined, registered) == (STANDARD_START, STANDARD_NODES)
 
 
+def test_the_heap_with_its_ties_broken_by_slot_hands_out_the_nodes_in_slot_order():
+    """heap_order=false is the artifact's heap with the ties of one instant broken by slot (the check
+    docs/ARTIFACT.md describes): the 30 nodes of a standard trace come out in slot order."""
+    from mecefo_exp.replay.heap_order import first_formation
+
+    cfg = compose_cfg(["scenario=oobleck_artifact/bert_large", "method=bamboo"])
+    registered, joined, formed_at = first_formation(cfg.failure.path, 45.0, 30.0, min_nodes=12, ties_by_slot=True)
+    assert registered == joined == list(range(30)) and formed_at == 75.0
+    assert first_formation(cfg.failure.path, 45.0, 30.0, min_nodes=12)[:2] == (STANDARD_NODES, STANDARD_START)
+
+
 def test_bamboo_takes_its_orders_from_any_trace(tmp_path):
     """Without scenario.quirks too, BambooPipelines' first pipelines take a trace's nodes in the heap's
     order: on a standard trace the listed one, on another its own (a list typed by hand still wins)."""

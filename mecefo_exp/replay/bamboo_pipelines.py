@@ -196,6 +196,8 @@ class BambooPipelines(Bamboo):
         # which slot helps does not matter to a table: the whole step is slowed
         cost = costs.step(plan, helpers={slowed: ()} if slowed else None, slots=self.table_nodes)
         if not (self.credit and self.credit[0] == plan.step):
+            # a step begun afresh (a re-formation may start the same step number over): no slowdown in flight
+            self.slowed_from = None
             return cost
         done, in_flight = self.credit[1], (slowed if self.fallback_step == plan.step else None)
         if in_flight is not None:

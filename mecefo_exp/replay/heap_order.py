@@ -20,8 +20,26 @@ def node_tie_order(
     return registered, joined
 
 
+class _SlotKeyed(Keyed):
+    """An event compared by (time, kind, slot): the same heap with its ties broken by worker slot."""
+
+    __slots__ = ("slot",)
+
+    def __init__(self, t, kind: int, name: str = "", slot: int = -1):
+        super().__init__(t, kind, name)
+        self.slot = slot
+
+    def __lt__(self, other: "Keyed") -> bool:
+        return (self.t, self.kind, self.slot) < (other.t, other.kind, getattr(other, "slot", -1))
+
+
 def first_formation(
-    path: str, ready_s: float, first_delay_s: float, slot_of: Optional[Dict[str, int]] = None, min_nodes: int = 1
+    path: str,
+    ready_s: float,
+    first_delay_s: float,
+    slot_of: Optional[Dict[str, int]] = None,
+    min_nodes: int = 1,
+    ties_by_slot: bool = False,
 ) -> Tuple[List[int], List[int], Optional[float]]:
     """The order in which the Oobleck artifact's Bamboo takes a trace's first nodes, as worker slots
     (`slot_of`: by name; default: the t=0 rows in file order): (the order it registers them, its node
@@ -37,13 +55,20 @@ def first_formation(
     heap holds nothing else, so this replays it exactly. Equal keys leave Python's heapq in an
     order that is deterministic but not first-in first-out. The third value is the time (seconds)
     that rendezvous completes (None if none ever forms a pipeline): a removal at the instant of
-    its timeout comes first (kind 2 before 5) and starts it over."""
+    its timeout comes first (kind 2 before 5) and starts it over. With `ties_by_slot` the events of
+    one instant and kind leave in slot order instead (a copy of the artifact with that tie-break, the
+    check docs/ARTIFACT.md describes)."""
+    slot = slot_of if slot_of is not None else {name: i for i, name in enumerate(_file_order(path))}
+
+    def event(t, kind: int, name: str = "") -> Keyed:
+        return _SlotKeyed(t, kind, name, slot.get(name, -1)) if ties_by_slot else Keyed(t, kind, name)
+
     heap: List[Keyed] = []
     with open(path, newline="") as f:
         for row in csv.reader(f):
             if row and not row[0].lstrip().startswith("#"):
                 kind = 1 if row[1].strip().lower() == "add" else 2
-                heapq.heappush(heap, Keyed(float(row[0]) * 1e-3, kind, row[2].strip()))
+                heapq.heappush(heap, event(float(row[0]) * 1e-3, kind, row[2].strip()))
     heapq.heapify(heap)
     registered: List[str] = []  # the node map, in insertion order; removals leave it
     ready: set = set()
@@ -51,31 +76,30 @@ def first_formation(
     joined: List[str] = []
     formed_at: Optional[float] = None
     while heap:
-        event = heapq.heappop(heap)
-        if event.kind == 1:
-            registered.append(event.name)
-            heapq.heappush(heap, Keyed(event.t + ready_s, 4, event.name))
-        elif event.kind == 2 and event.name in registered:
-            registered.remove(event.name)
-            ready.discard(event.name)
-        elif event.kind == 4 and event.name in registered:
-            ready.add(event.name)
+        popped = heapq.heappop(heap)
+        if popped.kind == 1:
+            registered.append(popped.name)
+            heapq.heappush(heap, event(popped.t + ready_s, 4, popped.name))
+        elif popped.kind == 2 and popped.name in registered:
+            registered.remove(popped.name)
+            ready.discard(popped.name)
+        elif popped.kind == 4 and popped.name in registered:
+            ready.add(popped.name)
             if members is None:
                 members = [n for n in registered if n in ready]
-                heapq.heappush(heap, Keyed(event.t + first_delay_s, 5))
-            elif event.name not in members:
-                members.append(event.name)
-        elif event.kind == 5 and members is not None:
+                heapq.heappush(heap, event(popped.t + first_delay_s, 5))
+            elif popped.name not in members:
+                members.append(popped.name)
+        elif popped.kind == 5 and members is not None:
             if any(n not in registered for n in members):
                 members = [n for n in registered if n in ready]
-                heapq.heappush(heap, Keyed(event.t + first_delay_s, 5))
+                heapq.heappush(heap, event(popped.t + first_delay_s, 5))
                 continue
             joined = members
             if len(members) >= min_nodes:
-                formed_at = event.t
+                formed_at = popped.t
                 break
             members = None
-    slot = slot_of if slot_of is not None else {name: i for i, name in enumerate(_file_order(path))}
     return (
         [slot[name] for name in registered if name in slot],
         [slot[name] for name in joined if name in slot],

@@ -98,17 +98,28 @@ class BambooArtifact(RendezvousTimeouts, BambooPipelines):
     def start(self) -> None:
         super().start()
         trace = self.run.trace
-        if trace.path is None or not self.stages or not self.heap_order:
+        if trace.path is None or not self.stages or not trace.node_slot_of:
             return
         from .heap_order import first_formation
 
+        # heap_order=false: the same heap with the ties of one instant broken by slot (the check of
+        # docs/ARTIFACT.md against a copy of the artifact with that tie-break); an order typed by hand wins
         registered, joined, formed_at = first_formation(
-            trace.path, trace.node_ready_s, self._delay("global"), trace.node_slot_of, min_nodes=self.stages
+            trace.path,
+            trace.node_ready_s,
+            self._delay("global"),
+            trace.node_slot_of,
+            min_nodes=self.stages,
+            ties_by_slot=not self.heap_order,
         )
-        rest = [w for w in range(self.n) if w not in registered]
-        self.node_order = registered + rest
-        self.placed = set(registered) & self.down
-        self.first_order = joined + [w for w in self.node_order if w not in joined]
+        options = {**self.OPTIONS, **(self.cfg.variant_options or {})}
+        if self.heap_order or options["node_order"] is None:
+            self.node_order = registered + [w for w in range(self.n) if w not in registered]
+            self.placed = set(registered) & self.down
+        if self.heap_order or options["start_order"] is None:
+            self.first_order = joined + [w for w in self.node_order if w not in joined]
+        else:
+            self.first_order = list(self.start_order)
         self._form_pipelines(self.first_order)
         if not self.pipes:  # fewer nodes than one pipeline: stopped until a node becomes usable (B:1155-1157)
             self.stopped = True

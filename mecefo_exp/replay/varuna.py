@@ -215,6 +215,9 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
         if self.queue is not None:
             self.queue.stopped = False
         self.nodes_at_restart = self.n - len(self.down)
+        # the artifact queues the new configuration's first step a whole step after `due` (V:1295): not
+        # shortened by the head start of an earlier restart whose first step was lost
+        self.head_start = 0.0
         self._queue_next_step(due)
         # a checkpoint write the clock already holds delays only the old configuration's next step
         self.head_start = max(0.0, self.run.clock.now - due)
