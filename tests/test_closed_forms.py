@@ -10,9 +10,13 @@ from analysis import closed_forms as cf
 from analysis.anchors import (
     BASE,
     CR,
+    GEMINI_CKPT_MIN,
+    GEMINI_WASTED_MIN,
     KERNELS,
     checkpoint_restart_agrees,
     cr_case,
+    gemini_case,
+    gemini_form,
     harness_form,
     interval,
     mecefo_agrees,
@@ -195,3 +199,13 @@ def test_the_auto_interval_is_dalys_with_his_worked_examples(mtbf_min, expected_
     tau = daly_interval(5.0, mtbf_min)
     assert tau == pytest.approx(expected_min, abs=0.5 if expected_min > 10 else 0.05)  # his rounding
     assert abs(tau - expected_min) < abs(young_interval(5.0, mtbf_min) - expected_min)  # Young's is further off
+
+
+def test_gemini_anchor_lost_time_per_failure_is_the_blocking_writes_and_not_geminis(profile):
+    """Gemini's 105 minutes per failure (t_ckpt + 1/(2f) + t_rtvl with t_ckpt = 1/f = t_rtvl = 42 min)
+    assume writes that overlap training; the harness's checkpoint-restart stops training for a write,
+    and its lost time per failure is its own closed form (84 min), which this test holds it to."""
+    G = GEMINI_CKPT_MIN
+    (lost,) = gemini_case(profile, minute_s=1.0, mtbfs=300, seeds=1)  # minutes as seconds: the same ratios
+    assert lost == pytest.approx(gemini_form(G, G, G), abs=4.0)
+    assert GEMINI_WASTED_MIN - lost > 12.0
