@@ -30,6 +30,8 @@ import sys
 import time
 from typing import Dict, List
 
+from mecefo_exp.registry import method_class
+
 from . import assumptions
 from . import closed_forms as cf
 from .simulate import METHODS, compose, effective_time, fallback_overrides, mean_interval, run_all
@@ -117,8 +119,8 @@ def advise(overrides: List[str], seeds: int = 3, processes: int = 2, robust_chec
     overrides = with_the_maps_failure_model(overrides)
     p = probe(overrides)
     jobs = plan(p, seeds)
-    par = p["cfg"].parallel  # Bamboo's shadow is the previous pipeline stage: none in a TP-only layout
-    methods = [m for m in METHODS if not (m == "bamboo" and par.tp > 1 and par.pp < 2)]
+    par = p["cfg"].parallel  # a method that cannot run in this layout (Bamboo without stages) is left out
+    methods = [m for m in METHODS if method_class(m).fits_layout(par)]
     flat = [overrides + j for m in methods for j in jobs[m]]
     summaries = run_all(flat, processes=processes)
     results = []

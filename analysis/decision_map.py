@@ -39,6 +39,8 @@ from typing import Dict, List
 
 import pandas as pd
 
+from mecefo_exp.registry import method_class
+
 from .simulate import METHODS, effective_time, fallback_overrides, mean_interval, run_all
 
 LLAMA3_EVERY_H = 54 * 24 / 419
@@ -95,12 +97,9 @@ def cell_overrides(cell: Dict, probe: Dict) -> Dict[str, List[str]]:
         f"failure.replace_s={cell['repair_s']}",
         f"trainer.max_steps={steps}",
     ]
-    own = {
-        **fallback,
-        "checkpoint": [],
-        "baft": [f"method.checkpoint_every={every}"],
-        "reft": [f"method.snapshot_every={every}", *fallback["reft"]],
-    }
+    # a method's own frequent save every ~30 s, its fall-back at Daly's interval for the whole-job faults
+    frequent = {m: method_class(m).frequent_save_key for m in METHODS}
+    own = {m: ([f"method.{frequent[m]}={every}"] if frequent[m] else []) + fallback.get(m, []) for m in METHODS}
     return {m: common + [f"method={m}"] + own[m] for m in METHODS}
 
 

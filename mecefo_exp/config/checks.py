@@ -168,7 +168,8 @@ def validate(cfg: Any) -> None:
 def _validate_parallel(cfg: Any) -> None:
     """The layout must tile the workers: tp x pp x dp = cluster.n_workers, tp inside a node and
     dividing the heads, pp dividing the layers. The hybrid layout is a numerics-free FLOP clock; a
-    failure there takes out whole tensor-parallel groups; Bamboo needs pipeline stages."""
+    failure there takes out whole tensor-parallel groups. (A method's own needs of the layout are its
+    class's `check_config`.)"""
     if cfg.get("parallel") is None:  # a stored config from before the layout existed
         return
     p, m, h, n = cfg.parallel, cfg.model, cfg.hardware, cfg.cluster.n_workers
@@ -217,10 +218,6 @@ def _validate_parallel(cfg: Any) -> None:
         not cfg.trainer.numerics,
         f"{layout}: the hybrid layout is a clock of the failure-free step; its numerics "
         "are not modelled yet: trainer.numerics=false",
-    )
-    require(
-        cfg.method.name != "bamboo" or p.pp >= 2,
-        f"method=bamboo with {layout}: Bamboo's shadow is the previous pipeline stage: needs parallel.pp >= 2",
     )
     if cfg.failure.kind in ("paper", "poisson", "field"):  # a trace file's groups are checked when it is read
         unit = cfg.failure.get("unit_gpus", 1)

@@ -39,6 +39,7 @@ class Baft(RollbackMethod):
     label = "BAFT"
     Config = BaftConfig
     interval_key = "checkpoint_every"
+    frequent_save_key = "checkpoint_every"  # the bubble's checkpoint is its mechanism: no fall-back
 
     @property
     def bubble_s(self) -> float:

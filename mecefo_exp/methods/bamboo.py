@@ -44,6 +44,19 @@ class Bamboo(InPlaceMethod):
     label = "Bamboo"
     Config = BambooConfig
 
+    @classmethod
+    def fits_layout(cls, parallel) -> bool:
+        """The shadow is the previous pipeline stage: a tensor-parallel layout needs stages."""
+        return parallel.tp == 1 or parallel.pp >= 2
+
+    @classmethod
+    def check_config(cls, m, cfg) -> Optional[str]:
+        p = cfg.get("parallel")
+        if p is None or cls.fits_layout(p):
+            return None
+        layout = f"parallel.tp={p.tp} x pp={p.pp} x dp={p.dp if p.dp is not None else 'auto'}"
+        return f"method=bamboo with {layout}: Bamboo's shadow is the previous pipeline stage: needs parallel.pp >= 2"
+
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
         self.credit: Optional[Tuple[int, float]] = None  # (step, seconds done before a survived failure)

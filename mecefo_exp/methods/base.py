@@ -42,12 +42,24 @@ class Method:
     restores_from: Tuple[str, ...] = (STORAGE,)
     #: while a whole-job fault is handled: the source it restores from (not part of the saved books)
     job_fault_source: Optional[str] = None
+    #: the setting of a periodic disk checkpoint that only backs the method up against the faults its own
+    #: mechanism cannot absorb (whole-job faults); a study of such faults sets it to Daly's interval
+    #: (analysis/simulate.py). None: the method has none, or its periodic checkpoint is its mechanism
+    fallback_key: Optional[str] = None
+    #: the setting of the method's own frequent save (REFT's snapshot, BAFT's bubble checkpoint), in
+    #: steps, which a study may set to a period of wall-clock time. None: the method has none
+    frequent_save_key: Optional[str] = None
 
     def __init__(self, cfg, run: RunContext):
         self.cfg = cfg
         self.run = run
         self.n = run.n_workers
         self.down: set = set()  # workers down in the trace (hardware view)
+
+    @classmethod
+    def fits_layout(cls, parallel) -> bool:
+        """Whether the method runs in this parallel layout (`parallel`: tp, pp, dp)."""
+        return True
 
     @classmethod
     def check_config(cls, method_cfg, cfg) -> Optional[str]:
@@ -451,6 +463,8 @@ class InPlaceMethod(CheckpointedMethod):
     A node trace has no spares: there the fall-back restarts the job on the nodes there (`without`:
     the slots left empty, re-split over them by `plan` unless `after_fall_back` says otherwise).
     """
+
+    fallback_key = "checkpoint_interval"
 
     def __init__(self, cfg, run):
         super().__init__(cfg, run)

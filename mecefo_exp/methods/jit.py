@@ -47,6 +47,7 @@ class JustInTime(RollbackMethod):
     label = "JIT checkpointing"
     Config = JitConfig
     interval_key = None  # no periodic checkpoint (but the optional fall-back, method.fallback_every)
+    fallback_key = "fallback_every"
     restores_from = (REPLICA_GPU, STORAGE)
 
     @classmethod

@@ -41,6 +41,8 @@ class Reft(RollbackMethod):
     label = "REFT"
     Config = ReftConfig
     restores_from = (HOST_SNAPSHOT, STORAGE)
+    fallback_key = "checkpoint_interval"  # the disk checkpoint behind the snapshots
+    frequent_save_key = "snapshot_every"
 
     @classmethod
     def check_config(cls, m, cfg) -> Optional[str]:
