@@ -95,7 +95,8 @@ def robustness(
     winner, second = results[0]["method"], results[1]["method"]
     base = {m: overrides + jobs[m][0] for m in (winner, second)}
     tried = assumptions.alternative_jobs(assumed, base)
-    summaries = run_all([t["overrides"] for t in tried], processes=processes)
+    # each alternative is one value set on the method's composed config (composed once per process)
+    summaries = run_all([(base[t["method"]], {t["key"]: t["value"]}) for t in tried], processes=processes)
     effective = {(t["key"], str(t["value"]), t["method"]): effective_time(s) for t, s in zip(tried, summaries)}
     flips = {}
     for a in assumed:
