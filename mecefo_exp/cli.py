@@ -28,13 +28,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from . import runlock
 from .config import typed_config, validate
-from .console import install_console, resume_command
+from .console import hydra_quoted, install_console, program_name, resume_command, shell_quoted
 from .errors import AnticipatedEnd, ConfigError
 from .failures import TraceError
-from .hydra_glue import local_settings_problem, register_configs, run_name, torchrun_restarted
+from .hydra_glue import local_settings_problem, register_configs, torchrun_restarted
 from .metrics import write_json_atomic
 from .paths import conf_dir
 from .presets import first_job, unknown_preset
+from .resume import RESUME_MAY_CHANGE
 from .signals import Terminated
 
 register_configs()
@@ -86,9 +87,50 @@ def _one_run(cfg: DictConfig):
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     try:
+        if HydraConfig.get().mode == RunMode.RUN:  # a folder a config file fixes (entry checked the command line's)
+            _refuse_a_used_folder(run_dir, cfg)
         return _job(cfg, run_dir)
     finally:
         runlock.release(locked)
+
+
+def used_folder_problem(run_dir: Path, cfg=None) -> Optional[str]:
+    """Why a run that is not a resume cannot start in `run_dir` (None when it can): the folder holds
+    a run started there before, whose files the new run would append to (its metrics twice over, an
+    `ok` record of neither), in one line naming the folder and what to do instead. A resume, a later
+    torchrun round, or the launcher of torchft machine m > 0 (machine 0 writes the run folder) joins
+    the run there: not refused."""
+    from .resume import earlier_run
+
+    if cfg is not None:
+        if cfg.resume or (cfg.cluster.name == "torchft" and cfg.cluster.get("machine_rank", 0) > 0):
+            return None
+    if torchrun_restarted():
+        return None
+    earlier = earlier_run(run_dir)
+    if earlier is None:
+        return None
+    head = (
+        f"run folder {run_dir} already holds a run (status {earlier['status']}): a new run there would append "
+        "to its files"
+    )
+    elsewhere = "give another hydra.run.dir, or none (every run gets a new folder)"
+    if earlier["status"] == "ok":
+        return f"{head}; it finished: {elsewhere}"
+    if earlier["resumable"]:
+        return f"{head}; {elsewhere}, or continue that run with:  {resume_command(run_dir, program=program_name())}"
+    return f"{head}; it has no complete checkpoint to continue from: {elsewhere}"
+
+
+def _refuse_a_used_folder(run_dir: Path, cfg) -> None:
+    problem = used_folder_problem(run_dir, cfg)
+    if problem is None:
+        return
+    from .tiers.torchrun_launch import note_config_refused
+
+    note_config_refused(problem)  # torchrun's later rounds end at once instead of resuming the folder
+    print(f"error: {problem}", file=sys.stderr)
+    sys.exit(2)
 
 
 def lock_folder(run_dir: Path, cfg) -> Path:
@@ -133,7 +175,7 @@ def _job(cfg: DictConfig, run_dir: Path):
     log.info(
         "run folder %s; after a crash or kill -9 continue it with:  %s",
         run_dir,
-        resume_command(run_dir, program=_program()),
+        resume_command(run_dir, program=program_name()),
     )
     from .plan import NonFiniteLoss
     from .timing.clock import ClockOverflow
@@ -236,67 +278,135 @@ def one_cell_note(args: List[str]) -> Optional[str]:
 PRINT_ONLY_FLAGS = ("--cfg", "-c", "--info", "-i", "--help", "-h", "--hydra-help", "--shell-completion", "-sc")
 
 
+def given_run_dir(args: List[str]) -> Optional[str]:
+    """The folder the command line's `hydra.run.dir=...` names, read as Hydra and OmegaConf read it
+    (quotes, escaped quotes and backslashes, an escaped `${`); None when there is none, when it
+    does not parse (check_overrides says so) or when it holds an interpolation Hydra resolves only
+    once set up (`${now:...}`: a new folder)."""
+    import re
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    given = [a for a in args if a.startswith("hydra.run.dir=")]
+    if not given:
+        return None
+    try:
+        value = OverridesParser.create().parse_overrides([given[-1]])[0].value()
+    except Exception:
+        return None
+    if not isinstance(value, (str, int, float)):
+        return None
+    value = str(value)
+    if "${" in value:
+        if re.search(r"(?<!\\)(\\\\)*\$\{", value):  # an interpolation, not an escaped `${`
+            return None
+        value = OmegaConf.create({"dir": value}).dir
+    return value
+
+
+def run_dir_problem(args: List[str]) -> Optional[str]:
+    """A `hydra.run.dir=` value Hydra's override parser cannot read (a folder name with an
+    apostrophe, a space, ...), in one line with the quoted form that works; None when it reads.
+    (Hydra would print its parser's error over several lines after its own set-up.)"""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    for arg in args:
+        if arg.startswith(("hydra.run.dir=", "hydra.sweep.dir=")):
+            try:
+                parsed = OverridesParser.create().parse_overrides([arg])[0]
+                if not parsed.is_sweep_override() and isinstance(parsed.value(), (str, int, float)):
+                    continue
+                why = "reads it as a list of values (its `,`)"
+            except HydraException:
+                why = "cannot read it"
+            key, value = arg.split("=", 1)
+            return f"{key}={value}: Hydra's override parser {why}: quote the folder, e.g. " + shell_quoted(
+                key + "=" + hydra_quoted(value)
+            )
+    return None
+
+
 def _lock_the_given_run_dir() -> None:
     """A run with hydra.run.dir=D takes D's lock before Hydra writes D/.hydra: a second run
     on a busy folder refuses without touching it. The lock lives as long as this process.
-    A command that only prints (--cfg, --info, --help, ...) runs nothing and leaves no folder."""
+    A command that only prints (--cfg, --info, --help, ...) runs nothing and leaves no folder.
+    A run that is not a resume refuses a D that holds an earlier run (used_folder_problem)."""
     if not _writes_record() or any(a in ("-m", "--multirun") or a.startswith("hydra.mode=") for a in sys.argv[1:]):
         return
     if any(a.split("=", 1)[0] in PRINT_ONLY_FLAGS for a in sys.argv[1:]):
         return
-    given = [a.split("=", 1)[1].strip("'\"") for a in sys.argv[1:] if a.startswith("hydra.run.dir=")]
-    if not given or "${" in given[-1]:
+    given = given_run_dir(sys.argv[1:])
+    if not given:
         return
+    cfg = _composed(sys.argv[1:])
     try:
-        runlock.acquire(lock_folder(Path(given[-1]), _composed(sys.argv[1:])))
+        runlock.acquire(lock_folder(Path(given), cfg))
     except runlock.RunFolderBusy as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except OSError as e:  # a file there, a folder this user cannot write: nothing can be recorded in it
         print(
-            f"error: hydra.run.dir={given[-1]} cannot hold a run: {e.strerror or e} ({e.filename}); give a folder "
+            f"error: hydra.run.dir={given} cannot hold a run: {e.strerror or e} ({e.filename}); give a folder "
             "you can write, new or a run's own",
             file=sys.stderr,
         )
         sys.exit(2)
+    if not _resuming(sys.argv[1:]):  # (check_overrides composes without resume=: cfg.resume is the default)
+        _refuse_a_used_folder(Path(given), cfg)
 
 
-def _program() -> str:
-    """How this process was started, for the resume line: `python run.py` or `mecefo-exp`."""
-    name = Path(sys.argv[0]).name
-    if name == "run.py":
-        return "python run.py"
-    if name == "__main__.py":
-        return "python -m mecefo_exp"
-    return "mecefo-exp"
+def _resuming(args: List[str]) -> bool:
+    """Whether the command line asks for a resume (the last resume= wins, as in Hydra)."""
+    given = [a.split("=", 1)[1] for a in args if a.lstrip("+").startswith("resume=")]
+    return bool(given) and given[-1].strip("'\"").lower() in ("true", "1", "yes", "on", "y")
 
 
 def torchrun_prelude() -> None:
     """Under torchrun every rank runs @hydra.main: make them agree on rank 0's run folder.
 
     Ranks other than 0 stay quiet and write no .hydra/ files; only rank 0 writes
-    the run record (see mecefo_exp/tiers/torchrun.py).
+    the run record (see mecefo_exp/tiers/torchrun.py). The folder is named as a plain run's
+    (torchrun_run_dir). In the first round, a folder that holds an earlier run is refused by
+    every rank at once (rank 0 says it), and torchrun's later rounds end at once instead of
+    resuming it.
     """
-    from .tiers.torchrun_launch import launched_by_torchrun
+    from .tiers.torchrun_launch import launched_by_torchrun, note_config_refused
 
     if not launched_by_torchrun():
         return
-    import datetime
-
     import torch.distributed as dist
 
     from .tiers.torchrun import agree_run_dir, init_distributed
 
     init_distributed()
-    given = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("hydra.run.dir=")]
-    if not given:
-        now = datetime.datetime.now()
-        overrides = ",".join(sorted(a for a in sys.argv[1:] if "=" in a and not a.startswith("hydra")))
-        proposed = f"runs/{now:%Y-%m-%d}/{now:%H-%M-%S.%f}_{run_name(overrides)}"
-        chosen = agree_run_dir(proposed, Path.cwd() / "runs")
-        sys.argv.append(f"hydra.run.dir='{chosen}'")  # quoted: the name holds = and ,
+    folder = given_run_dir(sys.argv[1:])
+    if not any(a.startswith("hydra.run.dir=") for a in sys.argv[1:]):
+        proposed = torchrun_run_dir(sys.argv[1:]) if dist.get_rank() == 0 else ""
+        folder = agree_run_dir(proposed, Path.cwd() / "runs")
+        sys.argv.append(f"hydra.run.dir={hydra_quoted(folder)}")  # quoted: the name holds = and ,
+    if folder is not None and not torchrun_restarted() and not _resuming(sys.argv[1:]):
+        problem = [used_folder_problem(Path(folder)) if dist.get_rank() == 0 else None]
+        if problem[0] is not None:  # said before the others learn it: the first rank to exit ends the group
+            note_config_refused(problem[0])
+            print(f"error: {problem[0]}", file=sys.stderr, flush=True)
+        dist.broadcast_object_list(problem, src=0)
+        if problem[0] is not None:
+            note_config_refused(problem[0])
+            sys.exit(2)
     if dist.get_rank() != 0:
         sys.argv += ["hydra/job_logging=disabled", "hydra.output_subdir=null"]
+
+
+def torchrun_run_dir(args: List[str]) -> str:
+    """The run folder a plain run of these arguments gets (hydra.run.dir composed as Hydra composes
+    it: the preset's folder, the time, the overrides Hydra names it by, no trailing `_`), for
+    rank 0 to propose under torchrun, where every rank must agree on one before Hydra starts."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        cfg = compose("config", overrides=_user_overrides(args), return_hydra_config=True)
+        return str(OmegaConf.select(cfg, "hydra.run.dir"))
 
 
 def check_overrides(args: List[str]) -> Optional[str]:
@@ -305,7 +415,7 @@ def check_overrides(args: List[str]) -> Optional[str]:
     has, a value of the wrong type or an option that does not exist in several lines with
     exit 1, after its own set-up; this says it before anything runs. Sweeps (-m) and Hydra's
     own flags are left to Hydra: a sweep's values are lists that only its sweeper expands."""
-    unreadable = local_settings_problem(args)  # before Hydra reads it: --help and sweeps read it too
+    unreadable = local_settings_problem(args) or run_dir_problem(args)  # before Hydra reads them
     if unreadable:
         return unreadable
     unknown = unknown_preset(args)
@@ -380,14 +490,14 @@ def _composed(args: List[str]):
 def check_resume(args: List[str]) -> Optional[str]:
     """With resume=true: why the given folder cannot be resumed (None when it can), said
     before Hydra writes anything into it and before any compute."""
-    if not any(a.lower() in ("resume=true", "resume=1") for a in args) or os.environ.get("RANK", "0") != "0":
+    if not _resuming(args) or os.environ.get("RANK", "0") != "0":
         return None
-    given = [a.split("=", 1)[1].strip("'\"") for a in args if a.startswith("hydra.run.dir=")]
+    given = given_run_dir(args)
     if not given:
         return (
             "resume=true needs the run's folder: resume=true hydra.run.dir=<folder> (the line each run logs at start)"
         )
-    folder = Path(given[-1])
+    folder = Path(given)
     if not folder.is_dir():
         return f"nothing to resume in {folder}: no such folder"
     if not (folder / "config.yaml").exists():
@@ -423,9 +533,17 @@ def check_resume(args: List[str]) -> Optional[str]:
     return None
 
 
-#: settings a resume may change: how the console reports, never what is computed or recorded
-#: (not trainer.threads: a matmul's summation order, so its last bits, can depend on it)
-RESUME_MAY_CHANGE = ("trainer.progress", "trainer.log_events")
+def resume_warning(args: List[str]) -> Optional[str]:
+    """With resume=true, on a folder check_resume let through: what the resume cannot check, in one
+    line (a config.yaml whose start hash no record keeps); None otherwise."""
+    if not _resuming(args) or os.environ.get("RANK", "0") != "0":
+        return None
+    folder = given_run_dir(args)
+    if not folder:
+        return None
+    from .resume import config_unchecked
+
+    return config_unchecked(Path(folder))
 
 
 def settings_changed_on_resume(args: List[str], folder: Path) -> List[str]:
@@ -496,6 +614,9 @@ def entry() -> None:
     if problem:
         print(f"config error: {problem}", file=sys.stderr)
         sys.exit(2)
+    warning = resume_warning(sys.argv[1:])
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
     note = one_cell_note(sys.argv[1:])
     if note:
         print(f"note: {note}", file=sys.stderr)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 import shlex
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -80,14 +82,36 @@ def shell_quoted(word: str) -> str:
 
 
 def program_name() -> str:
-    """How this process was started, for the lines it prints: `python run.py`, `python -m
-    mecefo_exp` or `mecefo-exp`."""
-    name = Path(sys.argv[0]).name
-    if name == "run.py":
-        return "python run.py"
-    if name == "__main__.py":
-        return "python -m mecefo_exp"
-    return "mecefo-exp"
+    """How this process was started, as a shell runs it again from the same folder: `python run.py`
+    (the interpreter by the name the shell finds it under, else by its path: `.venv/bin/python
+    run.py`), `python -m mecefo_exp` or `mecefo-exp`."""
+    argv0 = Path(sys.argv[0])
+    if argv0.name == "run.py":
+        return f"{_interpreter()} {shlex.quote(_unresolved(argv0))}"
+    if argv0.name == "__main__.py" and argv0.parent.name == "mecefo_exp":
+        return f"{_interpreter()} -m mecefo_exp"
+    found = shutil.which("mecefo-exp")
+    if argv0.name != "mecefo-exp" or (found and os.path.abspath(found) == os.path.abspath(argv0)):
+        return "mecefo-exp"
+    return shlex.quote(_unresolved(argv0))
+
+
+def _interpreter() -> str:
+    """This Python as the shell runs it: `python` or `python3` when that is the one on PATH, else
+    its path (relative to the working folder when inside it; a venv's python is not resolved to the
+    interpreter it links to, which lacks the venv's packages)."""
+    for name in ("python", "python3"):
+        found = shutil.which(name)
+        if found and os.path.abspath(found) == os.path.abspath(sys.executable):
+            return name
+    return shlex.quote(_unresolved(Path(sys.executable)))
+
+
+def _unresolved(path: Path) -> str:
+    """`path` relative to the working folder when inside it, else absolute; links kept."""
+    absolute = os.path.abspath(path)
+    relative = os.path.relpath(absolute)
+    return relative if not relative.startswith("..") else absolute
 
 
 def shown_path(path) -> str:

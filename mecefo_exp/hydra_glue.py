@@ -31,14 +31,16 @@ def run_name(overrides: str, sep: str = "", limit: int = 120) -> str:
     return f"{sep}{name}"
 
 
-def hydra_output_subdir(resume: Any, output_dir: str, machine_rank: Any = 0) -> str:
+def hydra_output_subdir(resume: Any, output_dir: str, machine_rank: Any = 0) -> "str | None":
     """Where Hydra writes its record of a job (hydra.output_subdir, relative to the run folder).
 
     A start writes .hydra/ (config, overrides: how the run was started). A resume, or a
     torchrun restart, of a folder that has one writes .hydra/resume-<n>/ instead, so the
     record of the start survives every resume. (The run's resolved config, what a resume
     reuses, is <run>/config.yaml, written once by the trainer.) The launcher of torchft
-    machine m > 0 shares machine 0's run folder and writes .hydra/machine-<m>/.
+    machine m > 0 shares machine 0's run folder and writes .hydra/machine-<m>/. A start in a
+    folder that already holds a run (its config.yaml) writes none (None): cli refuses it
+    before any compute, and the record of that run stays as it was.
     """
     from pathlib import Path
 
@@ -46,6 +48,8 @@ def hydra_output_subdir(resume: Any, output_dir: str, machine_rank: Any = 0) -> 
         return f".hydra/machine-{machine_rank}"
 
     resuming = str(resume).lower() == "true" or torchrun_restarted()
+    if not resuming and (Path(output_dir) / "config.yaml").exists():
+        return None
     hydra_dir = Path(output_dir) / ".hydra"
     if not resuming or not (hydra_dir / "config.yaml").exists():
         return ".hydra"

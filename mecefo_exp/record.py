@@ -220,8 +220,11 @@ def source_sha256(package: Optional[Path] = None) -> str:
         parts = path.relative_to(root).parts
         if "__pycache__" in parts or parts[0] == "analysis":
             continue
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
+        try:
+            content = path.read_bytes()
+        except OSError:  # removed or replaced while read (an editor saving): named, not read
+            content = b"<unreadable>"
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + content + b"\0")
     return digest.hexdigest()
 
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import shlex
 import signal
 import sys
 import threading
@@ -150,13 +152,7 @@ class FailedJobsCallback(Callback):
         earlier = job_folders(folder) if folder.is_dir() else {}
         if earlier:
             runlock.release(folder)
-            first = earlier[min(earlier)]
-            print(
-                f"error: sweep folder {folder} holds {len(earlier)} job(s) of an earlier sweep ({first.name}, ...): "
-                "its jobs would append to their files; pick another hydra.sweep.dir, or finish a stopped job with "
-                f"python run.py resume=true hydra.run.dir=<job folder>",
-                file=sys.stderr,
-            )
+            print(f"error: {used_sweep_folder(folder, earlier)}", file=sys.stderr)
             sys.exit(2)
         CURRENT.folder, CURRENT.started = folder, time.time() - 1.0  # file times can be coarse
         CURRENT.planned = basic_plan(config)
@@ -174,6 +170,46 @@ class FailedJobsCallback(Callback):
         runlock.release(folder)
         if failed:
             log.error("%d job(s) of the sweep failed:\n  %s", len(failed), "\n  ".join(failed))
+
+
+def used_sweep_folder(folder: Path, earlier: Dict[int, Path]) -> str:
+    """The refusal of a sweep into a folder holding an earlier sweep's jobs, in one line that ends
+    with a command to run as printed: the resume line of its first unfinished job that can be
+    continued, else this sweep's command line into a new folder."""
+    from .console import hydra_quoted, program_name, resume_command, shell_quoted, shown_path
+    from .resume import earlier_run
+
+    program = program_name()
+    unfinished = []
+    for number in sorted(earlier):
+        state = earlier_run(earlier[number]) or {"status": "unknown", "resumable": False}
+        if state["status"] != "ok":
+            unfinished.append((earlier[number], state["resumable"]))
+    resumable = [job for job, can in unfinished if can]
+    head = (
+        f"sweep folder {folder} holds {len(earlier)} job(s) of an earlier sweep ({earlier[min(earlier)].name}, ...): "
+        "this sweep's jobs would append to their files"
+    )
+    if resumable:
+        command = resume_command(resumable[0], program)
+        if len(unfinished) == 1:
+            finish = f"its job that did not finish, with:  {command}"
+        else:
+            finish = (
+                f"{len(unfinished)} jobs did not finish, {len(resumable)} of them can be continued (resume=true, each "
+                f"with its own hydra.run.dir), the first with:  {command}"
+            )
+        return f"{head}; give another hydra.sweep.dir, or finish the earlier sweep: {finish}"
+    fresh = shown_path(folder.with_name(f"{folder.name}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"))
+    args = [a for a in sys.argv[1:] if not a.startswith("hydra.sweep.dir=")]
+    args.append("hydra.sweep.dir=" + (fresh if re.fullmatch(r"[\w@%+:./-]+", fresh) else hydra_quoted(fresh)))
+    again = " ".join([program, *(a if shlex.quote(a) == a else shell_quoted(a) for a in args)])
+    done = (
+        f"{len(unfinished)} of them did not finish and have no checkpoint to continue from"
+        if unfinished
+        else "every one of them finished"
+    )
+    return f"{head} ({done}); sweep into a new folder instead:  {again}"
 
 
 def _stop_the_sweep(signum, frame):

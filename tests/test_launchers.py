@@ -107,5 +107,11 @@ def test_a_sweep_into_a_folder_holding_an_earlier_sweeps_jobs_is_refused_in_one_
     again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     lines = [ln for ln in again.stderr.splitlines() if ln.strip()]
     assert again.returncode == 2 and len(lines) == 1, again.stderr[-2000:]
-    assert "holds 1 job(s) of an earlier sweep" in lines[0] and "resume=true" in lines[0], lines[0]
+    assert "holds 1 job(s) of an earlier sweep" in lines[0] and "every one of them finished" in lines[0], lines[0]
     assert (job / "metrics.jsonl").read_text() == before
+    # its command (this sweep into a new folder) runs as printed (issue 51: the hint did not)
+    printed = lines[0].split("sweep into a new folder instead:  ", 1)[1]
+    third = subprocess.run(["bash", "-c", printed], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert third.returncode == 0, third.stderr[-2000:]
+    (fresh,) = [p for p in tmp_path.iterdir() if p.name.startswith("sweep_")]
+    assert [json.loads(s.read_text())["status"] for s in _summaries(fresh)] == ["ok"]

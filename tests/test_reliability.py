@@ -98,6 +98,45 @@ def test_a_resume_keeps_how_the_run_was_started_and_records_the_resume(fixed_pro
     assert [e["kind"] for e in read_jsonl(run_dir / "superseded" / "resume-2" / "events.jsonl")] == ["resume"]
 
 
+@pytest.mark.slow  # two run.py processes (~20 s): `make test-cli`
+def test_the_printed_resume_line_runs_through_bash_and_a_resume_with_other_code_says_so(fixed_profile, tmp_path):
+    """Issue 51: the resume line a run prints failed for a folder named with an apostrophe (run.py
+    read `it\\'s`), and a resume with other code than the run last ran said nothing. The printed
+    line, run by bash as printed, resumes the run; its one warning line names the old and the new
+    code, and the resume record keeps both (tests/test_cli_safety.py has the fast checks)."""
+    from mecefo_exp.console import hydra_quoted
+
+    run_dir = tmp_path / "it's a run"
+    start = [
+        *MICRO,
+        "method=checkpoint",
+        "failure=none",
+        "trainer.max_steps=4",
+        "trainer.eval_every=0",
+        f"cluster.profile={fixed_profile()}",
+        f"hydra.run.dir={hydra_quoted(str(run_dir))}",
+    ]
+    out = _run_py(*start)
+    assert out.returncode == 0, out.stderr[-2000:]
+    printed = [
+        ln.split("continue it with:  ", 1)[1] for ln in (out.stdout + out.stderr).splitlines() if "with:  " in ln
+    ]
+    assert len(printed) == 1, out.stdout[-2000:] + out.stderr[-2000:]
+    old = {"git_sha": "0123456789abcdef0123456789abcdef01234567", "source_sha256": "ab" * 32}
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**summary, **old}))  # the run, as last run by other code
+
+    resumed = subprocess.run(["bash", "-c", printed[0]], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    said = [ln for ln in (resumed.stdout + resumed.stderr).splitlines() if "last ran other code" in ln]
+    assert len(said) == 1 and "commit 0123456789ab -> " in said[0] and "abababababab -> " in said[0], said
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and [r["n"] for r in summary["resumes"]] == [1]
+    assert summary["resumes"][0]["code_changed_from"] == old
+    assert summary["resumes"][0]["code"]["source_sha256"] == summary["source_sha256"] != old["source_sha256"]
+    assert not (tmp_path / "it\\'s a run").exists()
+
+
 # ---------------------------------------------------------------- 2. no input can hang a run
 @pytest.mark.parametrize(
     "rows, line",

@@ -334,3 +334,57 @@ def test_a_config_error_found_after_composition_is_not_retried_by_torchrun(monke
     with pytest.raises(SystemExit) as e:
         tl.refuse_config_under_torchrun(lambda: checked.append(1))
     assert e.value.code == 2 and not checked and capsys.readouterr().err == ""
+
+
+@pytest.mark.slow  # two torchrun starts (~25 s); make test-crash and CI run it
+def test_torchrun_names_its_folder_as_a_plain_run_and_never_starts_over_a_used_one(fixed_profile, tmp_path):
+    """Rank 0 named the folder `runs/<date>/<time>_<its own join of the arguments>` (a trailing `_`
+    without overrides, seed and paths in the name, a preset's folder ignored): it is now the folder a
+    plain run of the same arguments gets. A torchrun start (not a resume) into a folder that holds a
+    run is refused by every rank in the first round, said once, and torchrun's next round ends at
+    once instead of resuming that run (a restarted round resumes)."""
+    import json
+    import re
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from mecefo_exp.console import hydra_quoted
+
+    args = [
+        "cluster=torchrun",
+        *[o for o in MICRO if not o.startswith(("cluster.n_workers", "trainer.max_steps", "trainer.eval_every"))],
+        "trainer.max_steps=4",
+        "trainer.eval_every=0",
+        "method=checkpoint",
+        "failure=none",
+        "seed=3",
+        f"cluster.profile={fixed_profile()}",
+    ]
+    cmd = [TORCHRUN, "--nproc-per-node=2", "--standalone", str(ROOT / "run.py"), *args]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=240, env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    (summary,) = (tmp_path / "runs").glob("*/*/summary.json")
+    run_dir = summary.parent
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        plain = compose("config", overrides=args, return_hydra_config=True).hydra.run.dir
+    stamp = re.compile(r"\d{4}-\d\d-\d\d/\d\d-\d\d-\d\d\.\d{6}")
+    assert stamp.sub("<t>", str(run_dir.relative_to(tmp_path))) == stamp.sub("<t>", plain)
+    assert not run_dir.name.endswith("_") and "seed=" not in run_dir.name
+
+    before = {p: p.read_bytes() for p in (run_dir / "metrics.jsonl", run_dir / "summary.json")}
+    again = [TORCHRUN, "--nproc-per-node=2", "--standalone", "--max-restarts=1", str(ROOT / "run.py"), *args]
+    out = subprocess.run(
+        [*again, f"hydra.run.dir={hydra_quoted(str(run_dir))}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
+    said = [ln for ln in out.stderr.splitlines() if "already holds a run" in ln]
+    assert out.returncode != 0 and len(said) == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    assert {p: p.read_bytes() for p in before} == before  # not appended to, not resumed
+    assert json.loads(before[run_dir / "summary.json"])["resumes"] == []
