@@ -31,9 +31,10 @@ def test_the_robustness_line_names_the_first_value_where_the_runner_up_is_ahead(
 
     def fake_run_all(jobs, processes=2):  # the runner-up ("b") is ahead once repairs take an hour or more
         out = []
-        for overrides in jobs:
+        for overrides, values in jobs:  # a job: the method's overrides and the values set on its config
             method = next(o.split("=")[1] for o in overrides if o.startswith("method="))
-            repair = float(next(o.split("=")[1] for o in overrides if o.startswith("failure.replace_s=")))
+            given = next(o.split("=")[1] for o in overrides if o.startswith("failure.replace_s="))
+            repair = float(values.get("failure.replace_s", given))  # a value set replaces the override
             ahead = (method == "b") == (repair >= 3600)
             out.append(
                 {
@@ -52,3 +53,18 @@ def test_the_robustness_line_names_the_first_value_where_the_runner_up_is_ahead(
     assert robust["flips"] == {"failure.replace_s": 3600}
     # the alternative's value replaced the one the job had (one value per key)
     assert robust["winner"] == "a" and robust["second"] == "b"
+
+
+def test_a_value_set_on_a_composed_config_is_the_config_its_override_composes():
+    """advise's robustness runs set one value on a composed config instead of composing again."""
+    from omegaconf import OmegaConf
+
+    from analysis.simulate import compose_seeded
+
+    base = ["experiment=decision_map", "cluster.n_workers=256", "trainer.numerics=false", "method=oobleck"]
+    for key, value in (("cluster.detection_s", 120), ("failure.job_faults.Unknown", "processes"), ("seed", 2)):
+        values = {} if key == "seed" else {key: value}
+        seed = [f"seed={value}"] if key == "seed" else []
+        assert OmegaConf.to_container(compose_seeded(base + seed, values)) == OmegaConf.to_container(
+            compose(base + [f"{key}={value}"])
+        ), key
