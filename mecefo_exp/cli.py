@@ -228,7 +228,7 @@ def _traceback_to_log_file(what: str) -> None:
             handler.handle(record)
 
 
-def _config_error(run_dir: Path, e: ConfigError) -> None:
+def _config_error(run_dir: Path, e: ConfigError | TraceError) -> None:
     """One line, before any compute; a new folder says it did not run, a folder that already
     holds a run's record (a refused resume) keeps it as it was."""
     if not (run_dir / "summary.json").exists():

@@ -259,7 +259,7 @@ def resume_from_folder(
             continue
         state, source = loaded, candidate
         break
-    if state is None:
+    if state is None or source is None:  # set together: the checkpoint that loaded and its store
         raise ConfigError(f"resume=true: no checkpoint in {run_dir} can be loaded ({len(unreadable)} tried)")
     steps = [s for s in steps if (store, s) not in unreadable]
     harness_steps = [s for s in harness_steps if (resume_store, s) not in unreadable]

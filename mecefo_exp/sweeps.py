@@ -117,7 +117,8 @@ def stopped(reason: str) -> Optional[List[str]]:
     numbers = range(len(CURRENT.planned)) if CURRENT.planned is not None else sorted(folders)
     for number in numbers:
         job = folders.get(number)
-        if job is None:
+        if job is None:  # a planned job (without a plan, the numbers are the folders found)
+            assert CURRENT.planned is not None
             lines.append(f"job {number} never started: {' '.join(CURRENT.planned[number])}")
             continue
         summary_path = job / "summary.json"
