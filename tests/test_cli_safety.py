@@ -1,4 +1,4 @@
-"""The command line keeps a run folder safe (issue 51's low items): a resume says when the code
+"""The command line keeps a run folder safe: a resume says when the code
 changed and refuses a config.yaml edited by hand (start.json keeps its hash), the printed resume
 line and the sweep refusal's command run as printed whatever the folder's name, a run does not
 start over a folder that holds a run, and torchrun names its run folder as a plain run does.

@@ -109,7 +109,7 @@ def test_a_sweep_into_a_folder_holding_an_earlier_sweeps_jobs_is_refused_in_one_
     assert again.returncode == 2 and len(lines) == 1, again.stderr[-2000:]
     assert "holds 1 job(s) of an earlier sweep" in lines[0] and "every one of them finished" in lines[0], lines[0]
     assert (job / "metrics.jsonl").read_text() == before
-    # its command (this sweep into a new folder) runs as printed (issue 51: the hint did not)
+    # its command (this sweep into a new folder) runs as printed (the hint once did not)
     printed = lines[0].split("sweep into a new folder instead:  ", 1)[1]
     third = subprocess.run(["bash", "-c", printed], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert third.returncode == 0, third.stderr[-2000:]

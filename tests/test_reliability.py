@@ -100,7 +100,7 @@ def test_a_resume_keeps_how_the_run_was_started_and_records_the_resume(fixed_pro
 
 @pytest.mark.slow  # two run.py processes (~20 s): `make test-cli`
 def test_the_printed_resume_line_runs_through_bash_and_a_resume_with_other_code_says_so(fixed_profile, tmp_path):
-    """Issue 51: the resume line a run prints failed for a folder named with an apostrophe (run.py
+    """The resume line a run prints once failed for a folder named with an apostrophe (run.py
     read `it\\'s`), and a resume with other code than the run last ran said nothing. The printed
     line, run by bash as printed, resumes the run; its one warning line names the old and the new
     code, and the resume record keeps both (tests/test_cli_safety.py has the fast checks)."""
