@@ -79,8 +79,9 @@ def interval(values):
     return statistics.mean(values), 3.0 * statistics.stdev(values) / math.sqrt(len(values))
 
 
-def cr_case(profile, C, R, M, k, seeds, steps):
-    base = compose(
+def cr_config(profile, C, R, M, interval, steps):
+    """Checkpoint-restart on the pinned clock: write C, restart R, a failure every M seconds."""
+    return compose(
         BASE
         + CR
         + [
@@ -88,10 +89,14 @@ def cr_case(profile, C, R, M, k, seeds, steps):
             f"hardware.checkpoint_s={C}",
             f"method.restart_s={R}",
             f"failure.mtbf={M}",
-            f"method.interval={k}",
+            f"method.interval={interval}",
             f"trainer.max_steps={steps}",
         ]
     )
+
+
+def cr_case(profile, C, R, M, k, seeds, steps):
+    base = cr_config(profile, C, R, M, k, steps)
     summaries = runs(base, seeds)
     T = k * summaries[0]["clock"]["failure_free_step_s"]
     return interval([effective_time(s) for s in summaries]), T
@@ -401,18 +406,7 @@ def held_out_rows(profile: str) -> List[Dict]:
         steps = round(40 * M / STEP_S)
         # a free write has no optimum interval (every step): AIReSim's case checkpoints every 60 s
         every = "auto" if C > 0 else str(round(60.0 / STEP_S))
-        base = compose(
-            BASE
-            + CR
-            + [
-                f"cluster.profile={profile}",
-                f"hardware.checkpoint_s={C}",
-                f"method.restart_s={R}",
-                f"failure.mtbf={M}",
-                f"method.interval={every}",
-                f"trainer.max_steps={steps}",
-            ]
-        )
+        base = cr_config(profile, C, R, M, every, steps)
         summaries = runs(base, 3)
         mean, half = interval([effective_time(s) for s in summaries])
         T = summaries[0]["checkpoint_interval"] * STEP_S
@@ -448,18 +442,7 @@ def gemini_case(profile, minute_s: float = 60.0, mtbfs: int = 40, seeds: int = 3
     scales every time alike): the minutes lost per failure (rolled-back work and restarts) of each seed."""
     C = R = T = GEMINI_CKPT_MIN * minute_s
     M = GEMINI_MTBF_MIN * minute_s
-    base = compose(
-        BASE
-        + CR
-        + [
-            f"cluster.profile={profile}",
-            f"hardware.checkpoint_s={C}",
-            f"method.restart_s={R}",
-            f"failure.mtbf={M}",
-            f"method.interval={round(T / STEP_S)}",
-            f"trainer.max_steps={round(mtbfs * M / STEP_S)}",
-        ]
-    )
+    base = cr_config(profile, C, R, M, round(T / STEP_S), round(mtbfs * M / STEP_S))
     lost = []
     for s in runs(base, seeds):
         spent = s["time_breakdown"]
