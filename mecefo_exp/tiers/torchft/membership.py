@@ -35,6 +35,7 @@ from .network import (
     local_host,
     manager_server_bound_to,
 )
+from .replaced import leave_if_replaced, watch_for_replacement
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,7 @@ class TorchftMembership:
         # failure.kill=false: every process stays up and the trace masks failed workers (simulated membership)
         self.from_quorum = membership_from_quorum
         self.store = connect_store(store_address, cfg.restart_timeout_s)
+        watch_for_replacement(store_address, cfg.restart_timeout_s, worker, incarnation)
         self.restart_timeout_s = cfg.restart_timeout_s
         self.joining = incarnation > 0  # a restarted process: it enters where its peers are
         # the books (identical on every live worker)
@@ -325,26 +327,9 @@ class TorchftMembership:
         return set(got)
 
     def _leave_if_replaced(self) -> None:
-        """This process was stopped or cut off past the survivors' timeouts, and they have asked for
-        a newer one of this worker (`restart/<me>`): it cannot rejoin as what it was, so it leaves at
-        once, as a planned death, before it could enter a quorum (and hold up the one the survivors
-        want) or write the record."""
-        key, mine = f"restart/{self.me}", self.incarnation[self.me]
-        wanted = int(self.store.get(key).decode()) if self.store.check([key]) else mine
-        if wanted <= mine:
-            return
-        self.store.set(f"killed/{self.me}/{mine}", repr(time.time()))
-        log.warning(
-            "worker %d's process %d (incarnation %d) was replaced while it was out of the quorum (stopped "
-            "or hung past the others' timeouts): it leaves, incarnation %d takes its place",
-            self.me,
-            os.getpid(),
-            mine,
-            wanted,
-        )
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-        os.kill(os.getpid(), signal.SIGKILL)
+        """Before a quorum: a process the survivors replaced leaves before it could enter one (and
+        hold up the one they want) or write the record."""
+        leave_if_replaced(self.store, self.me, self.incarnation[self.me])
 
     def barrier(self) -> None:
         """Every live worker gets here (a checkpoint file is complete before anyone reads it)."""
