@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Union
 
 if TYPE_CHECKING:
     import torch
@@ -188,8 +188,15 @@ class Context:
         )
         self.step = to_step
 
-    def event(self, kind: str, worker: Optional[int] = None, detail: Optional[dict] = None) -> None:
-        row = {"sim_time_s": self.clock.now, "step": self.step, "kind": kind, "worker": worker, "detail": detail or {}}
+    def event(
+        self,
+        kind: str,
+        worker: Optional[int] = None,
+        detail: Optional[dict] = None,
+        at: Optional[Tuple[int, float]] = None,
+    ) -> None:
+        step, now = at if at is not None else (self.step, self.clock.now)
+        row = {"sim_time_s": now, "step": step, "kind": kind, "worker": worker, "detail": detail or {}}
         self.records.event(row)
         if self.is_main:
             self.print_event(row)

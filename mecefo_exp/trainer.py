@@ -388,20 +388,28 @@ class Experiment(Context):
         quiet = self.method.quiet_steps(plan, step_s)
         if not quiet:
             return 0
-        now, trace = self.clock.now, self.trace
-        limits = [
-            quiet,
-            self.max_steps - self.step,
-            steps_ending_by(now, step_s, trace.next_failure_time()),
-            steps_starting_before(now, step_s, trace.next_event_time()),
-            steps_ending_by(now, step_s, self.method.timer_s()),
-            steps_ending_by(now, step_s, trace.stop_s),
-        ]
+        limits = [quiet, self.max_steps - self.step, self.steps_in_time(self.clock.now, step_s)]
         if self.eval_every and self.training.numerics:
             limits.append(steps_before_multiple(self.step, self.eval_every))
         if self.resume_store is not None and self.resume_every:
             limits.append(steps_before_multiple(self.step, self.resume_every))
-        return int(min(limits))
+        count = int(min(limits))
+        # time the method charges between these steps (REFT's snapshots) ends them later: counted
+        # as if all of it came first, the run ends no later than step by step; the steps this
+        # leaves out are booked by the next pass
+        charged = self.method.charged_in_quiet_run(self.step, count) if count > 1 else 0.0
+        return int(min(count, self.steps_in_time(self.clock.now + charged, step_s))) if charged else count
+
+    def steps_in_time(self, now: float, step_s: float) -> float:
+        """Steps of `step_s` seconds from `now` on before the trace's next event (the step a failure
+        falls in left out, the one a recovery falls in kept), the method's timer or a node trace's stop."""
+        trace = self.trace
+        return min(
+            steps_ending_by(now, step_s, trace.next_failure_time()),
+            steps_starting_before(now, step_s, trace.next_event_time()),
+            steps_ending_by(now, step_s, self.method.timer_s()),
+            steps_ending_by(now, step_s, trace.stop_s),
+        )
 
     def book_quiet_steps(self, plan, cost, count: int) -> None:
         """`count` steps of `plan`'s shape and equal `cost`, booked at once: the clock, the window,
@@ -430,7 +438,9 @@ class Experiment(Context):
             }
         )
         with signals_held():
-            self.method.after_quiet_steps(self.step - 1)  # as after_step: a method's periodic work ending the run
+            self.method.after_quiet_steps(
+                first, self.step - 1, cost.total
+            )  # as after_step: a method's periodic work in the run
         progress.update(self.step, None, clock.now, self.tokens_per_step, alive)
         self.end_of_boundary(evaluated=False)
 

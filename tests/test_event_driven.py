@@ -134,6 +134,20 @@ def test_time_triggered_rebalance_and_svd_refreshes_land_on_the_same_steps(run_e
     assert_same_run(stepped, driven, ev_s, ev_d)
 
 
+def test_reft_books_many_snapshots_in_one_pass_and_still_equals_step_by_step(run_exp):
+    """A quiet run goes from one disk checkpoint to the next, past the snapshots in between: each
+    still has its event at its own step and time, its charge on the step before it, and the
+    failures that fall after a snapshot's charge (here the whole state copy, overlap=0) end the
+    run where a step-by-step run ends it."""
+    common = ("method=reft", "method.snapshot_every=3", "method.checkpoint_interval=30", "method.overlap=0")
+    stepped, driven, ev_s, ev_d, rows_s, rows_d = both_loops(run_exp, *common, "failure=high")
+    assert stepped["failures"] > 5 and stepped["snapshots"] > 100
+    assert_same_run(stepped, driven, ev_s, ev_d)
+    free, _, _, _, _, free_rows = both_loops(run_exp, *common, "failure=none")
+    # 400 steps: 14 disk checkpoints, each taken alone after a quiet run (one pass per snapshot: 134)
+    assert free["snapshots"] == 134 and len(free_rows) <= 2 * 14 + 1
+
+
 def test_a_method_that_cannot_name_its_events_is_stepped(run_exp, monkeypatch, caplog):
     from mecefo_exp.methods.base import Method
     from mecefo_exp.methods.oobleck import Oobleck

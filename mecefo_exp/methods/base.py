@@ -172,10 +172,17 @@ class Method:
         """What `before_optimizer(plan, None)` and `after_step` do over `count` quiet steps
         (a method's step counters), in closed form."""
 
-    def after_quiet_steps(self, step: int) -> None:
-        """After a run of quiet steps ending with `step` is booked (its metrics row written), as
-        `after_step` after one step: a method whose `quiet_steps` includes the step of its own
-        periodic work (REFT's snapshot) does that work here. Default: nothing."""
+    def charged_in_quiet_run(self, first: int, count: int) -> float:
+        """Simulated seconds this method charges between the steps of a quiet run of `count` steps
+        from `first` (REFT's snapshots, each after the step before it); the loop ends the run no
+        later for them than a step-by-step run would. Default: none."""
+        return 0.0
+
+    def after_quiet_steps(self, first: int, last: int, step_s: float) -> None:
+        """After steps `first`..`last` (`step_s` seconds each) were booked at once (their metrics row written), as
+        `after_step` after each: a method whose periodic work falls inside a quiet run (REFT's
+        snapshots, which change nothing a later step reads but the latest one) does that work
+        here. Default: nothing."""
 
     def summary(self) -> Dict[str, object]:
         return {}

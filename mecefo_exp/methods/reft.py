@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Union
 
 from ..config import at_least, is_hybrid, within
 from ..failures.classes import HOST_SNAPSHOT, STORAGE
-from .base import RestartConfig, RollbackMethod, steps_before_multiple
+from .base import RestartConfig, RollbackMethod
 from .parity import ShardedSnapshot, SnapshotLedger, ledger_index, parity_layout
 
 
@@ -79,28 +79,44 @@ class Reft(RollbackMethod):
             self.take_snapshot(step + 1)
         super().after_step(step)  # the disk checkpoint, every `interval` steps
 
-    def quiet_steps(self, plan, step_s: float) -> int:
-        """Quiet until the next disk checkpoint; the next snapshot's step is included (booked with
-        the steps before it, the snapshot taken after them: `after_quiet_steps`), so a run pays one
-        loop pass per snapshot period, not two."""
-        to_snapshot = steps_before_multiple(plan.step, self.cfg.snapshot_every) + 1
-        return min(to_snapshot, super().quiet_steps(plan, step_s))
+    def charged_in_quiet_run(self, first: int, count: int) -> float:
+        """The snapshots after steps `first`..`first + count - 2` (the one after the last step ends
+        the run and delays none of its steps)."""
+        every = self.cfg.snapshot_every
+        return (((first + count - 1) // every) - (first // every)) * self.snapshot_charge_s
 
-    def after_quiet_steps(self, step: int) -> None:
-        if (step + 1) % self.cfg.snapshot_every == 0:  # the run of steps ended with a snapshot's step
-            self.take_snapshot(step + 1)
+    def after_quiet_steps(self, first: int, last: int, step_s: float) -> None:
+        """The snapshots of steps `first`..`last`, booked at once: the loop's quiet runs go from
+        one disk checkpoint to the next, past the snapshot steps in between. Each snapshot is
+        charged to the step before it and has its event, stamped with the step and time it has
+        when taken after that step alone (`step_s` seconds a step); the last one stays. Without
+        numerics (the only runs booked this way) the state of a step is its number alone."""
+        state = self.run.state_dict()
+        if set(state) != {"step"}:
+            raise RuntimeError(f"quiet steps booked with training state ({sorted(state)}): snapshots need each step")
+        every = self.cfg.snapshot_every
+        for step in range(every * math.ceil((first + 1) / every), last + 2, every):
+            self.snapshot = self._sharded({"step": step})
+            self._book_snapshot(step, at_s_before_end=(last + 1 - step) * step_s)
 
     def take_snapshot(self, step: int) -> None:
         """Snapshot the state before step `step` into the workers' memory; charge its visible part."""
         if self.run.step != step:
             raise RuntimeError(f"snapshot of step {step} asked while the state is that of step {self.run.step}")
         self.snapshot = self._sharded(self.run.state_dict())
+        self._book_snapshot(step)
+
+    def _book_snapshot(self, step: int, at_s_before_end: Optional[float] = None) -> None:
+        """A snapshot's visible cost (charged to the step before it), its count and its event
+        (`at_s_before_end`: booked that many simulated seconds after it was taken)."""
+        assert self.snapshot is not None
         cost = self.snapshot_charge_s
         if step > 0:
             self.run.clock.add_to_step(step - 1, "ft_overhead", cost)
         else:
             self.run.clock.charge("ft_overhead", cost)
         self.counts["snapshots"] += 1
+        at = None if at_s_before_end is None else (step, self.run.clock.now - at_s_before_end)
         self.run.event(
             "snapshot",
             detail={
@@ -109,6 +125,7 @@ class Reft(RollbackMethod):
                 "bytes": self.snapshot.length,
                 "shard_bytes": self.snapshot.shard_bytes,
             },
+            at=at,
         )
 
     def _sharded(self, state: Dict) -> Union[ShardedSnapshot, SnapshotLedger]:

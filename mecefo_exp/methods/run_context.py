@@ -89,7 +89,15 @@ class RunContext(Protocol):
 
     leader: int  # the worker whose process writes it (torchft moves it when that one dies)
 
-    def event(self, kind: str, worker: Optional[int] = None, detail: Optional[dict] = None) -> None: ...
+    def event(
+        self,
+        kind: str,
+        worker: Optional[int] = None,
+        detail: Optional[dict] = None,
+        at: Optional[Tuple[int, float]] = None,
+    ) -> None:
+        """A row of events.jsonl, stamped with the step and simulated time now, or `at` (step,
+        seconds) for work booked after the fact (a quiet run's snapshots)."""
 
     def membership_event(self, kind: str, worker: int, detail: Dict) -> None: ...
 
