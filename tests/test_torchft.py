@@ -1002,7 +1002,9 @@ def test_a_hung_worker_that_comes_back_after_it_was_replaced_leaves_and_its_repl
     ]
     assert events == [("fail", 2), ("recover", 2)]
     # the old process saw it was replaced and left (its launcher would have killed it after 10 s)
-    assert "was replaced while it was out of the quorum" in (run_dir / "torchft" / "worker-2.log").read_text(), out[-3000:]
+    assert "was replaced while it was out of the quorum" in (run_dir / "torchft" / "worker-2.log").read_text(), out[
+        -3000:
+    ]
     assert not worker_processes(run_dir) and lighthouse_is_gone(ft["lighthouse"])
 
 
