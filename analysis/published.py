@@ -203,22 +203,11 @@ def _folder_name(label: str) -> str:
 # ------------------------------------------------------------------------ fingerprints
 def run_configs(configs: Dict[str, List[str]], out: Path, extra: Sequence[str] = ()) -> Dict[str, dict]:
     """Run each configuration in this process (label -> summary.json), in out/<label>/."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from mecefo_exp import api
 
-    from mecefo_exp.config import validate
-    from mecefo_exp.hydra_glue import register_configs
-    from mecefo_exp.paths import conf_dir
-    from mecefo_exp.trainer import Experiment
-
-    register_configs()
     summaries = {}
     for label, overrides in configs.items():
-        GlobalHydra.instance().clear()
-        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-            cfg = compose("config", overrides=[*overrides, *extra])
-        validate(cfg)
-        summaries[label] = Experiment(cfg, out / _folder_name(label)).run()
+        summaries[label] = api.run(api.compose([*overrides, *extra]), out / _folder_name(label))
         if summaries[label].get("status") != "ok":
             raise RuntimeError(
                 f"{label}: the run ended {summaries[label].get('status')}: {summaries[label].get('error')}"

@@ -1,5 +1,5 @@
 """Numerics-free runs in this process, for sweeps that read only a run's summary (decision map, advise,
-the closed-form tests): compose with Hydra's compose API, run in a scratch folder, keep the summary.
+the closed-form tests): compose and run through mecefo_exp.api, in a scratch folder, keep the summary.
 
     summaries = run_all([["experiment=llama3_405b", "method=mecefo", "seed=0"], ...], processes=2)
 
@@ -23,26 +23,15 @@ METHODS = list(METHOD_ORDER)
 
 
 def compose(overrides: Sequence[str]):
-    """The config the command line would run, validated (a bad override is one ConfigError line)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    """The config the command line would run, checked (a bad override is one ConfigError line)."""
+    from mecefo_exp import api
 
-    from mecefo_exp.config import validate
-    from mecefo_exp.hydra_glue import register_configs
-    from mecefo_exp.paths import conf_dir
-
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        cfg = hydra_compose("config", overrides=list(overrides))
-    validate(cfg)
-    return cfg
+    return api.compose(overrides)
 
 
 def run_cfg(cfg, keep: Optional[Path] = None) -> Dict:
     """Run one composed config; its folder is a scratch one (removed) unless `keep` names one."""
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp import api
 
     loggers = [logging.getLogger(name) for name in ("mecefo_exp", "mecefo_exp.trainer", "mecefo_exp.timing")]
     levels = [lg.level for lg in loggers]
@@ -50,7 +39,7 @@ def run_cfg(cfg, keep: Optional[Path] = None) -> Dict:
         lg.setLevel(logging.ERROR)
     folder = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="mecefo-sim-"))
     try:
-        return Experiment(cfg, folder).run()
+        return api.run(cfg, folder)
     finally:
         for lg, level in zip(loggers, levels):
             lg.setLevel(level)
@@ -77,7 +66,7 @@ def compose_seeded(overrides: Sequence[str], values: Optional[Dict[str, object]]
 
     from omegaconf import OmegaConf
 
-    from mecefo_exp.config import validate
+    from mecefo_exp.api import validate_run
 
     rest = tuple(o for o in overrides if not o.startswith("seed="))
     seeds = [o.split("=", 1)[1] for o in overrides if o.startswith("seed=")]
@@ -91,7 +80,7 @@ def compose_seeded(overrides: Sequence[str], values: Optional[Dict[str, object]]
     for key, value in (values or {}).items():
         OmegaConf.update(cfg, key, value, merge=False)
     if seeds or values:
-        validate(cfg)
+        validate_run(cfg)
     return cfg
 
 

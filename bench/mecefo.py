@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
-from hydra import compose, initialize_config_dir
 
+from mecefo_exp import api
 from mecefo_exp.approx import (
     LowRankProjections,
     approximations,
@@ -41,7 +41,6 @@ from mecefo_exp.approx import (
 )
 from mecefo_exp.data import SampleStream, load_corpus
 from mecefo_exp.executor import LocalCluster
-from mecefo_exp.hydra_glue import register_configs
 from mecefo_exp.model import build_model
 from mecefo_exp.plan import NORMAL, Mode, Sample
 
@@ -97,12 +96,9 @@ def measure(cluster, samples, mode, device):
 
 def neighbour_bench(model_name, seq_len, micro_batch, rank, repeats, warmup, device, precision="fp32", overrides=()):
     """Median seconds and memory of every variant (see the module doc), measured round-robin."""
-    register_configs()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose(
-            "config",
-            overrides=[f"model={model_name}", f"data.seq_len={seq_len}", f"data.micro_batch={micro_batch}", *overrides],
-        )
+    cfg = api.compose(
+        [f"model={model_name}", f"data.seq_len={seq_len}", f"data.micro_batch={micro_batch}", *overrides], check=False
+    )
     corpus = load_corpus(cfg.data)
     stream = SampleStream(corpus.train, seq_len, micro_batch, 2, seed=0)
     model = build_model(cfg.model, corpus.vocab_size, seed=0).to(device)

@@ -33,10 +33,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hydra import compose, initialize_config_dir  # noqa: E402
 
-from mecefo_exp.config import validate  # noqa: E402
-from mecefo_exp.hydra_glue import register_configs  # noqa: E402
+from mecefo_exp import api  # noqa: E402
 from mecefo_exp.methods import REGISTRY  # noqa: E402
 from mecefo_exp.trainer import Experiment  # noqa: E402
 
@@ -74,9 +72,7 @@ SIZE_COMMON = [
 
 def timed_run(overrides, common=COMMON):
     """(summary, loop wall s, whole run wall s, events written)."""
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=common + overrides)
-    validate(cfg)
+    cfg = api.compose(common + overrides)
     with tempfile.TemporaryDirectory() as d:
         exp = Experiment(cfg, Path(d))
         loop, train = [], exp.train
@@ -215,7 +211,6 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the headline only")
     args = parser.parse_args()
-    register_configs()
     result = headline()
     result["failure_free_steps_per_s"] = failure_free()
     if not args.quick:

@@ -31,11 +31,8 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hydra import compose, initialize_config_dir  # noqa: E402
 
-from mecefo_exp.config import validate  # noqa: E402
-from mecefo_exp.hydra_glue import register_configs  # noqa: E402
-from mecefo_exp.trainer import Experiment  # noqa: E402
+from mecefo_exp import api  # noqa: E402
 
 MODELS = ("bert_large", "gpt3_2_7b", "gpt3_6_7b")
 TRACES = ("6h", "3h", "1h", "30m", "10m")
@@ -58,14 +55,13 @@ def run_cell(model, trace, method, extra=()):
         f"scenario.trace={trace}",
         *extra,
     ]
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=overrides)
+    cfg = api.compose(overrides, check=False)
     try:
-        validate(cfg)
+        api.validate_run(cfg)
     except Exception as e:  # out of memory: the table says it cannot run
         return None, str(e)
     with tempfile.TemporaryDirectory() as d:
-        summary = Experiment(cfg, Path(d)).run()
+        summary = api.run(cfg, Path(d))
     return summary["window"]["samples_per_s"] or 0.0, None  # no step completed: nothing credited
 
 
@@ -131,7 +127,6 @@ def main():
         "and with its checkpoint test in time order, beside ours",
     )
     args = ap.parse_args()
-    register_configs()
     if args.artifact:
         if not (Path(args.artifact) / "varuna_simulator.py").is_file():
             sys.exit(f"--artifact {args.artifact}: no varuna_simulator.py there (give the checkout's tools/simulator)")

@@ -23,22 +23,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
 
-from mecefo_exp.config import validate  # noqa: E402
+from mecefo_exp import api  # noqa: E402
 from mecefo_exp.data import SampleStream, load_corpus  # noqa: E402
-from mecefo_exp.hydra_glue import register_configs  # noqa: E402
 from mecefo_exp.model import build_model  # noqa: E402
 from mecefo_exp.optim import make_optimizer, make_scheduler  # noqa: E402
 from mecefo_exp.trainer import Experiment  # noqa: E402
 
 
 def compose_cfg(overrides):
-    register_configs()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=overrides)
-    validate(cfg)
-    return cfg
+    return api.compose(overrides)
 
 
 def harness_step_times(cfg, run_dir):

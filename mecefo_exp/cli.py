@@ -26,8 +26,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from . import runlock
-from .config import typed_config, validate
+from . import api, runlock
+from .api import validate_run
+from .config import typed_config
 from .console import hydra_quoted, install_console, program_name, resume_command, shell_quoted
 from .errors import AnticipatedEnd, ConfigError
 from .failures import TraceError
@@ -40,14 +41,6 @@ from .signals import Terminated
 
 register_configs()
 log = logging.getLogger("run")
-
-
-def validate_run(cfg) -> None:
-    """The config's checks and the method variant's (which the config layer cannot import)."""
-    from .methods import check_variant
-
-    validate(cfg)
-    check_variant(cfg.method, cfg)
 
 
 @hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
@@ -402,11 +395,8 @@ def torchrun_run_dir(args: List[str]) -> str:
     """The run folder a plain run of these arguments gets (hydra.run.dir composed as Hydra composes
     it: the preset's folder, the time, the overrides Hydra names it by, no trailing `_`), for
     rank 0 to propose under torchrun, where every rank must agree on one before Hydra starts."""
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        cfg = compose("config", overrides=_user_overrides(args), return_hydra_config=True)
-        return str(OmegaConf.select(cfg, "hydra.run.dir"))
+    cfg = api.compose(_user_overrides(args), check=False, hydra_config=True)
+    return str(OmegaConf.select(cfg, "hydra.run.dir"))
 
 
 def check_overrides(args: List[str]) -> Optional[str]:
@@ -470,10 +460,7 @@ def _user_overrides(args: List[str]) -> List[str]:
 
 
 def _compose(args: List[str]):
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        cfg = compose("config", overrides=_user_overrides(args))
+    cfg = api.compose(_user_overrides(args), check=False)
     _COMPOSED[tuple(args)] = cfg
     return cfg
 

@@ -26,16 +26,11 @@ def tokenize() -> int:
     """Build (or find) the default corpus: the one `data=local` reads with its default sources."""
     import os
 
-    from hydra import compose, initialize_config_dir
-
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from mecefo_exp import api
     from mecefo_exp.data import load_corpus
-    from mecefo_exp.hydra_glue import register_configs
-    from mecefo_exp.paths import conf_dir
 
-    register_configs()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        data_cfg = compose("config").data
+    data_cfg = api.compose(check=False).data
     corpus = load_corpus(data_cfg)
     stamp = default_cache_dir() / "data" / "default-corpus.txt"
     stamp.write_text(f"{corpus.fingerprint}\n")

@@ -6,8 +6,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
 from mecefo_exp.config import validate
 from mecefo_exp.hydra_glue import register_configs
@@ -91,9 +89,10 @@ def tiny_stream(n_workers, micro_batch, seq_len):
 
 
 def compose_cfg(overrides=()):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
+    """The config `python run.py <overrides>` runs, not yet checked (a test checks it, or expects it refused)."""
+    from mecefo_exp import api
+
+    return api.compose(overrides, check=False)
 
 
 @pytest.fixture

@@ -62,18 +62,12 @@ _REFUSED: Dict[Tuple[str, str, str], Optional[str]] = {}  # its one-line refusal
 
 
 def cell_config(trace_path: Path, model: str, system: str, setting: str):
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
+    from .. import api
     from ..failures.nodes import trace_slots
-    from ..hydra_glue import register_configs
 
     key = (model, system, setting)
-    if key not in _COMPOSED:
-        register_configs()
-        GlobalHydra.instance().clear()
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-            _COMPOSED[key] = compose("config", overrides=overrides(model, system, setting))
+    if key not in _COMPOSED:  # checked with its trace, in run_cell
+        _COMPOSED[key] = api.compose(overrides(model, system, setting), check=False)
     cfg = copy.deepcopy(_COMPOSED[key])  # a run may write into its config: each cell gets its own
     cfg.failure.path = str(trace_path)
     cfg.cluster.n_workers = trace_slots(trace_path, 45.0)  # what the scenario's ${node_trace_slots:...} gives
@@ -83,7 +77,7 @@ def cell_config(trace_path: Path, model: str, system: str, setting: str):
 def run_cell(cell: Cell, fixture: Path = FIXTURE) -> Tuple[Cell, Optional[float], str]:
     """(cell, our samples/s or None when the table says the system cannot run, a note)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from ..cli import validate_run
+    from ..api import validate_run
     from ..errors import ConfigError
     from ..trainer import Experiment
 
