@@ -126,7 +126,8 @@ def test_a_data_parallel_step_counts_the_helpers_without_walking_them():
     never who (a walk made a 65,536-worker run 27x slower per event)."""
     from types import SimpleNamespace
 
-    from mecefo_exp.timing.steps import DataParallelSteps, Help
+    from mecefo_exp.timing.clocks import DataParallelSteps
+    from mecefo_exp.timing.steps import Help
 
     class Counted:
         def __init__(self, n):

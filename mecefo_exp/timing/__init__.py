@@ -8,6 +8,9 @@ the paper's.
     memory.py   bytes per worker: weights, gradients, optimizer state, activations per kernel
     layout.py   a hybrid TP x PP x DP layout (parallel.tp/pp > 1): its 1F1B step and memory per GPU
     clock.py    CostModel (seconds of a step) and SimClock (the clock with its breakdown)
+    steps.py    the words a method describes its step in; StepCost
+    clocks/     the formulas that price a step, one file per kind of clock (data parallel, hybrid
+                layout, throughput table), chosen once per run
 
 `build_timing` picks the compute model from the config and returns the kernel seconds
 (a `Profile`), the parameter count of the timed shape, and what the record shows about the

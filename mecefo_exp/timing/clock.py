@@ -22,11 +22,12 @@ from typing import Any, Dict, Iterable, List, Optional
 
 from ..config import plain
 from ..plan import Mode
-from ..throughput import ThroughputTable, table_for
+from ..throughput import ThroughputTable
+from .clocks import TableSteps, clock_for
 from .comm import allreduce_s, exposed_comm_s
-from .layout import LayoutShape, degraded_pipeline_s
+from .layout import LayoutShape
 from .profile import Profile
-from .steps import DataParallelSteps, Help, Helpers, LayoutSteps, RedundantForward, StepCost, TableSteps
+from .steps import Help, Helpers, RedundantForward, StepCost
 
 # The categories of summary.json's time_breakdown.
 CATEGORIES = ("compute", "comm", "ft_overhead", "lost_work", "stall", "degraded_extra")
@@ -58,34 +59,15 @@ class CostModel:
         self._steps: Dict[tuple, StepCost] = {}
         self.n_params = n_params
         self.state_bytes = state_bytes  # what a checkpoint holds (fp32 weights + Adam moments), bytes
-        # hardware.compute=table: a step's seconds come from a failure-free throughput table at the
-        # number of nodes the step runs on (the Oobleck authors' simulators), not from kernels and links
-        self.table: Optional[ThroughputTable] = None
-        # a hybrid layout (parallel.tp or pp > 1): its failure-free step, from timing/layout.py, and
-        # where each GPU sits in it (`shape`: which stage and replica a failure takes out)
-        self.layout: Optional[StepCost] = None
-        self.shape = shape
-        if "layout:compute" in profile.kernels:
-            self.layout = StepCost(compute=profile["layout:compute"], comm=profile["layout:comm"])
-            if shape is None:
-                raise ValueError("a profile with a hybrid layout's step needs the layout's shape (parallel.tp/pp/dp)")
-        if self.hw.get("compute") == "table":
-            self.table = table_for(self.hw.tables, method, self.hw.samples_per_step, self.hw.step_ms_integer)
-        # the formulas of a step, chosen once: methods describe a step, never which clock prices it
-        kind = TableSteps if self.table is not None else LayoutSteps if self.layout is not None else DataParallelSteps
-        self.steps = kind(self)
+        self.shape = shape  # a hybrid layout's: where each GPU sits (which stage a failure takes out)
+        # the formulas of a step, chosen once (timing/clocks/): methods describe a step, never which
+        # clock prices it; `method` names the run's own throughput table, if the clock reads one
+        self.steps = clock_for(self, method)
 
-    def table_step(self, nodes: int, slowdown: float = 1.0, ft_overhead: float = 0.0) -> StepCost:
-        """compute=table: a step on `nodes` nodes; what `slowdown` adds is `degraded_extra`."""
-        key = ("table", nodes, slowdown, ft_overhead)
-        if key not in self._steps:
-            table = self.table
-            assert table is not None  # TableSteps prices steps only under hardware.compute=table
-            normal = table.step_s(nodes)
-            self._steps[key] = StepCost(
-                compute=normal, ft_overhead=ft_overhead, degraded_extra=table.step_s(nodes, slowdown) - normal
-            )
-        return self._steps[key]
+    @property
+    def table(self) -> Optional[ThroughputTable]:
+        """The throughput table that prices every step (hardware.compute=table), else None."""
+        return self.steps.table if isinstance(self.steps, TableSteps) else None
 
     # ---------------------------------------------------------------- communication
     @property
@@ -124,8 +106,6 @@ class CostModel:
         What the slowest worker spends beyond one normal micro-batch is `degraded_extra`; its
         backward (its compute less its forwards) is what the all-reduce can hide behind.
         """
-        if self.layout is not None:
-            raise NotImplementedError("a degraded step in a hybrid layout (parallel.tp or pp > 1) is not modelled yet")
         key = (slowest_s, slowest_microbatches, n_allreduce, ft_overhead)
         if key not in self._steps:
             normal = self.profile["mb:normal"]
@@ -137,19 +117,6 @@ class CostModel:
                 degraded_extra=max(0.0, slowest_s - normal),
             )
         return self._steps[key]  # shared: a StepCost is never changed in place (bamboo._minus copies)
-
-    def layout_step(self, stage_factor: Dict[int, float], share: float = 1.0, ft_overhead: float = 0.0) -> StepCost:
-        """A step of the hybrid layout with some (stage, replica) slots doing `stage_factor` times
-        their micro-batch work, and the global batch on n / `share` of the GPUs (timing/layout.py)."""
-        key = ("layout", tuple(sorted(stage_factor.items())), share, ft_overhead)
-        if key not in self._steps:
-            layout = self.layout
-            assert layout is not None  # LayoutSteps prices steps only under a hybrid layout
-            extra = degraded_pipeline_s(self.profile.kernels, stage_factor, share)
-            self._steps[key] = StepCost(
-                compute=layout.compute, comm=layout.comm, ft_overhead=ft_overhead, degraded_extra=extra
-            )
-        return self._steps[key]
 
     # ------------------------------------------------------- a step, by the clock chosen once
     def failure_free_step(self, n_workers: int) -> StepCost:
