@@ -43,6 +43,7 @@ class Bamboo(InPlaceMethod):
     name = "bamboo"
     label = "Bamboo"
     Config = BambooConfig
+    holds_next_stage = True  # the shadow: each stage runs the next stage's forward too
 
     @classmethod
     def fits_layout(cls, parallel) -> bool:

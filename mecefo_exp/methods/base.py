@@ -49,6 +49,9 @@ class Method:
     #: the setting of the method's own frequent save (REFT's snapshot, BAFT's bubble checkpoint), in
     #: steps, which a study may set to a period of wall-clock time. None: the method has none
     frequent_save_key: Optional[str] = None
+    #: in a hybrid layout, each GPU also holds the next pipeline stage's weights (Bamboo's shadow):
+    #: the clock's memory per GPU counts them
+    holds_next_stage = False
 
     def __init__(self, cfg, run: RunContext):
         self.cfg = cfg

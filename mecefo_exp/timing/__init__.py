@@ -79,6 +79,37 @@ class Timing:
     info: Dict[str, object] = field(default_factory=dict)  # compute model, efficiency, ...
 
 
+@dataclass
+class TimedShape:
+    """What the clock times: the model's shape (hardware.timing_model's, or the run's), its
+    vocabulary and compute dtype, and the run's micro-batch shape and seed."""
+
+    model: Any  # a ModelConfig
+    vocab_size: int
+    dtype: str  # "torch.bfloat16" | "torch.float32"
+    micro_batch: int
+    seq_len: int
+    seed: int
+
+    @property
+    def n_params(self) -> int:
+        return parameter_count(self.model, self.vocab_size)
+
+    def counts(self, modes, kernels: List[str], micro_batch: int, seq_len: int, count, grad_accum: int = 1):
+        """FLOP counts of `kernels` at a micro-batch shape, cached on disk (timing/counts.py);
+        `count()` counts them on a miss."""
+        key = {
+            "model": {k: self.model[k] for k in self.model},
+            "vocab": self.vocab_size,
+            "dtype": self.dtype,
+            "micro_batch": micro_batch,
+            "seq_len": seq_len,
+            "kernels": kernels,
+            **({"grad_accum": grad_accum} if grad_accum > 1 else {}),
+        }
+        return cached_counts(key, count)
+
+
 def build_timing(
     cfg,
     method,
@@ -90,24 +121,43 @@ def build_timing(
     is_main: bool = True,
     own_profile: Optional[Path] = None,
 ) -> Timing:
-    """`is_main`: under torchrun only rank 0 measures (the others get its profile by broadcast).
-    `own_profile`: the run's own profile.json (a resume), which pins the clock in place of
-    `cluster.profile`, and which the record keeps describing as the run's first start did."""
-    hw, d = cfg.hardware, cfg.data
-    model_cfg = timed_model_cfg(cfg)
+    """`is_main`: under torchrun only rank 0 measures (the others get its profile by broadcast). `own_profile`:
+    a resumed run's profile.json, which pins its clock (in place of `cluster.profile`) and its record."""
+    hw = cfg.hardware
     dtype = "torch.bfloat16" if hw.compute_dtype == "bf16" else "torch.float32"
-    n_params = parameter_count(model_cfg, vocab_size)
+    shape = TimedShape(timed_model_cfg(cfg), vocab_size, dtype, cfg.data.micro_batch, cfg.data.seq_len, cfg.seed)
+    counts = kernel_counts(cfg, method, modes, shape)
+    choice = str(own_profile) if own_profile is not None else cfg.cluster.profile
+    if choice not in ("auto", "fresh"):  # a profile file pins the clock
+        profile, info, layout = profile_from_file(choice, counts, resumed=own_profile is not None)
+    elif choice == "fresh" or hw.compute == "profile":
+        profile, info, layout = measured_profile(cfg, method, modes, shape, real_model, stream, device, is_main, choice)
+    else:  # layout: a hybrid layout's step (parallel.tp or pp > 1), else None (pure data parallelism)
+        profile, info, layout = profile_from_flops(cfg, modes, shape, counts)
+    profile.meta["flops"] = {k: c["flops"] for k, c in counts.items()}
+    memory, layout_info = worker_memory_of(cfg, method, shape.n_params, counts, layout)
+    info = {"hardware": hw.name, "timed_model": shape.model.name, **info, **layout_info}
+    stalls = {k: cfg.cluster[k] for k in ("detection_s", "restart_s", "reconfigure_s", "paper_run_h", "scale_stalls")}
+    info["fingerprint"] = profile.fingerprint(hardware=plain(hw), stalls=stalls)
+    return Timing(profile, shape.n_params, shape.model.name, counts, memory, info)
+
+
+def kernel_counts(cfg, method, modes, shape: TimedShape) -> Dict[str, Dict[str, Any]]:
+    """FLOPs and saved activation bytes of every kernel of the run (a cache miss counts them on the
+    meta device, each kernel under torch's FLOP counter)."""
     accum = cfg.trainer.grad_accum
     names = kernel_names(modes, method)
 
-    def count():  # a cache miss: the shape on the meta device, each kernel under torch's FLOP counter
+    def count():
         import torch
 
         from .flops import count_kernels
         from .kernels import KernelBench, build_kernels
 
-        shape_model = build_model_on_meta(model_cfg, vocab_size, cfg.seed, dtype)
-        bench = KernelBench(shape_model, modes, torch.device("meta"), d.micro_batch, d.seq_len, grad_accum=accum)
+        shape_model = build_model_on_meta(shape.model, shape.vocab_size, shape.seed, shape.dtype)
+        bench = KernelBench(
+            shape_model, modes, torch.device("meta"), shape.micro_batch, shape.seq_len, grad_accum=accum
+        )
         kernels = build_kernels(bench, method, cfg.trainer)
         if sorted(kernels) != names:
             raise RuntimeError(
@@ -116,117 +166,112 @@ def build_timing(
             )
         return count_kernels(kernels, shape_model)
 
-    counts = cached_counts(
-        {
-            "model": {k: model_cfg[k] for k in model_cfg},
-            "vocab": vocab_size,
-            "dtype": dtype,
-            "micro_batch": d.micro_batch,
-            "seq_len": d.seq_len,
-            "kernels": names,
-            **({"grad_accum": accum} if accum > 1 else {}),
-        },
-        count,
-    )
-    n = cfg.cluster.n_workers
-    info: Dict[str, object] = {"hardware": hw.name, "timed_model": model_cfg.name}
-    layout: Optional[LayoutStep] = None  # the hybrid layout's step (parallel.tp or pp > 1), else None: pure DP
+    return shape.counts(modes, names, shape.micro_batch, shape.seq_len, count, grad_accum=accum)
 
-    choice = str(own_profile) if own_profile is not None else cfg.cluster.profile
-    if choice not in ("auto", "fresh"):  # a profile file pins the clock
-        profile = load_fixed(choice, [*counts, "optimizer", "state_copy", "checkpoint_save"])
-        made_by = ("compute", "efficiency", "efficiency_source", "profile_file")
-        if own_profile:  # a resumed run reads its own profile.json: the record keeps saying what made its clock
-            info["compute"] = "profile_file"
-            info.update({k: profile.meta[k] for k in made_by if k in profile.meta})
-        else:  # the seconds are the file's; what made the file is kept beside (its profile.json says the same)
-            made = {k: profile.meta.pop(k) for k in made_by[:3] if k in profile.meta}
-            profile.meta.update(compute="profile_file", profile_file={"path": str(choice), **made})
-            info.update(compute="profile_file", profile_file=profile.meta["profile_file"])
-    elif choice == "fresh" or hw.compute == "profile":
-        if real_model is None or model_cfg is not cfg.model:
-            raise ConfigError(
-                "hardware.compute=profile times this machine's model: it needs trainer.numerics=true "
-                "and no hardware.timing_model (use a FLOP preset such as hardware=a100_32)"
-            )
-        profile = (
-            measure(cfg, method, modes, real_model, stream, device, vocab_size, fresh=choice == "fresh")
-            if is_main
-            else Profile({})
+
+def profile_from_file(path: str, counts, resumed: bool):
+    """cluster.profile=<file>, or a resumed run's own profile.json: the file's seconds. The record
+    says what made the file (a resumed run: as its first start said it)."""
+    profile = load_fixed(path, [*counts, "optimizer", "state_copy", "checkpoint_save"])
+    made_by = ("compute", "efficiency", "efficiency_source", "profile_file")
+    info: Dict[str, object] = {"compute": "profile_file"}
+    if resumed:
+        info.update({k: profile.meta[k] for k in made_by if k in profile.meta})
+    else:  # the seconds are the file's; what made the file is kept beside (its profile.json says the same)
+        made = {k: profile.meta.pop(k) for k in made_by[:3] if k in profile.meta}
+        profile.meta.update(compute="profile_file", profile_file={"path": str(path), **made})
+        info["profile_file"] = profile.meta["profile_file"]
+    return profile, info, None
+
+
+def measured_profile(cfg, method, modes, shape: TimedShape, real_model, stream, device, is_main: bool, choice: str):
+    """hardware.compute=profile or cluster.profile=fresh: the kernels timed on this machine."""
+    if real_model is None or shape.model is not cfg.model:
+        raise ConfigError(
+            "hardware.compute=profile times this machine's model: it needs trainer.numerics=true "
+            "and no hardware.timing_model (use a FLOP preset such as hardware=a100_32)"
         )
-        info["compute"] = "measured"
-    else:
-        efficiency, source = hw.efficiency, "preset"
-        row = hw.calibration.get(model_cfg.name) if hw.calibrate else None
-        if row is not None:
-            per_seq = cached_counts(
-                {
-                    "model": {k: model_cfg[k] for k in model_cfg},
-                    "vocab": vocab_size,
-                    "dtype": dtype,
-                    "micro_batch": 1,
-                    "seq_len": row["seq_len"],
-                    "kernels": ["mb:forward", "mb:normal"],
-                },
-                lambda: count_forward_and_normal(model_cfg, vocab_size, cfg.seed, dtype, modes, 1, row["seq_len"]),
-            )
-            grad_bytes = n_params * (2 if hw.grad_dtype == "bf16" else 4)
-            efficiency = calibrate_efficiency(
-                hw, row, per_seq["mb:normal"]["flops"], per_seq["mb:forward"]["flops"], n_params, grad_bytes
-            )
-            source = (
-                f"calibrated: {row['tokens_per_s']:.0f} tokens/s failure-free at {hw.gpus} workers x "
-                f"{row['global_batch'] // hw.gpus} x {row['seq_len']} (paper Table 2)"
-            )
-        seconds = kernel_seconds(counts, hw, efficiency, n_params, state_bytes(n_params), n)
-        if is_hybrid(cfg):  # the layout's failure-free step replaces the pure-DP one (timing/layout.py)
-            layout = time_layout(cfg, model_cfg, modes, vocab_size, dtype, efficiency)
-            seconds.update(layout_kernels(layout))
-        profile = Profile(
-            seconds,
-            {
-                "compute": "flops",
-                "hardware": hw.name,
-                "timed_model": model_cfg.name,
-                "micro_batch": d.micro_batch,
-                "seq_len": d.seq_len,
-                "efficiency": efficiency,
-                "efficiency_source": source,
-                "peak_tflops": hw.peak_tflops,
-            },
-            None,
-        )
-        info.update(compute="flops", efficiency=efficiency, efficiency_source=source)
-        if hw.compute == "table":  # steps come from hardware.tables; the kernels still time checkpoints and copies
-            info.update(compute="table", efficiency_source="hardware.tables (throughput per node count)")
-    profile.meta["flops"] = {k: c["flops"] for k, c in counts.items()}
-    pair = next((k for k in counts if k.startswith("neighbor_pair")), None)
-    memory = worker_memory(
-        n_params, hw, n, counts["mb:normal"]["saved_bytes"], counts[pair]["saved_bytes"] if pair else None
+    fresh = choice == "fresh"
+    profile = (
+        measure(cfg, method, modes, real_model, stream, device, shape.vocab_size, fresh=fresh)
+        if is_main
+        else Profile({})
     )
-    if layout is not None:
-        dp = layout["dp"]
-        memory = layout_memory(layout, hw, dp, shadow_next_stage=cfg.method.name == "bamboo")
-        layout_info: Dict[str, object] = {
-            "tp": layout["tp"],
-            "pp": layout["pp"],
-            "dp": layout["dp"],
-            "microbatches": layout["microbatches"],
-            "schedule": layout["schedule"],
-            "stage_layers": layout["stage_layers"],
-            "step_s": layout["step_s"],
-            "pipeline_s": layout["pipeline_s"],
-            "bubble_s": layout["bubble_s"],
-            "bubble_fraction": layout["bubble_fraction"],
-        }
-        info["layout"] = layout_info
-        layout_info.update(
-            stages=stage_table(layout),
-            flops_per_gpu_step=layout["microbatches"] * counts["mb:normal"]["flops"] / (layout["tp"] * layout["pp"]),
+    return profile, {"compute": "measured"}, None
+
+
+def profile_from_flops(cfg, modes, shape: TimedShape, counts):
+    """The default: kernel seconds from the FLOP counts at the preset's efficiency (or one calibrated
+    on the paper's Table 2 throughput); a hybrid layout's step beside them."""
+    hw = cfg.hardware
+    efficiency, source = hw.efficiency, "preset"
+    row = hw.calibration.get(shape.model.name) if hw.calibrate else None
+    n_params = shape.n_params
+    if row is not None:
+        per_seq = shape.counts(
+            modes,
+            ["mb:forward", "mb:normal"],
+            1,
+            row["seq_len"],
+            lambda: count_forward_and_normal(
+                shape.model, shape.vocab_size, shape.seed, shape.dtype, modes, 1, row["seq_len"]
+            ),
         )
-    stalls = {k: cfg.cluster[k] for k in ("detection_s", "restart_s", "reconfigure_s", "paper_run_h", "scale_stalls")}
-    info["fingerprint"] = profile.fingerprint(hardware=plain(hw), stalls=stalls)
-    return Timing(profile, n_params, model_cfg.name, counts, memory, info)
+        grad_bytes = n_params * (2 if hw.grad_dtype == "bf16" else 4)
+        efficiency = calibrate_efficiency(
+            hw, row, per_seq["mb:normal"]["flops"], per_seq["mb:forward"]["flops"], n_params, grad_bytes
+        )
+        source = (
+            f"calibrated: {row['tokens_per_s']:.0f} tokens/s failure-free at {hw.gpus} workers x "
+            f"{row['global_batch'] // hw.gpus} x {row['seq_len']} (paper Table 2)"
+        )
+    seconds = kernel_seconds(counts, hw, efficiency, n_params, state_bytes(n_params), cfg.cluster.n_workers)
+    layout: Optional[LayoutStep] = None
+    if is_hybrid(cfg):  # the layout's failure-free step replaces the pure-DP one (timing/layout.py)
+        layout = time_layout(cfg, shape.model, modes, shape.vocab_size, shape.dtype, efficiency)
+        seconds.update(layout_kernels(layout))
+    meta = {
+        "compute": "flops",
+        "hardware": hw.name,
+        "timed_model": shape.model.name,
+        "micro_batch": shape.micro_batch,
+        "seq_len": shape.seq_len,
+        "efficiency": efficiency,
+        "efficiency_source": source,
+        "peak_tflops": hw.peak_tflops,
+    }
+    info: Dict[str, object] = {"compute": "flops", "efficiency": efficiency, "efficiency_source": source}
+    if hw.compute == "table":  # steps come from hardware.tables; the kernels still time checkpoints and copies
+        info.update(compute="table", efficiency_source="hardware.tables (throughput per node count)")
+    return Profile(seconds, meta, None), info, layout
+
+
+def worker_memory_of(cfg, method, n_params: int, counts, layout: Optional[LayoutStep]):
+    """A worker's memory (weights, gradients, optimizer state, activations), and in a hybrid layout
+    each GPU's with the layout's own record (`{"layout": ...}`; empty in pure data parallelism)."""
+    hw, n = cfg.hardware, cfg.cluster.n_workers
+    if layout is None:
+        pair = next((k for k in counts if k.startswith("neighbor_pair")), None)
+        saved = counts[pair]["saved_bytes"] if pair else None
+        return worker_memory(n_params, hw, n, counts["mb:normal"]["saved_bytes"], saved), {}
+    memory = layout_memory(layout, hw, layout["dp"], shadow_next_stage=method.holds_next_stage)
+    layout_info: Dict[str, object] = {
+        "tp": layout["tp"],
+        "pp": layout["pp"],
+        "dp": layout["dp"],
+        "microbatches": layout["microbatches"],
+        "schedule": layout["schedule"],
+        "stage_layers": layout["stage_layers"],
+        "step_s": layout["step_s"],
+        "pipeline_s": layout["pipeline_s"],
+        "bubble_s": layout["bubble_s"],
+        "bubble_fraction": layout["bubble_fraction"],
+    }
+    layout_info.update(
+        stages=stage_table(layout),
+        flops_per_gpu_step=layout["microbatches"] * counts["mb:normal"]["flops"] / (layout["tp"] * layout["pp"]),
+    )
+    return memory, {"layout": layout_info}
 
 
 def kernel_names(modes, method) -> List[str]:
