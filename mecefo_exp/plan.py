@@ -11,8 +11,20 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, ContextManager, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass
+from typing import (
+    TYPE_CHECKING,
+    Callable,
+    ContextManager,
+    Dict,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -33,7 +45,12 @@ class Plan:
     step: int
     work: Dict[int, List[WorkItem]]  # computing worker -> its micro-batches
     degraded: bool = False  # some worker does more (or other) work than failure-free
-    notes: Dict[str, object] = field(default_factory=dict)
+    #: the failed workers covered in this step, each by the worker doing its work (MeCeFO's
+    #: neighbour, Bamboo's shadow); None: nobody covers anybody
+    cover: Optional[Mapping[int, int]] = None
+    #: the failed slots' micro-batches dealt over the workers left (a fall-back with no spares): the
+    #: clock prices the global batch spread over them
+    on_survivors: bool = False
 
     def by_mode(self) -> Dict[str, List[Sample]]:
         """Micro-batches grouped by mode, each group in canonical (step, owner) order.
@@ -91,11 +108,11 @@ class SparsePlan(Plan):
         n: int,
         changes: Union[Changes, Callable[[], Changes], None] = None,
         degraded: bool = False,
-        notes: Optional[Dict[str, object]] = None,
+        cover: Optional[Mapping[int, int]] = None,
         n_computing: Optional[int] = None,
     ):
         self.step, self.n, self.degraded = step, n, degraded
-        self.notes = notes if notes is not None else {}
+        self.cover, self.on_survivors = cover, False
         self._changes = changes if changes is not None else {}
         self._n_computing = n_computing
         self._work: Optional[Dict[int, List[WorkItem]]] = None

@@ -13,7 +13,7 @@ silent.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple, cast
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..config import at_least, choices
 from ..plan import FORWARD, NORMAL, FailureFreePlan, Mode, Plan, Sample, SparsePlan, WorkItem
@@ -235,13 +235,13 @@ class Bamboo(InPlaceMethod):
             return FailureFreePlan(step, self.n)
         cover, retired, down = dict(self.cover), set(self.left_out), set(self.down)
 
-        def changes() -> Dict[int, List[WorkItem]]:  # made only when read: the clock needs the notes
+        def changes() -> Dict[int, List[WorkItem]]:  # made only when read: the clock needs only the cover
             out = resplit_plan(step, self.n, retired).changes if retired else {w: [] for w in down}
             for failed, shadow in cover.items():
                 out[shadow] = out.get(shadow, [WorkItem(Sample(step, shadow))]) + [WorkItem(Sample(step, failed))]
             return out
 
-        return SparsePlan(step, self.n, changes, degraded=True, notes={"cover": cover, "retired": len(retired)})
+        return SparsePlan(step, self.n, changes, degraded=True, cover=cover)
 
     def _leave_out_down(self) -> None:
         """The ring is the workers up now; the down workers' micro-batches are dealt over it."""
@@ -287,7 +287,7 @@ class Bamboo(InPlaceMethod):
             changes,
             degraded=self.heavy > 0,
             n_computing=self.n - len(self.down),
-            notes={"cover": self.cover} if self.cover else {},
+            cover=self.cover if self.cover else None,
         )
 
     def _redundant(self) -> Optional[RedundantForward]:
@@ -337,7 +337,7 @@ class Bamboo(InPlaceMethod):
         failure was done at the speed it started at (the clock says what is left)."""
         costs = self.run.costs
         shadow = Help(slowdown=self.cfg.fallback_slowdown)
-        cover = cast(Dict[int, int], plan.notes.get("cover", {}))  # failed worker -> its shadow (_layout_plan)
+        cover = plan.cover or {}  # failed worker -> its shadow (_layout_plan)
         cost = costs.step(
             plan,
             helpers={shadow: cover.values()} if cover else None,

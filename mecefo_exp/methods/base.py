@@ -527,11 +527,11 @@ class InPlaceMethod(CheckpointedMethod):
         if not self.without:
             return super().plan(step)
         plan = resplit_plan(step, self.n, self.down)
-        plan.notes["survivors"] = True
+        plan.on_survivors = True
         return plan
 
     def step_cost(self, plan: Plan) -> StepCost:
-        if plan.notes.get("survivors"):
+        if plan.on_survivors:
             return self.run.costs.spread_step(self.n, plan.n_computing)
         return super().step_cost(plan)
 

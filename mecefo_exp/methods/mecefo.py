@@ -297,25 +297,22 @@ class Mecefo(InPlaceMethod):
                 out[nb] = [WorkItem(Sample(step, nb), MODE), WorkItem(Sample(step, failed), MODE)]
             return out
 
-        return SparsePlan(
-            step, self.n, changes, degraded=True, notes={"cover": self.cover}, n_computing=self.n - len(self.down)
-        )
+        return SparsePlan(step, self.n, changes, degraded=True, cover=self.cover, n_computing=self.n - len(self.down))
 
     def step_cost(self, plan: Plan) -> StepCost:
         """Each neighbour runs its pair kernel (two approximate micro-batches in one pass) in place of
         its own micro-batch; no node leaves the job; an SVD refresh is whole-model work of its step."""
-        if "cover" not in plan.notes:
+        if plan.cover is None:
             return super().step_cost(plan)
         costs = self.run.costs
         svd = costs.profile[self.svd_kernel] if self._svd_step == plan.step else 0.0
-        cover = cast(Dict[int, int], plan.notes["cover"])  # failed worker -> its neighbour (plan)
-        return costs.step(plan, helpers={self.pair: cover.values()}, slots=self.n, model_work_s=svd)
+        return costs.step(plan, helpers={self.pair: plan.cover.values()}, slots=self.n, model_work_s=svd)
 
     def quiet_steps(self, plan: Plan, step_s: float) -> int:
         """Quiet until the next checkpoint and, while degraded, the next SVD refresh (a refresh
         step costs more: it is an event of its own)."""
         quiet = super().quiet_steps(plan, step_s)
-        if "cover" in plan.notes and self.projections is not None:
+        if plan.cover is not None and self.projections is not None:
             if self._svd_step == plan.step:
                 return 0
             assert self.projections.refreshed_at is not None  # refreshed when the cover began (plan)
@@ -323,11 +320,11 @@ class Mecefo(InPlaceMethod):
         return quiet
 
     def book_quiet(self, plan: Plan, count: int) -> None:
-        if "cover" in plan.notes:
+        if plan.cover is not None:
             self.degraded_steps += count
 
     def before_optimizer(self, plan: Plan, result) -> None:
-        if "cover" not in plan.notes:
+        if plan.cover is None:
             return
         self.degraded_steps += 1
         every = self.cfg.grad_error_every
