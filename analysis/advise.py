@@ -49,7 +49,13 @@ def probe(overrides: List[str]) -> Dict:
     cfg = compose(overrides + ["trainer.numerics=false", "method=checkpoint"])
     ff = compose(
         overrides
-        + ["trainer.numerics=false", "method=checkpoint", "failure=none", "trainer.max_steps=1", "method.interval=1"]
+        + [
+            "trainer.numerics=false",
+            "method=checkpoint",
+            "failure=none",
+            "trainer.max_steps=1",
+            "method.checkpoint_interval=1",
+        ]
     )
     s = run_cfg(ff)
     step_s, write_s = s["clock"]["failure_free_step_s"], s["time_breakdown"]["ft_overhead"] / 2

@@ -89,7 +89,7 @@ def cr_config(profile, C, R, M, interval, steps):
             f"hardware.checkpoint_s={C}",
             f"method.restart_s={R}",
             f"failure.mtbf={M}",
-            f"method.interval={interval}",
+            f"method.checkpoint_interval={interval}",
             f"trainer.max_steps={steps}",
         ]
     )

@@ -115,7 +115,7 @@ def probe(model: str, gpus: int) -> Dict:
             "failure=none",
             "method=checkpoint",
             "trainer.max_steps=1",
-            "method.interval=1",
+            "method.checkpoint_interval=1",
         ]
     )
     write_s = s["time_breakdown"]["ft_overhead"] / 2  # the initial checkpoint and the one after step 1

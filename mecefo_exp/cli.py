@@ -585,7 +585,11 @@ def _one_line(e: BaseException) -> str:
 
 
 def _no_such_setting(key: str, schema) -> str:
+    from .config.schema import RENAMED_METHOD_SETTINGS
+
     names = [f.name for f in dataclasses.fields(schema)]
+    if RENAMED_METHOD_SETTINGS.get(key) in names:
+        return f"no such setting: {key} is now called {RENAMED_METHOD_SETTINGS[key]}"
     near = difflib.get_close_matches(key, names, n=1)
     return f"no such setting{f' (did you mean {near[0]}?)' if near else ''}; allowed: {', '.join(names)}"
 

@@ -8,7 +8,7 @@ from conftest import losses_by_step, read_jsonl
 def test_failure_high_reproduces_failure_free_losses_bit_for_bit(run_exp, fixed_profile):
     prof = f"cluster.profile={fixed_profile()}"
     free, free_dir = run_exp("method=checkpoint", "failure=none", prof)
-    hit, hit_dir = run_exp("method=checkpoint", "failure=high", prof, "method.interval=3", "seed=0")
+    hit, hit_dir = run_exp("method=checkpoint", "failure=high", prof, "method.checkpoint_interval=3", "seed=0")
     events = read_jsonl(hit_dir / "events.jsonl")
     kinds = [e["kind"] for e in events]
     assert hit["failures"] >= 1 and kinds.count("rollback") == hit["failures"]
@@ -23,7 +23,9 @@ def test_failure_high_reproduces_failure_free_losses_bit_for_bit(run_exp, fixed_
 
 
 def test_rolled_back_steps_are_replayed_with_the_same_samples(run_exp, fixed_profile):
-    _, run_dir = run_exp("method=checkpoint", "failure=high", f"cluster.profile={fixed_profile()}", "method.interval=4")
+    _, run_dir = run_exp(
+        "method=checkpoint", "failure=high", f"cluster.profile={fixed_profile()}", "method.checkpoint_interval=4"
+    )
     rows = read_jsonl(run_dir / "metrics.jsonl")
     first = {}
     for r in rows:  # a replayed step has the same loss as its first execution

@@ -50,7 +50,7 @@ def test_resume_falls_back_from_a_corrupted_newest_checkpoint(tmp_path, fixed_pr
         *MICRO,
         "method=checkpoint",
         "failure=none",
-        "method.interval=3",
+        "method.checkpoint_interval=3",
         "trainer.max_steps=7",
         "method.keep=3",
         "trainer.resume_every=0",

@@ -69,7 +69,7 @@ def test_auto_interval_is_the_optimum_of_an_interval_sweep(profile):
             f"hardware.checkpoint_s={C}",
             f"method.restart_s={R}",
             f"failure.mtbf={M}",
-            "method.interval=auto",
+            "method.checkpoint_interval=auto",
             "trainer.max_steps=300000",
         ]
     )

@@ -311,3 +311,20 @@ def test_torchft_missing_says_how_to_install_it(monkeypatch):
 
     with pytest.raises(ConfigError, match=r"pip install -c constraints.txt torchft==0.2.0"):
         require_torchft()
+
+
+def test_a_renamed_checkpoint_setting_is_refused_with_its_new_name_and_an_old_folder_keeps_its_value():
+    """Every method's periodic checkpoint is `checkpoint_interval`: the old names (checkpoint-restart's
+    `interval`, BAFT's `checkpoint_every`) are refused in one line naming the new one, and a run folder
+    written under an old name resumes with its value."""
+    from omegaconf import OmegaConf
+
+    from mecefo_exp.cli import check_overrides
+    from mecefo_exp.config import typed_config
+
+    for method, old in (("checkpoint", "interval"), ("baft", "checkpoint_every")):
+        said = check_overrides([f"method={method}", f"method.{old}=7"])
+        assert said is not None and f"{old} is now called checkpoint_interval" in said, said
+        assert check_overrides([f"method={method}", "method.checkpoint_interval=7"]) is None
+        stored = OmegaConf.create({"method": {"name": method, old: 7}})
+        assert typed_config(stored).method.checkpoint_interval == 7

@@ -11,7 +11,9 @@ from conftest import ROOT, compose_cfg
 
 def test_each_rollback_and_failure_is_one_info_line(run_exp, fixed_profile, caplog):
     caplog.set_level(logging.INFO, logger="mecefo_exp")
-    summary, _ = run_exp("method=checkpoint", "failure=high", "method.interval=4", f"cluster.profile={fixed_profile()}")
+    summary, _ = run_exp(
+        "method=checkpoint", "failure=high", "method.checkpoint_interval=4", f"cluster.profile={fixed_profile()}"
+    )
     lines = [r.getMessage() for r in caplog.records if r.name == "mecefo_exp.trainer" and r.levelno == logging.INFO]
     rollbacks = [m for m in lines if ": rollback worker" in m]
     fails = [m for m in lines if ": fail worker" in m]

@@ -35,9 +35,9 @@ STEPS = 40
 # per method: checkpoints often enough that the resume starts mid-run, and the method's own
 # state (snapshots, projections, covers, rings) is busy when the kill lands
 METHODS = {
-    "checkpoint": ["method.interval=3"],
+    "checkpoint": ["method.checkpoint_interval=3"],
     "reft": ["method.snapshot_every=2", "method.checkpoint_interval=4"],
-    "baft": ["method.checkpoint_every=3"],
+    "baft": ["method.checkpoint_interval=3"],
     "mecefo": ["method.checkpoint_interval=4", "method.svd_every=100", "method.rank=4", "method.grad_error_every=2"],
     "bamboo": ["method.checkpoint_interval=4", "method.rebalance_after_s=1800"],
     "oobleck": ["method.checkpoint_interval=4"],

@@ -128,7 +128,11 @@ def test_a_failure_inside_a_synchronous_write_cuts_it_and_the_checkpoint_does_no
     """Daly's model: the write a failure falls into is lost with it. With checkpoint_write=async
     (copied to memory at once, persisted behind training) the checkpoint stands."""
     clean, clean_dir = run_exp(
-        "method=checkpoint", "method.interval=4", "failure=none", "trainer.numerics=false", "cluster.scale_stalls=false"
+        "method=checkpoint",
+        "method.checkpoint_interval=4",
+        "failure=none",
+        "trainer.numerics=false",
+        "cluster.scale_stalls=false",
     )
     write = next(
         r for r in read_jsonl(clean_dir / "events.jsonl") if r["kind"] == "checkpoint" and r["detail"]["step"] == 4
@@ -141,7 +145,7 @@ def test_a_failure_inside_a_synchronous_write_cuts_it_and_the_checkpoint_does_no
     for mode in ("sync", "async"):
         runs[mode] = run_exp(
             "method=checkpoint",
-            "method.interval=4",
+            "method.checkpoint_interval=4",
             "failure=trace",
             "failure.unit=seconds",
             f"failure.path={trace}",

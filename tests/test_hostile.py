@@ -34,7 +34,7 @@ def test_resuming_a_folder_with_a_planted_pickle_runs_no_code(tmp_path):
         *MICRO,
         "method=checkpoint",
         "failure=none",
-        "method.interval=3",
+        "method.checkpoint_interval=3",
         "trainer.max_steps=6",
         f"hydra.run.dir={run_dir}",
     ]
@@ -66,7 +66,7 @@ def test_a_truncated_newest_checkpoint_falls_back_to_the_previous_one(tmp_path):
         *MICRO,
         "method=checkpoint",
         "failure=none",
-        "method.interval=3",
+        "method.checkpoint_interval=3",
         "trainer.max_steps=7",
         "method.keep=3",
         f"hydra.run.dir={run_dir}",
@@ -168,12 +168,12 @@ def test_an_unknown_key_in_the_personal_settings_file_is_named(monkeypatch, tmp_
     'local/default': ConfigKeyError raised while composing config:")."""
     import shutil
 
-    from mecefo_exp import cli
+    from mecefo_exp import api, cli
 
     conf = tmp_path / "conf"
     shutil.copytree(ROOT / "conf", conf)
     (conf / "local" / "default.yaml").write_text("# @package _global_\ntrainer:\n  max_stepz: 3\n")
-    monkeypatch.setattr(cli, "conf_dir", lambda: conf)
+    monkeypatch.setattr(api, "conf_dir", lambda: conf)  # where the command line composes
     said = cli.check_overrides(["experiment=debug"])
     assert said is not None and "\n" not in said, said
     assert said.startswith("In 'local/default'") and "max_stepz" in said and "max_steps" in said, said
@@ -317,7 +317,7 @@ def test_a_resumed_run_says_the_same_about_its_clock(tmp_path):
         *MICRO,
         "method=checkpoint",
         "failure=none",
-        "method.interval=3",
+        "method.checkpoint_interval=3",
         "trainer.max_steps=6",
         f"hydra.run.dir={run_dir}",
     ]
@@ -374,7 +374,7 @@ def test_a_full_disk_inside_torch_save_is_recorded_as_no_space_left(run_exp, tmp
     monkeypatch.setattr(torch, "save", save_until_the_disk_is_full)  # the store imports torch when it saves
     monkeypatch.setattr(shutil_module, "disk_usage", lambda path: usage(10 << 30, 10 << 30, 0))
     with pytest.raises(OSError, match="No space left on device"):
-        run_exp("method=checkpoint", "failure=none", "method.interval=3")
+        run_exp("method=checkpoint", "failure=none", "method.checkpoint_interval=3")
     summary = json.loads((tmp_path / "run1" / "summary.json").read_text())
     assert summary["status"] == "failed" and "No space left on device" in summary["error"]
     assert "inline_container" not in summary["error"]
@@ -629,7 +629,7 @@ def test_a_refused_resume_leaves_the_folders_record_as_it_was(tmp_path):
             *MICRO,
             "method=checkpoint",
             "failure=none",
-            "method.interval=3",
+            "method.checkpoint_interval=3",
             "trainer.max_steps=6",
             f"hydra.run.dir={run_dir}",
         ],
@@ -741,7 +741,7 @@ def _resume_in_process(run_dir, overrides):
 RESUMABLE = [
     "method=checkpoint",
     "failure=none",
-    "method.interval=2",
+    "method.checkpoint_interval=2",
     "trainer.max_steps=4",
     "method.keep=3",
     "trainer.eval_every=0",

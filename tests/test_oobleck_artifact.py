@@ -89,7 +89,7 @@ def test_varuna_by_hand(tmp_path, two_removals):
         two_removals,
         "method=checkpoint",
         "method.restart_on=survivors",
-        "method.interval=2",
+        "method.checkpoint_interval=2",
         "method.restart_s=3",
         "method.checkpoint_after_failure=true",
         "method.charge_initial_checkpoint=false",
@@ -281,7 +281,7 @@ def test_a_table_that_runs_out_of_memory_mid_run_stalls_until_the_next_reconfigu
 
 def test_the_scenario_presets_give_the_artifact_constants_to_a_single_run():
     cfg = compose_cfg(["scenario=oobleck_artifact/gpt3_6_7b", "method=checkpoint"])
-    assert (cfg.method.interval, cfg.method.restart_s, cfg.method.restart_on) == (10, 581.0, "survivors")
+    assert (cfg.method.checkpoint_interval, cfg.method.restart_s, cfg.method.restart_on) == (10, 581.0, "survivors")
     assert cfg.hardware.checkpoint_s == 120.0 and cfg.cluster.n_workers == 30
     assert cfg.failure.path.endswith("oobleck_artifact/10m.csv")
     cfg = compose_cfg(["scenario=oobleck_artifact/gpt3_6_7b", "method=oobleck", "method.reconfigure_s=3"])
@@ -679,7 +679,7 @@ def test_varuna_quirks_a_removal_during_the_first_rendezvous_stops_the_job_by_ha
         trace_file(tmp_path, rows),
         "method=checkpoint",
         "method.restart_on=survivors",
-        "method.interval=2",
+        "method.checkpoint_interval=2",
         "method.restart_s=3",
         "method.checkpoint_after_failure=true",
         "method.charge_initial_checkpoint=false",
@@ -713,7 +713,7 @@ def test_varuna_quirks_a_node_ready_while_training_waits_even_if_the_job_stops_b
         trace_file(tmp_path, rows),
         "method=checkpoint",
         "method.restart_on=survivors",
-        "method.interval=2",
+        "method.checkpoint_interval=2",
         "method.restart_s=3",
         "method.checkpoint_after_failure=true",
         "method.charge_initial_checkpoint=false",

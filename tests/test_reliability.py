@@ -314,7 +314,7 @@ def test_sigterm_leaves_the_run_failed_with_the_reason_and_its_progress(fixed_pr
             *MICRO,
             "method=checkpoint",
             "failure=none",
-            "method.interval=1",
+            "method.checkpoint_interval=1",
             "trainer.max_steps=5000",
             f"cluster.profile={fixed_profile()}",
             f"hydra.run.dir={run_dir}",
@@ -351,7 +351,9 @@ def test_sigterm_during_a_checkpoint_write_lets_it_finish_then_stops(run_exp, fi
 
     monkeypatch.setattr(CheckpointStore, "_write", signalled_mid_write)
     with pytest.raises(Terminated):
-        run_exp("method=checkpoint", "failure=none", "method.interval=2", f"cluster.profile={fixed_profile()}")
+        run_exp(
+            "method=checkpoint", "failure=none", "method.checkpoint_interval=2", f"cluster.profile={fixed_profile()}"
+        )
     run_dir = tmp_path / "run1"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed" and "SIGTERM" in summary["error"] and summary["steps"] == 4
@@ -385,7 +387,7 @@ def test_a_full_disk_leaves_the_run_failed_with_the_reason_and_no_temp_files(
         run_exp(
             "method=checkpoint",
             "failure=none",
-            "method.interval=3",
+            "method.checkpoint_interval=3",
             "trainer.max_steps=12",
             f"cluster.profile={fixed_profile()}",
         )

@@ -18,7 +18,7 @@ def test_kill_9_the_whole_run_and_resume_to_the_identical_end(run_exp, fixed_pro
     common = [
         "method=checkpoint",
         "failure=high",
-        "method.interval=3",
+        "method.checkpoint_interval=3",
         "trainer.max_steps=40",
         "trainer.eval_every=10",
         f"cluster.profile={prof}",
@@ -74,7 +74,7 @@ def test_sigkill_a_rank_torchrun_restarts_and_the_losses_are_failure_free(fixed_
     prof = fixed_profile()
     trace = tmp_path / "kill.csv"
     trace.write_text("time,worker,event\n5.5,1,fail\n9,1,recover\n")
-    common = ["method=checkpoint", "method.interval=3", f"cluster.profile={prof}", "trainer.max_steps=14"]
+    common = ["method=checkpoint", "method.checkpoint_interval=3", f"cluster.profile={prof}", "trainer.max_steps=14"]
     torchrun(tmp_path / "free", *common, "failure=none")
     simulated = ["failure=trace", "failure.unit=steps", f"failure.path={trace}"]
     torchrun(tmp_path / "sim", *common, *simulated)

@@ -26,9 +26,9 @@ from mecefo_exp.timing.steps import bubble_fraction
 # Small intervals so that 12 MICRO steps see several saves. REFT with two parity groups of
 # two workers ({0, 1} with its parity on worker 2, {2, 3} with its parity on worker 0).
 METHODS = {
-    "checkpoint": ["method=checkpoint", "method.interval=3"],
+    "checkpoint": ["method=checkpoint", "method.checkpoint_interval=3"],
     "reft": ["method=reft", "method.snapshot_every=2", "method.parity_group=2", "method.checkpoint_interval=4"],
-    "baft": ["method=baft", "method.checkpoint_every=3"],
+    "baft": ["method=baft", "method.checkpoint_interval=3"],
 }
 
 

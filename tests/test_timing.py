@@ -179,7 +179,7 @@ def test_7b_run_reports_it_does_not_fit(run_exp):
 def test_numerics_free_run_walks_the_same_clock(run_exp, method):
     common = [f"method={method}", "failure=high", "seed=3", "trainer.max_steps=16"]
     if method in ("checkpoint", "bamboo", "oobleck", "mecefo"):
-        common.append(("method.interval=4" if method == "checkpoint" else "method.checkpoint_interval=4"))
+        common.append("method.checkpoint_interval=4")
     full, full_dir = run_exp(*common)
     free, free_dir = run_exp(*common, "trainer.numerics=false", "trainer.event_driven=false")  # a row per step
     rows = read_jsonl(full_dir / "metrics.jsonl")

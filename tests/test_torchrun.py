@@ -178,7 +178,7 @@ def test_two_machines_match_the_simulated_tier_and_survive_one_machine_killed(ru
     common = [
         "trainer.threads=1",
         "method=checkpoint",
-        "method.interval=3",
+        "method.checkpoint_interval=3",
         "failure=none",
         "trainer.max_steps=200",
         "trainer.eval_every=100",
@@ -239,7 +239,7 @@ def test_when_the_rendezvous_host_dies_the_other_machine_closes_the_record_in_on
     common = [
         "trainer.threads=1",
         "method=checkpoint",
-        "method.interval=3",
+        "method.checkpoint_interval=3",
         "failure=none",
         "trainer.max_steps=5000",
         "trainer.eval_every=0",

@@ -39,7 +39,7 @@ def test_offline_run_keeps_every_executed_step_events_group_tags_and_breakdown(r
         "logger=wandb",
         "method=checkpoint",
         "failure=high",
-        "method.interval=4",
+        "method.checkpoint_interval=4",
         f"cluster.profile={fixed_profile()}",
         "logger.group=test-sweep",
         "logger.tags=[mine]",

@@ -376,6 +376,10 @@ class Config:
 MAX_WORKERS = 1_048_576
 
 
+#: method settings renamed since a run folder may have been written: old name -> the name now
+RENAMED_METHOD_SETTINGS = {"interval": "checkpoint_interval", "checkpoint_every": "checkpoint_interval"}
+
+
 def typed_config(stored: Any, source: str = "config.yaml") -> Any:
     """A run's stored config.yaml typed as Hydra types a composed config: every section on its
     schema (the method's own, from the registry), so a value of the wrong type or an unknown key
@@ -390,6 +394,10 @@ def typed_config(stored: Any, source: str = "config.yaml") -> Any:
     name = OmegaConf.select(stored, "method.name")
     if name in REGISTRY:
         schema.method = OmegaConf.structured(method_config(name))
+        method = stored.get("method") if hasattr(stored, "get") else None
+        for old, new in RENAMED_METHOD_SETTINGS.items():  # a folder of an older version: its setting, renamed
+            if method is not None and old in method and new not in method and new in schema.method:
+                method[new] = method.pop(old)
     try:
         return OmegaConf.merge(schema, stored)
     except OmegaConfBaseException as e:

@@ -9,7 +9,7 @@ no bubble, so we only *model* one. A 1F1B schedule with p = `stages`
 stages and m = `microbatches` micro-batches per flush idles a share
 (p - 1) / (m + p - 1) of every step. We take that share of the failure-free step time as
 the step's bubble (we do not lengthen the step: every method runs on the same engine),
-and every `checkpoint_every` steps write a real checkpoint (`CheckpointStore`), of which
+and every `checkpoint_interval` steps write a real checkpoint (`CheckpointStore`), of which
 the part that fits into the bubble of that step is free and the rest,
 max(0, write - bubble), is charged as ft_overhead.
 
@@ -29,7 +29,7 @@ from .base import RestartConfig, RollbackMethod, steps_before_multiple
 
 @dataclass
 class BaftConfig(RestartConfig):
-    checkpoint_every: int = field(default=5, metadata=at_least(1, "steps"))
+    checkpoint_interval: int = field(default=5, metadata=at_least(1, "steps"))
     stages: int = field(default=4, metadata=at_least(1))  # pipeline stages p of the modelled 1F1B schedule
     microbatches: int = field(default=8, metadata=at_least(1))  # micro-batches m per pipeline flush
 
@@ -38,8 +38,7 @@ class Baft(RollbackMethod):
     name = "baft"
     label = "BAFT"
     Config = BaftConfig
-    interval_key = "checkpoint_every"
-    frequent_save_key = "checkpoint_every"  # the bubble's checkpoint is its mechanism: no fall-back
+    frequent_save_key = "checkpoint_interval"  # the bubble's checkpoint is its mechanism: no fall-back
 
     @property
     def bubble_s(self) -> float:

@@ -212,8 +212,8 @@ def _is_plain(value) -> bool:
 
 @dataclass
 class CheckpointedConfig(MethodConfig):
-    """What every method that keeps disk checkpoints reads (each adds its interval under its own
-    name, `interval_key`: steps or "auto" for Young/Daly)."""
+    """What every method that keeps disk checkpoints reads (each adds its `checkpoint_interval`,
+    named by `interval_key`: steps or "auto" for Daly's optimum)."""
 
     backend: str = field(default="torch", metadata=choices("torch", "dcp"))  # torch.save | torch.distributed.checkpoint
     keep: int = field(default=2, metadata=at_least(1, "checkpoints kept"))

@@ -25,7 +25,7 @@ from .base import RestartConfig, RollbackMethod
 
 @dataclass
 class CheckpointConfig(RestartConfig):
-    interval: Any = "auto"  # steps between checkpoints, or "auto" for Young/Daly sqrt(2 * C * MTBF)
+    checkpoint_interval: Any = "auto"  # steps between checkpoints, or "auto" for Daly's optimum (intervals.py)
     checkpoint_after_failure: bool = False  # Varuna: also checkpoint on the first step after a restart
     # restart_on=survivors: a restart's seconds by the ready nodes the job restarted on last;
     # outside the listed counts the nearest end, as a throughput table; empty: method.restart_s throughout
@@ -36,7 +36,6 @@ class CheckpointRestart(RollbackMethod):
     name = "checkpoint"
     label = "checkpoint-restart"
     Config = CheckpointConfig
-    interval_key = "interval"
 
     @classmethod
     def check_config(cls, m, cfg) -> Optional[str]:
