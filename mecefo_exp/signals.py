@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+from typing import Any, Dict
 
 
 class Terminated(BaseException):
@@ -22,7 +23,7 @@ class Terminated(BaseException):
         super().__init__(f"{signal.Signals(signum).name} received: the run was stopped from outside")
 
 
-_held_signal = {"depth": 0, "signum": None}  # a signal that arrived inside signals_held()
+_held_signal: Dict[str, Any] = {"depth": 0, "signum": None}  # a signal that arrived inside signals_held()
 
 
 @contextlib.contextmanager

@@ -394,7 +394,10 @@ class Bamboo(InPlaceMethod):
         if self.cover and after_steps is not None and self.degraded_since_cover >= after_steps:
             rebalance("degraded steps", None)
         elif (
-            self.cover and after is not None and self.run.clock.now - self.cover_since >= self.run.costs.stall_s(after)
+            self.cover
+            and after is not None
+            and self.cover_since is not None  # set when the first cover began
+            and self.run.clock.now - self.cover_since >= self.run.costs.stall_s(after)
         ):
             rebalance("timer", None)
 

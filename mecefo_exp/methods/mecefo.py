@@ -355,7 +355,11 @@ class Mecefo(InPlaceMethod):
                 groups[key][1] += ref
         for n, p in model.named_parameters():  # put the approximate gradient back
             p.grad = approx[n]
-        row = {"step": plan.step, "sim_time_s": self.run.clock.now, "workers_down": len(self.down)}
+        row: Dict[str, Optional[float]] = {
+            "step": plan.step,
+            "sim_time_s": self.run.clock.now,
+            "workers_down": len(self.down),
+        }
         row.update(
             {
                 f"rel_error{'' if k == 'all' else '_' + k}": (d**0.5) / (r**0.5) if r > 0 else None

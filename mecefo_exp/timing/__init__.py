@@ -60,11 +60,11 @@ def timed_model_cfg(cfg):
     name = cfg.hardware.timing_model
     if name is None or name == cfg.model.name:
         return cfg.model
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
     from ..config import ModelConfig
 
-    raw = OmegaConf.load(conf_dir() / "model" / f"{name}.yaml")
+    raw = cast(DictConfig, OmegaConf.load(conf_dir() / "model" / f"{name}.yaml"))  # a preset: a mapping
     raw.pop("defaults", None)
     return OmegaConf.merge(OmegaConf.structured(ModelConfig), raw)
 
