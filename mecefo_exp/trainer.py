@@ -430,7 +430,9 @@ class Experiment(Context):
                 "first_step": first,
                 "tokens": self.step * self.tokens_per_step,
                 **numbers,
-                "sim_time_s": clock.now,
+                # the end of the last step: with what the method charges between the steps, which
+                # after_quiet_steps books below (the charge after the last step comes after its row)
+                "sim_time_s": clock.now + self.method.charged_in_quiet_run(first, count),
                 "wall_time_s": time.perf_counter() - self.wall_start,
                 "alive": alive,
                 "degraded": plan.degraded,

@@ -20,6 +20,7 @@ failed worker's place, so the loss curve is the failure-free one, bit for bit.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Dict
 
@@ -63,7 +64,26 @@ class Baft(RollbackMethod):
             self.save_checkpoint(step + 1, charge_s=self.checkpoint_charge_s)
 
     def quiet_steps(self, plan, step_s: float) -> int:
-        return steps_before_multiple(plan.step, self.interval)  # its after_step writes on the interval only
+        """Its checkpoints change no later step but by their time, which the loop counts
+        (`charged_in_quiet_run`): without numerics a quiet run goes past them and books them after
+        its last step (`after_quiet_steps`), one loop pass for many checkpoints. With numerics each
+        is written at its own step."""
+        if self.run.numerics:
+            return steps_before_multiple(plan.step, self.interval)  # its after_step writes on the interval only
+        return self.run.max_steps - plan.step
+
+    def charged_in_quiet_run(self, first: int, count: int) -> float:
+        """The writes after steps `first`..`first + count - 2` (the one after the last step ends the
+        run and delays none of its steps)."""
+        every = self.interval
+        return (((first + count - 1) // every) - (first // every)) * self.checkpoint_charge_s
+
+    def after_quiet_steps(self, first: int, last: int, step_s: float) -> None:
+        """The checkpoints of steps `first`..`last`, as `after_step` writes them after each, each
+        stamped with the step and time it has in a step-by-step run (`step_s` seconds a step)."""
+        every = self.interval
+        for step in range(every * math.ceil((first + 1) / every), last + 2, every):
+            self.save_checkpoint(step, charge_s=self.checkpoint_charge_s, booked_late_s=(last + 1 - step) * step_s)
 
     def summary(self) -> Dict[str, object]:
         out = super().summary()

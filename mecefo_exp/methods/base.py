@@ -296,29 +296,34 @@ class CheckpointedMethod(Method):
         own = self.cfg.restart_s
         return super().job_start_s() if own is None else self.run.costs.stall_s(own)
 
-    def save_checkpoint(self, step: int, charge_s: Optional[float] = None) -> None:
+    def save_checkpoint(self, step: int, charge_s: Optional[float] = None, booked_late_s: float = 0.0) -> None:
         """Write a real checkpoint of the state before step `step`; charge its time.
 
         The time is charged first, so that the clock saved in the checkpoint (for resuming
-        a killed run) already holds it.
+        a killed run) already holds it. `booked_late_s`: booked that many simulated seconds after
+        it was taken (the checkpoints inside a numerics-free quiet run, booked after its last step):
+        it began, and its event is stamped, that much earlier, and it keeps the state of its step.
         """
         cost = self.run.costs.storage_write_s() if charge_s is None else charge_s
-        self.last_write = (step, self.run.clock.now, cost)  # which checkpoint, when its write began, how long
-        if step > 0 and self.write_cut_by_failure(step, cost):
+        began = self.run.clock.now - booked_late_s
+        self.last_write = (step, began, cost)  # which checkpoint, when its write began, how long
+        if step > 0 and self.write_cut_by_failure(step, cost, began):
             return
         if step > 0:
             self.run.clock.add_to_step(step - 1, "ft_overhead", cost)
         else:
             self.run.clock.charge("ft_overhead", cost)
-        self.store.save(step)
-        self.run.event("checkpoint", detail={"step": step, "cost_s": cost})
+        late = booked_late_s > 0
+        self.store.save(step, state={**self.run.state_dict(), "step": step} if late else None)
+        at = (step, began + cost) if late else None
+        self.run.event("checkpoint", detail={"step": step, "cost_s": cost}, at=at)
 
-    def write_cut_by_failure(self, step: int, cost: float) -> bool:
-        """A synchronous write that a failure falls inside is cut: the time up to the failure is
-        spent (on the step it follows, so a rollback past it makes it lost work), nothing is saved,
-        and the failure is handled at its own time. A replay of another simulator (method.variant)
-        keeps that simulator's checkpoint rules."""
-        now, t_fail = self.run.clock.now, self.run.trace.next_failure_time()
+    def write_cut_by_failure(self, step: int, cost: float, now: float) -> bool:
+        """A synchronous write (begun at `now`) that a failure falls inside is cut: the time up to
+        the failure is spent (on the step it follows, so a rollback past it makes it lost work),
+        nothing is saved, and the failure is handled at its own time. A replay of another simulator
+        (method.variant) keeps that simulator's checkpoint rules."""
+        t_fail = self.run.trace.next_failure_time()
         if (
             self.cfg.checkpoint_write != "sync"
             or self.cfg.get("variant")

@@ -121,12 +121,15 @@ class CheckpointStore:
     def path(self, step: int) -> Path:
         return self.root / (f"step_{step:07d}" + (".pt" if self.backend == "torch" else ""))
 
-    def save(self, step: int) -> None:
+    def save(self, step: int, state: Optional[Dict] = None) -> None:
+        """Keep the state before step `step` (written at the boundary's flush). `state`: that state
+        where it is not the live one (in memory only: a numerics-free run's quiet run of steps books
+        the checkpoints inside it after its last step)."""
         if step in self.saved:
             self.saved.remove(step)
         self.saved.append(step)
         if self.in_memory:
-            self._memory[step] = self.state_dict()
+            self._memory[step] = self.state_dict() if state is None else state
             while len(self.saved) > self.keep:
                 self._memory.pop(self.saved.pop(0), None)
             return
