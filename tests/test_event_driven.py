@@ -148,6 +148,19 @@ def test_reft_books_many_snapshots_in_one_pass_and_still_equals_step_by_step(run
     assert free["snapshots"] == 134 and len(free_rows) <= 2 * 14 + 1
 
 
+def test_baft_books_many_bubble_checkpoints_in_one_pass_and_still_equals_step_by_step(run_exp):
+    """BAFT's checkpoints (every 3 steps here, each charged what the bubble does not hide) are
+    booked after a quiet run's last step, each at its own step and time, its write checked against
+    the next failure from when it began."""
+    common = ("method=baft", "method.checkpoint_interval=3", "method.stages=2", "method.microbatches=64")
+    stepped, driven, ev_s, ev_d, rows_s, rows_d = both_loops(run_exp, *common, "failure=high")
+    assert stepped["failures"] > 5 and stepped["checkpoint_charge_s"] > 0
+    assert_same_run(stepped, driven, ev_s, ev_d)
+    free, _, _, _, _, free_rows = both_loops(run_exp, *common, "failure=none")
+    # 400 steps, 134 checkpoints (steps 0, 3, ..., 399), one row for the whole failure-free run
+    assert free["steps"] == 400 and len(free_rows) == 1
+
+
 def test_a_method_that_cannot_name_its_events_is_stepped(run_exp, monkeypatch, caplog):
     from mecefo_exp.methods.base import Method
     from mecefo_exp.methods.oobleck import Oobleck
