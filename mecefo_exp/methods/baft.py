@@ -20,12 +20,11 @@ failed worker's place, so the loss curve is the failure-free one, bit for bit.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Dict
 
 from ..config import at_least
-from .base import RestartConfig, RollbackMethod, steps_before_multiple
+from .base import RestartConfig, RollbackMethod, multiples_between, steps_before_multiple
 
 
 @dataclass
@@ -75,14 +74,12 @@ class Baft(RollbackMethod):
     def charged_in_quiet_run(self, first: int, count: int) -> float:
         """The writes after steps `first`..`first + count - 2` (the one after the last step ends the
         run and delays none of its steps)."""
-        every = self.interval
-        return (((first + count - 1) // every) - (first // every)) * self.checkpoint_charge_s
+        return len(multiples_between(first + 1, first + count - 1, self.interval)) * self.checkpoint_charge_s
 
     def after_quiet_steps(self, first: int, last: int, step_s: float) -> None:
         """The checkpoints of steps `first`..`last`, as `after_step` writes them after each, each
         stamped with the step and time it has in a step-by-step run (`step_s` seconds a step)."""
-        every = self.interval
-        for step in range(every * math.ceil((first + 1) / every), last + 2, every):
+        for step in multiples_between(first + 1, last + 1, self.interval):
             self.save_checkpoint(step, charge_s=self.checkpoint_charge_s, booked_late_s=(last + 1 - step) * step_s)
 
     def summary(self) -> Dict[str, object]:

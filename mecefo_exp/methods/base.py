@@ -556,6 +556,12 @@ def admit_waiting(down: set, waiting: List[int], failed: List[int]) -> None:
     waiting.clear()
 
 
+def multiples_between(low: int, high: int, every: int) -> range:
+    """The steps low..high (both included) that are multiples of `every`: the periodic saves
+    (a snapshot, a checkpoint of the state before that step) that fall inside a run of steps."""
+    return range(every * math.ceil(low / every), high + 1, every)
+
+
 def steps_before_multiple(step: int, every: int) -> int:
     """Steps from `step` on before the first step t with (t + 1) % every == 0, whose end is an
     every-`every`-steps action (a checkpoint after step t is the state before step t + 1)."""

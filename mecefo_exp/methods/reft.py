@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Union
 
 from ..config import at_least, is_hybrid, within
 from ..failures.classes import HOST_SNAPSHOT, STORAGE
-from .base import RestartConfig, RollbackMethod
+from .base import RestartConfig, RollbackMethod, multiples_between
 from .parity import ShardedSnapshot, SnapshotLedger, ledger_index, parity_layout
 
 
@@ -82,8 +82,7 @@ class Reft(RollbackMethod):
     def charged_in_quiet_run(self, first: int, count: int) -> float:
         """The snapshots after steps `first`..`first + count - 2` (the one after the last step ends
         the run and delays none of its steps)."""
-        every = self.cfg.snapshot_every
-        return (((first + count - 1) // every) - (first // every)) * self.snapshot_charge_s
+        return len(multiples_between(first + 1, first + count - 1, self.cfg.snapshot_every)) * self.snapshot_charge_s
 
     def after_quiet_steps(self, first: int, last: int, step_s: float) -> None:
         """The snapshots of steps `first`..`last`, booked at once: the loop's quiet runs go from
@@ -94,8 +93,7 @@ class Reft(RollbackMethod):
         state = self.run.state_dict()
         if set(state) != {"step"}:
             raise RuntimeError(f"quiet steps booked with training state ({sorted(state)}): snapshots need each step")
-        every = self.cfg.snapshot_every
-        for step in range(every * math.ceil((first + 1) / every), last + 2, every):
+        for step in multiples_between(first + 1, last + 1, self.cfg.snapshot_every):
             self.snapshot = self._sharded({"step": step})
             self._book_snapshot(step, at_s_before_end=(last + 1 - step) * step_s)
 
