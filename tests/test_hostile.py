@@ -2,6 +2,7 @@
 
 The tests that start runs in subprocesses (resumes, signals) are in the slow tier (`make test-slow`)."""
 
+import hashlib
 import json
 import os
 import pickle
@@ -43,6 +44,8 @@ def test_resuming_a_folder_with_a_planted_pickle_runs_no_code(tmp_path):
     marker = tmp_path / "code_ran"
     newest = sorted((run_dir / "checkpoints").glob("step_*.pt"))[-1]
     newest.write_bytes(pickle.dumps({"step": _Marker(marker)}))
+    # whoever can write the folder can write the checksum beside the file too: the loader must refuse it
+    newest.with_suffix(".sha256").write_text(f"{hashlib.sha256(newest.read_bytes()).hexdigest()}  {newest.name}\n")
     summary = json.loads((run_dir / "summary.json").read_text())
     summary["status"] = "running"
     (run_dir / "summary.json").write_text(json.dumps(summary))
