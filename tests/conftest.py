@@ -125,6 +125,16 @@ def run_exp(tmp_path):
     return run
 
 
+def run_py(*args, timeout=120):
+    """`python run.py <args>` started as a user starts it, from the checkout: the finished process
+    and its stderr's non-empty lines (a refusal is one of them)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "run.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return out, [ln for ln in out.stderr.splitlines() if ln.strip()]
+
+
 def read_jsonl(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 

@@ -20,7 +20,7 @@ import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from conftest import MICRO, ROOT, compose_cfg
+from conftest import MICRO, ROOT, compose_cfg, run_py
 
 RESUMABLE = ("method=checkpoint", "failure=none", "trainer.max_steps=4", "trainer.eval_every=0")
 
@@ -188,14 +188,7 @@ def test_run_py_into_a_used_folder_exits_2_with_one_line_before_anything_is_writ
     run_dir = a_run
     _edit_json(run_dir / "summary.json", status="failed")
     before = {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
-    out = subprocess.run(
-        [sys.executable, "run.py", "trainer.max_steps=4", f"hydra.run.dir={run_dir}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    out, lines = run_py("trainer.max_steps=4", f"hydra.run.dir={run_dir}")
     assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]
     assert lines[0].startswith(f"error: run folder {run_dir} already holds a run (status failed)"), lines[0]
     assert "resume=true" in lines[0]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import MICRO, ROOT
+from conftest import MICRO, ROOT, run_py
 from mecefo_exp.methods import REGISTRY
 
 
@@ -135,14 +135,7 @@ def test_trace_times_that_overflow_after_scaling_are_refused(tmp_path):
 
 @pytest.mark.parametrize("override", ["experiment=debgu", "scenario=oobleck_artifact/bert", "local=foo"])
 def test_an_unknown_preset_is_one_line_not_ignored(override, tmp_path):
-    out = subprocess.run(
-        [sys.executable, "run.py", override, f"hydra.run.dir={tmp_path / 'run'}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    out, lines = run_py(override, f"hydra.run.dir={tmp_path / 'run'}", timeout=60)
     assert out.returncode == 2 and len(lines) == 1 and "no such preset" in lines[0] and "allowed:" in lines[0]
     assert not (tmp_path / "run").exists()
 
@@ -672,14 +665,7 @@ def test_a_refused_resume_leaves_the_folders_record_as_it_was(tmp_path):
 def test_a_file_given_as_the_run_folder_is_one_line(tmp_path):
     where = tmp_path / "a_file"
     where.write_text("not a folder")
-    out = subprocess.run(
-        [sys.executable, "run.py", *MICRO, f"hydra.run.dir={where}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    out, lines = run_py(*MICRO, f"hydra.run.dir={where}")
     assert out.returncode == 2 and len(lines) == 1 and "cannot hold a run: File exists" in lines[0], out.stderr[-2000:]
     assert where.read_text() == "not a folder"
 
@@ -707,14 +693,7 @@ def test_a_run_folder_that_cannot_be_written_is_one_line(inside):
     if folder is None:
         pytest.skip("no folder here refuses new files to this user (sysfs on Linux does, even to root)")
     where = folder / "mecefo_run" if inside else folder
-    out = subprocess.run(
-        [sys.executable, "run.py", *MICRO, f"hydra.run.dir={where}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    out, lines = run_py(*MICRO, f"hydra.run.dir={where}")
     assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]
     assert lines[0].startswith(f"error: hydra.run.dir={where} cannot hold a run: "), lines
     assert "Traceback" not in out.stdout + out.stderr
