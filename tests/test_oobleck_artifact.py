@@ -952,3 +952,89 @@ def test_a_fatal_fall_back_under_a_node_trace_restarts_on_the_nodes_there(tmp_pa
     late = [r for r in metrics if r["sim_time_s"] - r["step_cost_s"] > 42]
     assert late and all(r["alive"] == 2 and r["step_cost_s"] == pytest.approx(5.0) for r in late)
     assert s["window"]["goodput_over_ideal"] <= 1.0 + 1e-9
+
+
+def _bamboo_artifact_events(tmp_path, rows):
+    """BERT-large Bamboo with the artifact's behaviours, its first pipelines in slot order (node k+1
+    holds slot k: pipeline 0 is nodes 1-12, pipeline 1 nodes 13-24), on a trace of our own."""
+    from mecefo_exp.trainer import Experiment
+
+    cfg = compose_cfg(
+        [
+            "scenario=oobleck_artifact/bert_large",
+            "method=bamboo",
+            "scenario.quirks=true",
+            "method.variant_options.heap_order=false",
+            "trainer.progress=none",
+            f"failure.path={trace_file(tmp_path, rows)}",
+        ]
+    )
+    summary = Experiment(cfg, tmp_path / "run").run()
+    events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    return summary, events
+
+
+def test_a_node_removed_before_it_is_usable_is_no_member_of_bamboos_rendezvous(tmp_path):
+    """A rendezvous collects the nodes usable when it starts, and those that become usable while it
+    collects (B:1116-1119, B:1171-1172); a node added during it and removed before its 45 s are up was
+    never one of them, so its removal does not start the rendezvous over (B:1123-1134): it completes
+    when its 30 s timeout fires, as it would without that node."""
+    start = [(0, "add", f"node{k}") for k in range(1, 26)]
+    # node1 (stage 0) is absorbed by node12; node2 (stage 1) then finds its shadow holding two: fatal
+    rows = start + [
+        (1000000, "remove", "node1"),
+        (1000000, "remove", "node2"),
+        (1010000, "add", "node26"),
+        (1020000, "remove", "node26"),  # usable at 1055 s: it never was
+        (3000000, "remove", "node3"),
+    ]
+    summary, events = _bamboo_artifact_events(tmp_path, rows)
+    assert summary["fatal"] == 1
+    after = [e for e in events if 1000.0 <= e["sim_time_s"] < 3000.0]
+    assert not [e for e in after if e["kind"] == "rendezvous_restarted"]
+    formed = [e["sim_time_s"] for e in after if e["kind"] == "rebalance"]
+    assert formed[0] == pytest.approx(1030.0)  # the fatal removal's global timeout, 30 s later
+
+
+def test_a_stage_whose_predecessor_left_in_a_fatal_removal_is_dropped_not_fatal_again(tmp_path):
+    """While the rendezvous of a fatal removal collects, the artifact looks for the node holding a
+    removed node's predecessor stage; the fatal node took that stage with it, nobody is found, and
+    nothing more happens (B:1074-1094): one fatal failure, one rendezvous, which the removed member
+    starts over once (B:1123-1134) and which then forms the pipelines."""
+    start = [(0, "add", f"node{k}") for k in range(1, 26)]
+    rows = start + [
+        (1000000, "remove", "node1"),
+        (1000000, "remove", "node2"),  # fatal (above)
+        (1005000, "remove", "node3"),  # stage 2, whose predecessor stage went with node2
+        (3000000, "remove", "node4"),
+    ]
+    summary, events = _bamboo_artifact_events(tmp_path, rows)
+    assert summary["fatal"] == 1
+    after = [e for e in events if 1000.0 <= e["sim_time_s"] < 3000.0]
+    assert [e["worker"] for e in after if e["kind"] == "stage_dropped"] == [2]
+    assert not [e for e in after if e["kind"] == "stopped"]
+    formed = [e["sim_time_s"] for e in after if e["kind"] == "rebalance"]
+    assert formed[0] == pytest.approx(1060.0)  # node3 was a member: its timeout at 1030 s starts it over
+
+
+def test_after_a_timeout_that_found_no_rendezvous_stage_0_has_no_predecessor(tmp_path):
+    """A timeout that finds no rendezvous completes one of no nodes: the artifact's stage count becomes
+    0 (B:1195-1214) while the nodes keep their stages, so the stage before stage 0 is (pipeline, -1)
+    (B:1081-1083), which nobody holds: removing stage 0's node then is dropped, never fatal, and the job
+    stays stopped until a node becomes usable."""
+    start = [(0, "add", f"node{k}") for k in range(1, 26)]
+    rows = start + [
+        (1000000, "remove", "node1"),  # node12 holds two stages: a local rendezvous after the step (76 s)
+        (1110000, "remove", "node12"),  # fatal inside it: a global rendezvous, formed at 1140 s
+        (1200000, "remove", "node2"),  # after the local timeout found no rendezvous: stage (0, 0)
+        (1200000, "remove", "node14"),  # and stage (0, 11)
+        (1300000, "add", "node26"),  # usable at 1345 s: a global rendezvous, formed at 1375 s
+        (3000000, "remove", "node3"),
+    ]
+    summary, events = _bamboo_artifact_events(tmp_path, rows)
+    seen = [(e["sim_time_s"], e["kind"], e["worker"]) for e in events if 1100.0 <= e["sim_time_s"] < 1400.0]
+    assert (1140.0, "rebalance", None) in seen
+    assert [k for t, k, _ in seen if 1141.0 < t < 1200.0] == ["stopped"]  # the local timeout, then nothing
+    assert (1200.0, "stage_dropped", 1) in seen
+    assert summary["fatal"] == 1
+    assert [t for t, k, _ in seen if k == "rebalance" and t > 1141.0] == [pytest.approx(1375.0)]

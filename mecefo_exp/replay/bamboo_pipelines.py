@@ -32,6 +32,9 @@ class BambooPipelines(Bamboo):
     OPTIONS = {"pipeline_stages": None, "start_order": None, "node_order": None, "heap_order": False}
     #: whether losing an idle spare starts the fallback slowdown
     spare_loss_slows = False
+    #: whether losing a stage whose predecessor no node holds (its node was removed by a fatal
+    #: failure whose rendezvous is still collecting) is fatal too
+    orphan_stage_is_fatal = True
 
     @classmethod
     def check_config(cls, m, cfg) -> Optional[str]:
@@ -148,16 +151,19 @@ class BambooPipelines(Bamboo):
         held = self.holds.pop(worker, [])
         if held:
             pipe, stage = held[0]
-            before = (pipe, (stage - 1) % self.stages)
+            before = self._predecessor(pipe, stage)
             holder = (
                 None if len(held) > 1 else next((w for w in self.node_order if before in self.holds.get(w, ())), None)
             )
-            if holder is None or len(self.holds[holder]) > 1:  # it held two stages, or its shadow does
+            if holder is None and len(held) == 1 and not self.orphan_stage_is_fatal:
+                self.run.event("stage_dropped", worker, {"stage": [pipe, stage]})
+            elif holder is None or len(self.holds[holder]) > 1:  # it held two stages, or its shadow does
                 self.holds[worker] = held  # fall_back re-forms from scratch
                 return self.fall_back(worker, {"reason": "adjacent failures", "stage": [pipe, stage], "holder": holder})
-            self.holds[holder].append((pipe, stage))
-            self.counts["neighbor_assignments"] += 1
-            self.run.event("neighbor", worker, {"neighbor": holder, "stage": [pipe, stage]})
+            else:
+                self.holds[holder].append((pipe, stage))
+                self.counts["neighbor_assignments"] += 1
+                self.run.event("neighbor", worker, {"neighbor": holder, "stage": [pipe, stage]})
         else:
             self.counts["spares_lost"] += 1
             self.run.event("spare_lost", worker, {"spares": self._spares()})
@@ -165,6 +171,10 @@ class BambooPipelines(Bamboo):
                 return  # an idle spare did no work: nothing slows down
         if self.fallback_step is None:
             self.fallback_step = self.run.step
+
+    def _predecessor(self, pipe: int, stage: int) -> Tuple[int, int]:
+        """The stage whose holder keeps a copy of `stage`'s layers: the one before it, around the pipeline."""
+        return (pipe, (stage - 1) % self.stages)
 
     def _should_reform(self) -> bool:
         doubled = sum(1 for held in self.holds.values() if len(held) > 1)

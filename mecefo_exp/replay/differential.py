@@ -115,8 +115,11 @@ def agrees(cell: Cell, ours: Optional[float], theirs: dict) -> bool:
     return (ours or 0.0) == want if want == 0 else abs((ours or 0.0) / want - 1) <= TOLERANCE
 
 
-def cause(theirs: dict) -> str:
-    """What is known of why a cell differs (docs/ARTIFACT.md, "Generated traces")."""
+def cause(cell: Cell, theirs: dict, known: Optional[Dict[Cell, str]] = None) -> str:
+    """What is known of why a cell differs (docs/ARTIFACT.md, "Agreement"): the cause listed for it in
+    known_gaps.csv, else what its reference row shows."""
+    if known and cell in known:
+        return known[cell]
     if theirs["status"] == "error":
         return f"the artifact raises {theirs['error']} at {theirs['error_at']}"
     if int(theirs["rate_shift"] or 0) > 0:
@@ -128,21 +131,31 @@ def cause(theirs: dict) -> str:
     return "not attributed yet"
 
 
-def write_gaps(path: Path, cells: List[Cell], ours: Dict[Cell, Optional[float]], ref: Dict[Cell, dict]) -> None:
+def cause_class(why: str) -> str:
+    """A cause without its cell's particulars (the artifact line, the numbers checked)."""
+    return why.split(" (")[0].split(" at ")[0]
+
+
+def write_gaps(
+    path: Path, cells: List[Cell], ours: Dict[Cell, Optional[float]], ref: Dict[Cell, dict], known: Dict[Cell, str]
+) -> None:
     with open(path, "w", newline="") as f:
         f.write(
-            "# cells of the generated traces where our replay and the artifact differ by more than 2%, with what\n"
-            "# is known of the cause; written by python -m mecefo_exp.replay.differential --write-gaps\n"
+            "# cells of the generated and extended traces where our replay and the artifact differ by more than 2%, with\n"
+            "# what is known of the cause; written by python -m mecefo_exp.replay.differential --write-gaps, causes kept\n"
         )
         w = csv.writer(f)
         w.writerow(["trace", "model", "system", "setting", "ours", "artifact", "cause"])
         for c in cells:
             r = ref[c]
             want = f"{expected(c, r):.6g}" if r["status"] == "ok" else r["status"]
-            w.writerow([*c, "" if ours[c] is None else f"{ours[c]:.6g}", want, cause(r)])
+            w.writerow([*c, "" if ours[c] is None else f"{ours[c]:.6g}", want, cause(c, r, known)])
 
 
 def known_gaps(path: Path = FIXTURE / "known_gaps.csv") -> Dict[Cell, str]:
+    """The cells known to differ, with their cause (none for a fixture made afresh)."""
+    if not path.exists():
+        return {}
     with open(path) as f:
         rows = csv.DictReader(line for line in f if not line.startswith("#"))
         return {(r["trace"], r["model"], r["system"], r["setting"]): r["cause"] for r in rows}
@@ -212,12 +225,14 @@ def main(argv=None) -> int:
         theirs = expected(c, ref[c]) if ref[c]["status"] == "ok" else 0.0
         return abs((ours[c] or 0.0) - theirs) / theirs if theirs else float("inf")
 
+    known = known_gaps(args.fixture / "known_gaps.csv")
     if args.write_gaps:
-        write_gaps(args.write_gaps, [c for c in cells if c not in ok], ours, ref)
+        write_gaps(args.write_gaps, [c for c in cells if c not in ok], ours, ref, known)
     counts: Dict[str, int] = {}
     for c in cells:
         if c not in ok:
-            counts[cause(ref[c]).split(" at ")[0]] = counts.get(cause(ref[c]).split(" at ")[0], 0) + 1
+            why = cause_class(cause(c, ref[c], known))
+            counts[why] = counts.get(why, 0) + 1
     for why, k in sorted(counts.items(), key=lambda kv: -kv[1]):
         print(f"  differ: {k:4d}  {why}")
     worst = sorted((c for c in cells if c not in ok), key=gap, reverse=True)[: args.worst]
@@ -225,7 +240,7 @@ def main(argv=None) -> int:
         r = ref[c]
         want = f"{expected(c, r):.6g}" if r["status"] == "ok" else r["status"]
         mine = "n/a" if ours[c] is None else f"{ours[c]:.6g}"
-        print(f"  {','.join(c):42s} ours {mine:>12} artifact {want:>12} {r['error']} rate_shift={r['rate_shift']}")
+        print(f"  {','.join(c):42s} ours {mine:>12} artifact {want:>12}  {cause_class(cause(c, r, known))}")
     return 0
 
 

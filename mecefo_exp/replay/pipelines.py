@@ -1,7 +1,7 @@
 """Oobleck and Bamboo as the Oobleck artifact's simulators book a removal (docs/ARTIFACT.md), as
 subclasses of our methods."""
 
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from ..methods.bamboo import Bamboo
 from ..methods.base import resplit_plan
@@ -81,6 +81,9 @@ class BambooArtifact(RendezvousTimeouts, BambooPipelines):
     """
 
     spare_loss_slows = True
+    #: the artifact looks for the node holding the predecessor's stage and, when none does (a fatal
+    #: removal of this rendezvous took it), does nothing (B:1074-1094)
+    orphan_stage_is_fatal = False
     #: heap_order: take the first pipelines' nodes in the artifact's heap order (false: the configured orders)
     OPTIONS = {**BambooPipelines.OPTIONS, "heap_order": True}
 
@@ -94,6 +97,8 @@ class BambooArtifact(RendezvousTimeouts, BambooPipelines):
         self.first_formed_at: Optional[float] = None  # the first rendezvous, started over, completes then
         self.placed: set = set()  # slots registered (heap_order.py) but not yet usable: their place is kept
         self.waiting_count = 0  # the artifact's num_workers_waiting: a count no removal lowers
+        self.removed_unusable: set = set()  # slots of the removals being handled whose node was not usable yet
+        self.no_stage_count = False  # a rendezvous completed with no pipeline: the artifact's num_stages is 0
 
     def start(self) -> None:
         super().start()
@@ -153,6 +158,13 @@ class BambooArtifact(RendezvousTimeouts, BambooPipelines):
         self.run.event("fatal", worker, {"down": sorted(self.down), **detail})
         self._open("global", self.run.trace.last_time())
 
+    def _predecessor(self, pipe: int, stage: int) -> Tuple[int, int]:
+        """A timeout that found no rendezvous sets the artifact's stage count to 0 (B:1195-1214), and the
+        nodes keep their stages: stage 0's predecessor is then (pipe, -1) (B:1081-1083), held by nobody."""
+        if self.no_stage_count and stage == 0:
+            return (pipe, -1)
+        return super()._predecessor(pipe, stage)
+
     def _pipeline_failure(self, worker: int) -> None:
         if not self.rendezvous_open and not self.stopped:
             return super()._pipeline_failure(worker)
@@ -160,7 +172,8 @@ class BambooArtifact(RendezvousTimeouts, BambooPipelines):
         collecting, fatal = self.rendezvous_open, self.counts["fatal"]
         super()._pipeline_failure(worker)
         self.fallback_step = slowed_since
-        if collecting and self.counts["fatal"] == fatal:  # a member of the rendezvous collecting left
+        member = worker not in self.removed_unusable  # a rendezvous collects usable nodes only (B:1116-1119)
+        if collecting and member and self.counts["fatal"] == fatal:  # a member of the rendezvous collecting left
             self.member_left = True
 
     def _reform(self) -> None:
@@ -170,6 +183,7 @@ class BambooArtifact(RendezvousTimeouts, BambooPipelines):
     def on_failures(self, workers: List[int]) -> None:
         self._catch_up(self.run.trace.last_time())
         self.placed.difference_update(workers)
+        self.removed_unusable = self.down.intersection(workers)  # removed before its node was usable
         super().on_failures(workers)
 
     def _wait_as_spare(self, worker: int) -> bool:
@@ -231,23 +245,24 @@ class BambooArtifact(RendezvousTimeouts, BambooPipelines):
 
     def found_no_rendezvous(self, due: float, kind: str) -> None:
         # the nodes keep the stages they held (B:1183-1215 assigns none)
-        self._stop(f"a {kind} rendezvous timeout found no nodes: no pipelines", keep_stages=True)
+        self._stop(f"a {kind} rendezvous timeout found no nodes: no pipelines", due, keep_stages=True)
+        self.no_stage_count = True
 
     def rendezvous_complete(self, due: float, kind: str) -> None:
+        self.no_stage_count = False
         # until the first pipelines form, the artifact's own order of that rendezvous (heap_order.py)
         self._form_pipelines(self.node_order if self.trained or self.first_order is None else self.first_order)
         self.counts["rebalances"] += 1
-        self.run.event(
-            "rebalance", None, {"reason": f"{kind} rendezvous", "pipelines": self.pipes, "spares": self._spares()}
-        )
+        detail = {"reason": f"{kind} rendezvous", "pipelines": self.pipes, "spares": self._spares()}
+        self.run.event("rebalance", None, detail, at=(self.run.step, due))
         if not self.pipes:
-            self._stop("a rendezvous formed no pipeline")
+            self._stop("a rendezvous formed no pipeline", due)
             return
         self.stopped = False
         if not self.trained:  # the artifact's window opens at its first configuration (B:1148-1155)
             self.run.training_starts_at(due)
 
-    def _stop(self, reason: str, keep_stages: bool = False) -> None:
+    def _stop(self, reason: str, at: float, keep_stages: bool = False) -> None:
         """Nothing trains. With `keep_stages` (a timeout that found no rendezvous) the nodes keep
         the stages they held, as the artifact's instances keep their coordinates: removing one is
         judged as in training (B:1059-1094), and a fatal one starts a global rendezvous that
@@ -255,7 +270,7 @@ class BambooArtifact(RendezvousTimeouts, BambooPipelines):
         self.stopped = True
         if not keep_stages:
             self.holds, self.pipes = {}, 0
-        self.run.event("stopped", None, {"reason": reason})
+        self.run.event("stopped", None, {"reason": reason}, at=(self.run.step, at))
 
     # ------------------------------------------------------------ the step
     def plan(self, step: int) -> Plan:

@@ -73,7 +73,7 @@ class RendezvousTimeouts(abc.ABC):
             self.member_left = False
             until = due + self.timeout_delay_s(kind, due)
             self.arm(until, kind)
-            self.run.event("rendezvous_restarted", None, {"kind": kind, "until": until})
+            self.run.event("rendezvous_restarted", None, {"kind": kind, "until": until}, at=(self.run.step, due))
             return True
         self.rendezvous_open = False
         self.rendezvous_complete(due, kind)
@@ -211,12 +211,13 @@ class ArtifactRestarts(RendezvousTimeouts):
             self.ever_configured = True
             self.run.training_starts_at(due)
         self.configured(due)
-        self.run.event("restart", None, {"from_step": self.run.step, "running_without": self.running_without})
+        detail = {"from_step": self.run.step, "running_without": self.running_without}
+        self.run.event("restart", None, detail, at=(self.run.step, due))
 
     def _stop(self, reason: str, at: float) -> None:
         self.stopped, self.stopped_at = True, at
         self.stopped_hook()
-        self.run.event("stopped", None, {"reason": reason})
+        self.run.event("stopped", None, {"reason": reason}, at=(self.run.step, at))
 
     # hooks for the subclass
     def removal_heard(self, failed_at: float) -> None:
