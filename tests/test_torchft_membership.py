@@ -182,3 +182,26 @@ def test_failures_no_trace_planned_count_in_the_mean_workers_down():
     healed.keep(trace, method, None)
     healed.load_state_dict(books.state_dict())
     assert healed.trace_summary()["mean_workers_down"] == pytest.approx(30 / 50)
+
+
+def test_the_replacement_watch_ends_when_the_run_shuts_down():
+    """The watch thread reads the coordination store every half second; shutting the membership down
+    stops and joins it, so no thread is inside a store call while the interpreter exits (Python
+    3.11 ends such a thread with pthread_exit, which aborts the process: pytorch/pytorch#38228)."""
+    import datetime
+    import time
+
+    from torch.distributed import TCPStore
+
+    from mecefo_exp.tiers.torchft.replaced import ReplacementWatch
+
+    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=5))
+    m = object.__new__(TorchftMembership)
+    m.watch = ReplacementWatch(f"127.0.0.1:{server.port}", 5.0, worker=0, incarnation=0)
+    m.manager = types.SimpleNamespace(shutdown=lambda wait: None)
+    time.sleep(0.7)  # at least one look at the store
+    assert m.watch._thread.is_alive()
+    t0 = time.monotonic()
+    m.shutdown()
+    assert not m.watch._thread.is_alive()
+    assert time.monotonic() - t0 < 2.0

@@ -35,7 +35,7 @@ from .network import (
     local_host,
     manager_server_bound_to,
 )
-from .replaced import leave_if_replaced, watch_for_replacement
+from .replaced import ReplacementWatch, leave_if_replaced
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class TorchftMembership:
         # failure.kill=false: every process stays up and the trace masks failed workers (simulated membership)
         self.from_quorum = membership_from_quorum
         self.store = connect_store(store_address, cfg.restart_timeout_s)
-        watch_for_replacement(store_address, cfg.restart_timeout_s, worker, incarnation)
+        self.watch = ReplacementWatch(store_address, cfg.restart_timeout_s, worker, incarnation)
         self.restart_timeout_s = cfg.restart_timeout_s
         self.joining = incarnation > 0  # a restarted process: it enters where its peers are
         # the books (identical on every live worker)
@@ -541,4 +541,5 @@ class TorchftMembership:
         }
 
     def shutdown(self) -> None:
+        self.watch.stop()
         self.manager.shutdown(wait=False)

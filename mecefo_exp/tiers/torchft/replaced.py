@@ -45,20 +45,33 @@ def leave_if_replaced(store, worker: int, incarnation: int) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def watch_for_replacement(store_address: str, timeout_s: float, worker: int, incarnation: int) -> threading.Thread:
-    """A daemon thread, with a store connection of its own (the main thread's may be inside a
-    call), that leaves as `leave_if_replaced` does. It ends quietly when the store is gone: the
-    run has ended, and machine 0 stopped the store."""
+class ReplacementWatch:
+    """A thread, with a store connection of its own (the main thread's may be inside a call), that
+    leaves as `leave_if_replaced` does. It ends quietly when the store is gone (the run has ended and
+    machine 0 stopped the store), and `stop` ends it before the process exits: Python 3.11 ends a
+    daemon thread that comes back from C++ while the interpreter finalizes with pthread_exit, and
+    unwinding that through the store client's frames aborts the process ("terminate called without
+    an active exception", exit code -6) after a run that finished (pytorch/pytorch#38228)."""
 
-    def watch() -> None:
+    def __init__(self, store_address: str, timeout_s: float, worker: int, incarnation: int):
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(
+            target=self._watch,
+            args=(store_address, timeout_s, worker, incarnation),
+            name=f"replacement-watch-{worker}",
+            daemon=True,  # a hung store call must not keep a process whose run ended
+        )
+        self._thread.start()
+
+    def _watch(self, store_address: str, timeout_s: float, worker: int, incarnation: int) -> None:
         try:
             store = connect_store(store_address, timeout_s)
-            while True:
-                time.sleep(WATCH_EVERY_S)
+            while not self._stopped.wait(WATCH_EVERY_S):
                 leave_if_replaced(store, worker, incarnation)
         except Exception:  # the store is gone with the run; the main thread reports anything else
             return
 
-    thread = threading.Thread(target=watch, name=f"replacement-watch-{worker}", daemon=True)
-    thread.start()
-    return thread
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """End the thread and wait for it: at most one store call, which a live store answers at once."""
+        self._stopped.set()
+        self._thread.join(timeout_s)
