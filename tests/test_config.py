@@ -1,12 +1,11 @@
 """Configs compose for every choice; typos and impossible values fail before compute."""
 
-import subprocess
 import sys
 
 import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
-from conftest import ROOT, compose_cfg
+from conftest import ROOT, compose_cfg, run_py
 from mecefo_exp.config import ConfigError, validate
 from mecefo_exp.methods import REGISTRY
 
@@ -83,35 +82,17 @@ def test_impossible_values_are_rejected_with_one_line(override, needle):
 
 
 def test_cli_bad_value_exits_with_one_line_before_compute(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "run.py", "cluster.n_workers=0", f"hydra.run.dir={tmp_path}/r"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out, _ = run_py("cluster.n_workers=0", f"hydra.run.dir={tmp_path}/r")
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == ["config error: cluster.n_workers=0: must be >= 1"]
     assert not (tmp_path / "r").exists()  # refused before Hydra writes the folder: nothing to collect
 
 
 def test_a_key_added_with_plus_and_a_printed_config_are_refused_before_any_folder(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "run.py", "+foo=1", f"hydra.run.dir={tmp_path}/r"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out, _ = run_py("+foo=1", f"hydra.run.dir={tmp_path}/r")
     assert out.returncode == 2 and out.stderr.startswith("config error: foo: no such setting")
     assert not (tmp_path / "r").exists()
-    out = subprocess.run(
-        [sys.executable, "run.py", "--cfg", "job", "trainer.max_steps=-5"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out, _ = run_py("--cfg", "job", "trainer.max_steps=-5")
     assert out.returncode == 2 and out.stderr == "config error: trainer.max_steps=-5: must be >= 1\n"
 
 

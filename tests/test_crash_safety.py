@@ -17,7 +17,7 @@ import time
 import pytest
 import torch
 
-from conftest import MICRO, ROOT, VOLATILE_SUMMARY, run_records
+from conftest import MICRO, ROOT, VOLATILE_SUMMARY, run_py, run_records
 
 
 def committed_rows(path):
@@ -89,13 +89,7 @@ def test_sigkill_at_a_random_step_and_resume_is_the_uninterrupted_run(
     proc.stderr.close()
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "running", why
 
-    out = subprocess.run(
-        [sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    out, _ = run_py("resume=true", f"hydra.run.dir={run_dir}", timeout=300)
     assert out.returncode == 0, f"{why}\n{out.stderr[-3000:]}"
     resumed = json.loads((run_dir / "summary.json").read_text())
     assert resumed["status"] == "ok", why

@@ -49,13 +49,7 @@ def test_resuming_a_folder_with_a_planted_pickle_runs_no_code(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     summary["status"] = "running"
     (run_dir / "summary.json").write_text(json.dumps(summary))
-    out = subprocess.run(
-        [sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    out, _ = run_py("resume=true", f"hydra.run.dir={run_dir}", timeout=180)
     assert not marker.exists(), "loading the checkpoint ran code from the run folder"
     assert out.returncode == 0, out.stderr[-2000:]  # resumed from the older, plain checkpoint instead
     assert f"{newest} cannot be loaded (Weights only load failed" in out.stdout + out.stderr
@@ -78,13 +72,7 @@ def test_a_truncated_newest_checkpoint_falls_back_to_the_previous_one(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     newest = sorted((run_dir / "checkpoints").glob("step_*.pt"))[-1]
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])  # a write cut short
-    out = subprocess.run(
-        [sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    out, _ = run_py("resume=true", f"hydra.run.dir={run_dir}", timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["steps"] == 7 and summary["resumes"][0]["from_step"] == 3
@@ -321,13 +309,7 @@ def test_a_resumed_run_says_the_same_about_its_clock(tmp_path):
         subprocess.run([sys.executable, "run.py", *common], cwd=ROOT, capture_output=True, timeout=180).returncode == 0
     )
     before = json.loads((run_dir / "summary.json").read_text())["clock"]
-    out = subprocess.run(
-        [sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    out, _ = run_py("resume=true", f"hydra.run.dir={run_dir}", timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]
     after = json.loads((run_dir / "summary.json").read_text())["clock"]
     assert after["compute"] == before["compute"] == "flops"
@@ -647,13 +629,7 @@ def test_a_refused_resume_leaves_the_folders_record_as_it_was(tmp_path):
         }
 
     before = files()
-    out = subprocess.run(
-        [sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    out, _ = run_py("resume=true", f"hydra.run.dir={run_dir}", timeout=180)
     assert out.returncode == 2
     assert [line for line in out.stderr.splitlines() if line.strip()] == [
         f"config error: resume=true: no checkpoint in {run_dir} can be loaded (2 tried)"

@@ -8,7 +8,7 @@ import sys
 
 import tomllib
 
-from conftest import ROOT
+from conftest import ROOT, run_py
 
 
 def test_every_conf_folder_with_configs_is_a_listed_package():
@@ -115,13 +115,7 @@ def test_the_sbatch_scripts_hand_their_cpus_to_srun(tmp_path):
 def test_a_command_that_only_prints_leaves_no_folder(tmp_path):
     """`run.py ... --cfg job hydra.run.dir=D` shows the config; it neither creates D nor locks it."""
     folder = tmp_path / "would_be_run"
-    out = subprocess.run(
-        [sys.executable, "run.py", "method=bamboo", f"hydra.run.dir={folder}", "--cfg", "job"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out, _ = run_py("method=bamboo", f"hydra.run.dir={folder}", "--cfg", "job")
     assert out.returncode == 0, out.stderr
     assert "name: bamboo" in out.stdout
     assert not folder.exists()

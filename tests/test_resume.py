@@ -9,7 +9,7 @@ import time
 import pytest
 from test_torchrun import TORCHRUN, torchrun, whole_rows
 
-from conftest import MICRO, ROOT, losses_by_step, read_jsonl
+from conftest import MICRO, ROOT, losses_by_step, read_jsonl, run_py
 
 
 @pytest.mark.slow  # a real kill -9 (~20 s); make test-crash and CI run it
@@ -39,13 +39,7 @@ def test_kill_9_the_whole_run_and_resume_to_the_identical_end(run_exp, fixed_pro
     proc.wait()
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "running"  # not finished, and says so
 
-    out = subprocess.run(
-        [sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    out, _ = run_py("resume=true", f"hydra.run.dir={run_dir}", timeout=180)
     assert out.returncode == 0, out.stderr[-3000:]
     resumed = json.loads((run_dir / "summary.json").read_text())
     assert resumed["status"] == "ok"
@@ -57,13 +51,7 @@ def test_kill_9_the_whole_run_and_resume_to_the_identical_end(run_exp, fixed_pro
 
 
 def test_resume_without_a_checkpoint_is_one_clear_error(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "run.py", *MICRO, "method=checkpoint", "resume=true", f"hydra.run.dir={tmp_path}/empty"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    out, _ = run_py(*MICRO, "method=checkpoint", "resume=true", f"hydra.run.dir={tmp_path}/empty", timeout=180)
     assert out.returncode == 2
     assert out.stderr == f"config error: nothing to resume in {tmp_path}/empty: no such folder\n"
 

@@ -12,13 +12,11 @@
 import ast
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, losses_by_step
+from conftest import ROOT, losses_by_step, run_py
 from mecefo_exp.methods.base import run_context_members
 
 MEMBERS = run_context_members()
@@ -53,13 +51,7 @@ def test_a_run_folder_written_before_the_restructuring_still_resumes_exactly(tmp
     run_dir = tmp_path / "run"
     shutil.copytree(FIXTURE, run_dir, ignore=shutil.ignore_patterns("expected.json"))
     expected = json.loads((FIXTURE / "expected.json").read_text())
-    out = subprocess.run(
-        [sys.executable, "run.py", "resume=true", f"hydra.run.dir={run_dir}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    out, _ = run_py("resume=true", f"hydra.run.dir={run_dir}", timeout=180)
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["resumes"][0]["from_step"] == 4
