@@ -112,40 +112,11 @@ def harness_run(cfg, run_dir: Path):
 
 
 def compiled_loop_times(cfg, steps, device, compile_model=True):
-    """nanoGPT-style: the model torch.compile'd, fused AdamW (on CUDA), bf16 autocast, clipping,
-    the loss read once a step; the same batches, schedule and optimizer as bench/overhead.py's loop."""
-    import time
+    """nanoGPT-style: the model torch.compile'd, bf16 autocast, clipping, the loss read once a
+    step; bench/overhead.py's loop (the same batches, schedule and optimizer) with its forward compiled."""
+    from overhead import plain_step_times
 
-    import torch.nn.functional as F
-
-    from mecefo_exp.data import SampleStream, load_corpus
-    from mecefo_exp.model import build_model
-    from mecefo_exp.optim import make_optimizer, make_scheduler
-
-    corpus = load_corpus(cfg.data)
-    n = cfg.cluster.n_workers
-    stream = SampleStream(corpus.train, cfg.data.seq_len, cfg.data.micro_batch, n, cfg.seed)
-    model = build_model(cfg.model, corpus.vocab_size, cfg.seed).to(device)
-    opt = make_optimizer(model, cfg.trainer)
-    sched = make_scheduler(opt, cfg.trainer)
-    run = torch.compile(model) if compile_model else model
-    bf16 = cfg.trainer.precision == "bf16"
-    times = []
-    for step in range(steps):
-        t0 = time.perf_counter()
-        batch = torch.cat([stream.micro_batch(step, w) for w in range(n)]).to(device)
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
-            logits = run(input_ids=batch[:, :-1]).logits
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.trainer.grad_clip)
-        opt.step()
-        sched.step()
-        loss.item()
-        times.append(time.perf_counter() - t0)
-    del run, model, opt
-    return times
+    return plain_step_times(cfg, steps, device, compile_model=compile_model)
 
 
 def free(device):

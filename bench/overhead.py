@@ -47,22 +47,24 @@ def harness_step_times(cfg, run_dir):
     return [b - a for a, b in zip(walls, walls[1:])]
 
 
-def plain_step_times(cfg, steps, device=torch.device("cpu")):  # noqa: B008 (an immutable value)
+def plain_step_times(cfg, steps, device=torch.device("cpu"), compile_model=False):  # noqa: B008 (an immutable value)
     """nanoGPT-style: build the batch, forward, mean loss, backward, clip, step (with bf16
-    autocast when cfg.trainer.precision says so, as the harness does)."""
+    autocast when cfg.trainer.precision says so, as the harness does); `compile_model`: the
+    forward through torch.compile."""
     corpus = load_corpus(cfg.data)
     n = cfg.cluster.n_workers
     stream = SampleStream(corpus.train, cfg.data.seq_len, cfg.data.micro_batch, n, cfg.seed)
     model = build_model(cfg.model, corpus.vocab_size, cfg.seed).to(device)
     opt = make_optimizer(model, cfg.trainer)
     sched = make_scheduler(opt, cfg.trainer)
+    forward = torch.compile(model) if compile_model else model
     bf16 = cfg.trainer.precision == "bf16"
     times = []
     for step in range(steps):
         t0 = time.perf_counter()
         batch = torch.cat([stream.micro_batch(step, w) for w in range(n)]).to(device)
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
-            logits = model(input_ids=batch[:, :-1]).logits
+            logits = forward(input_ids=batch[:, :-1]).logits
         loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
