@@ -662,6 +662,21 @@ def test_bamboo_pipelines_take_an_added_node_when_it_completes_a_pipeline(tmp_pa
     assert max(costs) == pytest.approx(38.667) and s["rebalances"] == 2 and s["steps"] == 12
 
 
+#: the artifact's Varuna on the hand-worked traces: a 3 s restart on the survivors, a 0.5 s checkpoint
+#: after a removal's first step and every 2 completed steps, its heap in time order
+VARUNA_BY_HAND = [
+    "method=checkpoint",
+    "method.restart_on=survivors",
+    "method.checkpoint_interval=2",
+    "method.restart_s=3",
+    "method.checkpoint_after_failure=true",
+    "method.charge_initial_checkpoint=false",
+    "hardware.checkpoint_s=0.5",
+    "method.variant=mecefo_exp.replay.varuna:VarunaArtifact",
+    "+method.variant_options.storage_order=false",
+]
+
+
 def test_varuna_quirks_a_removal_during_the_first_rendezvous_stops_the_job_by_hand(tmp_path):
     # 4 nodes usable at 1 s, a 3 s restart: the job starts at 4 s. node2 goes at 2 s, inside that
     # first rendezvous: it completes at 4 s without node2 (3 nodes, 3.333 s steps), and node2's own
@@ -677,15 +692,7 @@ def test_varuna_quirks_a_removal_during_the_first_rendezvous_stops_the_job_by_ha
     s, run_dir = run(
         tmp_path,
         trace_file(tmp_path, rows),
-        "method=checkpoint",
-        "method.restart_on=survivors",
-        "method.checkpoint_interval=2",
-        "method.restart_s=3",
-        "method.checkpoint_after_failure=true",
-        "method.charge_initial_checkpoint=false",
-        "hardware.checkpoint_s=0.5",
-        "method.variant=mecefo_exp.replay.varuna:VarunaArtifact",
-        "+method.variant_options.storage_order=false",
+        *VARUNA_BY_HAND,
     )
     w = s["window"]
     assert s["steps"] == 5 and w["credited_samples"] == 500
@@ -711,16 +718,8 @@ def test_varuna_quirks_a_node_ready_while_training_waits_even_if_the_job_stops_b
     _, run_dir = run(
         tmp_path,
         trace_file(tmp_path, rows),
-        "method=checkpoint",
-        "method.restart_on=survivors",
-        "method.checkpoint_interval=2",
-        "method.restart_s=3",
-        "method.checkpoint_after_failure=true",
-        "method.charge_initial_checkpoint=false",
-        "hardware.checkpoint_s=0.5",
+        *VARUNA_BY_HAND,
         "cluster.n_workers=5",
-        "method.variant=mecefo_exp.replay.varuna:VarunaArtifact",
-        "+method.variant_options.storage_order=false",
     )
     events = [json.loads(line) for line in open(run_dir / "events.jsonl")]
     assert [e["sim_time_s"] for e in events if e["kind"] == "stopped"] == [pytest.approx(14.0)]
