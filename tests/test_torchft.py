@@ -37,6 +37,14 @@ def torchft_cmd(run_dir, *overrides):
     ]
 
 
+def run_torchft(run_dir, *overrides):
+    """A torchft run to its end, which must be ok (else the launcher's output, the end of each stream)."""
+    out = subprocess.run(
+        torchft_cmd(run_dir, *overrides), cwd=ROOT, capture_output=True, text=True, timeout=240, env=env()
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+
 def env():
     return dict(os.environ, OMP_NUM_THREADS="1", RUST_LOG="warn")
 
@@ -118,15 +126,7 @@ def test_a_real_sigkill_matches_the_simulated_tier(method, covers, run_exp, fixe
     ] + (["method.rank=8"] if method == "mecefo" else [])
     simulated, local = run_exp(*common, f"cluster.n_workers={WORKERS}")
     run_dir = tmp_path / "ft"
-    out = subprocess.run(
-        torchft_cmd(run_dir, *common, "failure.kill=true"),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env(),
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    run_torchft(run_dir, *common, "failure.kill=true")
 
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["steps"] == simulated["steps"]
@@ -162,10 +162,7 @@ def test_without_kills_every_process_stays_up_and_the_trace_masks_the_failed_wor
     ]
     _, local = run_exp(*common, f"cluster.n_workers={WORKERS}")
     run_dir = tmp_path / "ft"
-    out = subprocess.run(
-        torchft_cmd(run_dir, *common), cwd=ROOT, capture_output=True, text=True, timeout=240, env=env()
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    run_torchft(run_dir, *common)
     ft = json.loads((run_dir / "summary.json").read_text())["torchft"]
     assert ft["membership"] == "trace" and ft["processes_started"] == {"0": 1, "1": 1, "2": 1} and not ft["failures"]
     la, lb = losses_by_step(run_dir), losses_by_step(local)
@@ -189,15 +186,7 @@ def test_the_record_writer_dies_and_spares_replace_workers_under_a_rollback_meth
     ]
     simulated, local = run_exp(*common)
     run_dir = tmp_path / "ft"
-    out = subprocess.run(
-        torchft_cmd(run_dir, *common, "failure.kill=true"),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env(),
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    run_torchft(run_dir, *common, "failure.kill=true")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["torchft"]["processes_started"] == {"0": 2, "1": 2, "2": 1, "3": 1}
     assert [s["worker"] for s in summary["torchft"]["spares"]] == [0, 1]
