@@ -62,15 +62,18 @@ test-slow: setup
 	$(PY) -m pip install -q -c constraints.txt -r requirements-notebook.txt
 	$(PY) -m pytest -q -m slow
 
-# the crash and torchrun tests: kill -9 and resume, torchrun on one and on two "machines" (~4 min here)
+# the crash and torchrun tests: kill -9 and resume (a run folder of an older layout too), torchrun on one and on
+# two "machines" (~5 min here)
 test-crash: setup
-	$(PY) -m pytest -q -m slow tests/test_resume.py tests/test_torchrun.py
+	$(PY) -m pytest -q -m slow tests/test_resume.py tests/test_torchrun.py tests/test_structure.py
 
 # the tests that start run.py (or the installed entry point) several times as a user does: resumes,
-# sweeps, the console script, the wheel, a numerics-free run; and the figures of a whole study (~2 min here)
+# sweeps, the console script, the wheel, a numerics-free run, SIGTERM, a 2 GB trace, a missing tokenizer; the
+# figures and the notebook over a study (~3 min here)
 test-cli: setup
 	$(PY) -m pytest -q -m slow tests/test_reliability.py tests/test_launchers.py tests/test_package.py \
-		tests/test_startup.py tests/test_statistics.py -n $(TEST_WORKERS)
+		tests/test_startup.py tests/test_statistics.py tests/test_c4.py tests/test_analysis.py \
+		tests/test_analysis_output.py tests/test_bounded_inputs.py tests/test_runs_guard.py -n $(TEST_WORKERS)
 
 # the published studies' fingerprints that count the FLOPs of many shapes or run many configurations,
 # and the artifact replay on all 122 node traces (~2 min in a fresh clone)

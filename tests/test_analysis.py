@@ -431,6 +431,7 @@ def test_empty_input(tmp_path):
 
 
 # ------------------------------------------------------------------------ figures
+@pytest.mark.slow  # the figures command over a study (~8 s): `make test-cli`
 def test_figures_cli_smoke(runs_root, tmp_path):
     from analysis.figures import main
 
@@ -517,6 +518,7 @@ def test_notebook_executes(runs_root, tmp_path, monkeypatch):
     assert (tmp_path / "out" / "figures" / "throughput_llama_tiny.png").exists()
 
 
+@pytest.mark.slow  # every cell of the notebook (~7 s): `make test-cli`
 def test_notebook_cells_run_without_jupyter(runs_root, tmp_path, monkeypatch, capsys):
     """The notebook's code, cell by cell in this process (the fast tier has no jupyter): the
     miniature's tables and figures, the paper-scale Table 2 readings and Table 3's intervals."""

@@ -6,6 +6,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import pytest  # noqa: E402
 from test_analysis import make_run  # noqa: E402
 
 from analysis.collect import collect  # noqa: E402
@@ -79,6 +80,7 @@ def test_the_notebook_is_saved_with_its_outputs_cell_ids_and_no_machine_paths():
     assert "/tmp/" not in text and "/work/" not in text and "/home/" not in text
 
 
+@pytest.mark.slow  # the notebook over a few settings (~9 s): `make test-cli`
 def test_the_notebook_draws_the_figures_of_a_few_settings_and_reads_make_results(tmp_path, monkeypatch, capsys):
     """Over a runs/ with many settings it draws the ANALYSIS_MAX_SETTINGS largest and says so;
     the Table 2 study defaults to the newest of runs/sweeps/paper_table2 and runs/results_*/."""

@@ -146,6 +146,7 @@ def test_python_m_analysis_refuses_a_summary_that_is_not_a_bounded_file(tmp_path
 LIMIT_AS = 1536 * 1024**2  # reading a 2 GB trace whole needs more than this; refusing it, far less
 
 
+@pytest.mark.slow  # run.py on a 2 GB sparse file, twice (~10 s): `make test-cli`
 @pytest.mark.parametrize("kind, header", [("trace", "time,worker,event\n"), ("nodes", "")])
 def test_a_2_gb_failure_trace_is_refused_in_one_line_before_it_is_read(tmp_path, kind, header):
     """A sparse 2 GB trace (one line of gigabytes) under a 1.5 GB address-space limit: one line, exit 2."""

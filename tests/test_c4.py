@@ -135,6 +135,7 @@ def test_the_tokenizer_is_checked_before_any_data_is_read(shards, tmp_path):
         assert "save_pretrained" in msg
 
 
+@pytest.mark.slow  # a run.py process (~6 s): `make test-cli`
 def test_cli_says_one_line_about_a_missing_tokenizer(shards, tmp_path):
     out = subprocess.run(
         [

@@ -305,6 +305,7 @@ def test_a_second_run_on_a_live_folder_refuses_at_once_and_a_dead_owner_leaves_n
 
 
 # ---------------------------------------------------------------- 5. summary.json tells the truth
+@pytest.mark.slow  # a run.py process stopped by SIGTERM (~10 s): `make test-cli`
 def test_sigterm_leaves_the_run_failed_with_the_reason_and_its_progress(fixed_profile, tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(

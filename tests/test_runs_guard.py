@@ -70,6 +70,7 @@ def test_a_session_that_leaves_runs_fails_and_names_them(project):
     assert "runs/old" not in out.stdout
 
 
+@pytest.mark.slow  # a pytest session under xdist in a subprocess (~5 s): `make test-cli`
 def test_under_xdist_the_controller_alone_checks_every_worker(project):
     pytest.importorskip("xdist")
     out = _pytest(project, "", "-n", "2")  # nothing written (runs/old was there before): passes

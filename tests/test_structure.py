@@ -47,6 +47,7 @@ def test_methods_stores_and_the_membership_name_only_declared_members():
     assert "restore" in _run_members_read(pkg / "methods" / "base.py")  # the reader sees real uses
 
 
+@pytest.mark.slow  # run.py resumes a run folder (~12 s): `make test-crash`
 def test_a_run_folder_written_before_the_restructuring_still_resumes_exactly(tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(FIXTURE, run_dir, ignore=shutil.ignore_patterns("expected.json"))
