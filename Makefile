@@ -76,9 +76,11 @@ test-cli: setup
 		tests/test_analysis_output.py tests/test_bounded_inputs.py tests/test_runs_guard.py -n $(TEST_WORKERS)
 
 # the published studies' fingerprints that count the FLOPs of many shapes or run many configurations,
-# and the artifact replay on all 122 node traces (~2 min in a fresh clone)
+# the artifact replay on all 222 node traces and the artifact's own 45 cells, the closed forms against long
+# simulated runs (~10 min in a fresh clone)
 test-fingerprints: setup
-	$(PY) -m pytest -q -m slow tests/test_published.py tests/test_artifact_differential.py -n $(TEST_WORKERS)
+	$(PY) -m pytest -q -m slow tests/test_published.py tests/test_artifact_differential.py tests/test_oobleck_artifact.py \
+		tests/test_closed_forms.py tests/test_timing.py -n $(TEST_WORKERS)
 
 # cluster=torchft: installs the optional torchft, then its tests (real SIGKILLs; one and two launchers, ~13 min here)
 test-torchft: setup

@@ -31,6 +31,7 @@ def profile(tmp_path_factory):
     return write_profile(tmp_path_factory.mktemp("profile") / "fixed.json")
 
 
+@pytest.mark.slow  # two long simulated runs (~7 s): `make test-fingerprints`
 @pytest.mark.parametrize("k", [60, 200])
 def test_checkpoint_restart_across_the_range(profile, k):
     """T from 0.67 s to 2.2 s at M = 10 s: the simulation is Daly's higher-order form as published (a
@@ -43,6 +44,7 @@ def test_checkpoint_restart_across_the_range(profile, k):
     assert daly < asynchronous < daly + 0.02 and cf.first_order(C, R, M, k * 0.01122) < daly
 
 
+@pytest.mark.slow  # an interval sweep (~3 s): `make test-fingerprints`
 def test_checkpoint_restart_first_order_where_t_is_small(profile):
     """T << M (M = 30 s, T ~ Young's sqrt(2 C M) = 1.7 s, C/M = 0.2%): first order, Daly and the
     simulation agree to the interval."""
@@ -82,6 +84,7 @@ def test_auto_interval_is_the_optimum_of_an_interval_sweep(profile):
     assert mean > sweep[best][0] - sweep[best][1] - half, (mean, sweep)
 
 
+@pytest.mark.slow  # long simulated runs (~6 s): `make test-fingerprints`
 def test_mecefo_throughput_from_the_stationary_distribution_of_failed_workers(profile):
     """MeCeFO in synchronous DP: the step is the neighbour's pair (1.5x the compute) whenever any
     worker is down, q = 1 - 0.95^8 of the time, and each failure loses half a step. Simulation vs
@@ -201,6 +204,7 @@ def test_the_auto_interval_is_dalys_with_his_worked_examples(mtbf_min, expected_
     assert abs(tau - expected_min) < abs(young_interval(5.0, mtbf_min) - expected_min)  # Young's is further off
 
 
+@pytest.mark.slow  # (~3 s): `make test-fingerprints`
 def test_gemini_anchor_lost_time_per_failure_is_the_blocking_writes_and_not_geminis(profile):
     """Gemini's 105 minutes per failure (t_ckpt + 1/(2f) + t_rtvl with t_ckpt = 1/f = t_rtvl = 42 min)
     assume writes that overlap training; the harness's checkpoint-restart stops training for a write,

@@ -739,6 +739,7 @@ def test_the_artifacts_checkpoint_test_walks_its_list_in_storage_order():
     assert queue.keys()[-1] == (12_000, CHECKPOINT)
 
 
+@pytest.mark.slow  # the artifact's 15 Varuna cells of a model (~5 s each): `make test-fingerprints`
 @pytest.mark.parametrize("model", ["bert_large", "gpt3_2_7b", "gpt3_6_7b"])
 def test_every_varuna_cell_agrees_with_the_artifact_when_its_behaviour_is_on(tmp_path, model):
     """All five traces; with the artifact's storage-order test replaced by the time-ordered one the

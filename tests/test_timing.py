@@ -155,6 +155,7 @@ def test_7b_fp32_replicas_do_not_fit_in_80_GB():
     assert worker_memory(6_738_415_616, hw, 32, normal_bytes=0.0)["fits"]["normal"]
 
 
+@pytest.mark.slow  # counts the FLOPs of a 7B shape (~7 s in a fresh clone): `make test-fingerprints`
 def test_7b_run_reports_it_does_not_fit(run_exp):
     summary, _ = run_exp(
         "model=llama_7b",
