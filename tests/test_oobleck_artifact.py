@@ -78,6 +78,25 @@ def test_oobleck_by_hand(tmp_path, two_removals):
     assert w["ideal_samples"] == pytest.approx(940) and w["goodput_over_ideal"] == pytest.approx(800 / 940)
 
 
+#: Varuna on the hand-worked traces: a 3 s restart on the survivors, a 0.5 s checkpoint after a
+#: removal's first step and every 2 completed steps
+VARUNA = [
+    "method=checkpoint",
+    "method.restart_on=survivors",
+    "method.checkpoint_interval=2",
+    "method.restart_s=3",
+    "method.checkpoint_after_failure=true",
+    "method.charge_initial_checkpoint=false",
+    "hardware.checkpoint_s=0.5",
+]
+#: and with the artifact's behaviours, its heap in time order
+VARUNA_BY_HAND = [
+    *VARUNA,
+    "method.variant=mecefo_exp.replay.varuna:VarunaArtifact",
+    "+method.variant_options.storage_order=false",
+]
+
+
 def test_varuna_by_hand(tmp_path, two_removals):
     # start: ready at 1 s + a 3 s restart = 4 s; the step-0 state costs no write. 4 nodes: steps
     # end 6.5, 9 (then a checkpoint of step 2: 0.5 s, to 9.5); the step in flight at 10 is lost;
@@ -87,13 +106,7 @@ def test_varuna_by_hand(tmp_path, two_removals):
     s, run_dir = run(
         tmp_path,
         two_removals,
-        "method=checkpoint",
-        "method.restart_on=survivors",
-        "method.checkpoint_interval=2",
-        "method.restart_s=3",
-        "method.checkpoint_after_failure=true",
-        "method.charge_initial_checkpoint=false",
-        "hardware.checkpoint_s=0.5",
+        *VARUNA,
     )
     w = s["window"]
     assert s["steps"] == 6 and s["rollbacks"] == 2 and s["lost_steps"] == 0
@@ -660,21 +673,6 @@ def test_bamboo_pipelines_take_an_added_node_when_it_completes_a_pipeline(tmp_pa
     # 3 nodes; re-form to 23.67; 2.5 s steps on 4 nodes: 26.17 ... 38.67
     assert costs[21.667] == pytest.approx(100 / 30) and costs[26.167] == pytest.approx(2.5)
     assert max(costs) == pytest.approx(38.667) and s["rebalances"] == 2 and s["steps"] == 12
-
-
-#: the artifact's Varuna on the hand-worked traces: a 3 s restart on the survivors, a 0.5 s checkpoint
-#: after a removal's first step and every 2 completed steps, its heap in time order
-VARUNA_BY_HAND = [
-    "method=checkpoint",
-    "method.restart_on=survivors",
-    "method.checkpoint_interval=2",
-    "method.restart_s=3",
-    "method.checkpoint_after_failure=true",
-    "method.charge_initial_checkpoint=false",
-    "hardware.checkpoint_s=0.5",
-    "method.variant=mecefo_exp.replay.varuna:VarunaArtifact",
-    "+method.variant_options.storage_order=false",
-]
 
 
 def test_varuna_quirks_a_removal_during_the_first_rendezvous_stops_the_job_by_hand(tmp_path):
