@@ -99,7 +99,7 @@ SVD_SHAPES = {"llama_350m": (2736, 1024), "llama_1b": (5461, 2048), "llama_7b": 
 
 def harness_run(cfg, run_dir: Path):
     """Per-step wall seconds of the harness's loop, and the FLOPs of one of its steps (its count)."""
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp.run.experiment import Experiment
 
     exp = Experiment(cfg, run_dir)
     exp.setup()
@@ -262,7 +262,7 @@ def torchrun_tier(args, n_gpus, run_root: Path) -> str:
 def write_profile(args, device, path: Path, run_root: Path, extra=()) -> None:
     from overhead import compose_cfg
 
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp.run.experiment import Experiment
 
     cfg = compose_cfg(
         harness_overrides(

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mecefo_exp import api  # noqa: E402
 from mecefo_exp.methods import REGISTRY  # noqa: E402
-from mecefo_exp.trainer import Experiment  # noqa: E402
+from mecefo_exp.run.experiment import Experiment  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMON = [

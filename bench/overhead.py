@@ -28,7 +28,7 @@ from mecefo_exp import api  # noqa: E402
 from mecefo_exp.data import SampleStream, load_corpus  # noqa: E402
 from mecefo_exp.model import build_model  # noqa: E402
 from mecefo_exp.optim import make_optimizer, make_scheduler  # noqa: E402
-from mecefo_exp.trainer import Experiment  # noqa: E402
+from mecefo_exp.run.experiment import Experiment  # noqa: E402
 
 
 def compose_cfg(overrides):

@@ -40,7 +40,7 @@ import torch  # noqa: E402
 def run_once(args, svd, trace, run_dir):
     from overhead import compose_cfg
 
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp.run.experiment import Experiment
 
     cfg = compose_cfg(
         [

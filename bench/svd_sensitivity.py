@@ -52,7 +52,7 @@ PAPER_DROP_HIGH = {"llama_350m": 1.07, "llama_1b": 2.98, "llama_7b": 4.18}  # Me
 def run(overrides, folder):
     from overhead import compose_cfg
 
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp.run.experiment import Experiment
 
     cfg = compose_cfg(["experiment=paper_table2", "method=mecefo", "logger=none", *overrides])
     exp = Experiment(cfg, folder)

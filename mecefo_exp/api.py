@@ -49,6 +49,6 @@ def validate_run(cfg) -> None:
 
 def run(cfg, folder: Path) -> Dict:
     """One run of a composed config into `folder`; its summary (summary.json's contents)."""
-    from .trainer import Experiment
+    from .run.experiment import Experiment
 
     return Experiment(cfg, Path(folder)).run()

@@ -36,7 +36,7 @@ from .hydra_glue import local_settings_problem, register_configs, torchrun_resta
 from .metrics import write_json_atomic
 from .paths import conf_dir
 from .presets import first_job, unknown_preset
-from .resume import RESUME_MAY_CHANGE
+from .run.resume import RESUME_MAY_CHANGE
 from .signals import Terminated
 
 register_configs()
@@ -93,7 +93,7 @@ def used_folder_problem(run_dir: Path, cfg=None) -> Optional[str]:
     `ok` record of neither), in one line naming the folder and what to do instead. A resume, a later
     torchrun round, or the launcher of torchft machine m > 0 (machine 0 writes the run folder) joins
     the run there: not refused."""
-    from .resume import earlier_run
+    from .run.resume import earlier_run
 
     if cfg is not None:
         if cfg.resume or (cfg.cluster.name == "torchft" and cfg.cluster.get("machine_rank", 0) > 0):
@@ -171,8 +171,8 @@ def _job(cfg: DictConfig, run_dir: Path):
         resume_command(run_dir, program=program_name()),
     )
     from .plan import NonFiniteLoss
+    from .run.experiment import Experiment  # torch and transformers load only for a valid config
     from .timing.clock import ClockOverflow
-    from .trainer import Experiment  # torch and transformers load only for a valid config
 
     # ends a run can meet and its record explains: one line here, the traceback in the run's log file
     anticipated: tuple = (NonFiniteLoss, ClockOverflow, AnticipatedEnd)
@@ -496,7 +496,7 @@ def check_resume(args: List[str]) -> Optional[str]:
         OmegaConf.load(folder / "config.yaml")
     except Exception as e:  # a broken YAML file: say which, in one line
         return f"cannot resume {folder}: its config.yaml cannot be read ({str(e).splitlines()[0]})"
-    from .resume import config_edited, config_incomplete
+    from .run.resume import config_edited, config_incomplete
 
     edited = config_edited(folder)
     if edited:
@@ -528,7 +528,7 @@ def resume_warning(args: List[str]) -> Optional[str]:
     folder = given_run_dir(args)
     if not folder:
         return None
-    from .resume import config_unchecked
+    from .run.resume import config_unchecked
 
     return config_unchecked(Path(folder))
 

@@ -178,7 +178,7 @@ def used_sweep_folder(folder: Path, earlier: Dict[int, Path]) -> str:
     with a command to run as printed: the resume line of its first unfinished job that can be
     continued, else this sweep's command line into a new folder."""
     from .console import hydra_quoted, program_name, resume_command, shell_quoted, shown_path
-    from .resume import earlier_run
+    from .run.resume import earlier_run
 
     program = program_name()
     unfinished = []

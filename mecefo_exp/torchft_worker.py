@@ -10,9 +10,9 @@ import warnings
 from pathlib import Path
 
 from .config import typed_config
+from .run.experiment import Experiment
 from .signals import Terminated
 from .tiers.torchft.network import ENV_INCARNATION, ENV_WORKER
-from .trainer import Experiment
 
 
 class WithoutTraceback(logging.Formatter):

@@ -110,7 +110,7 @@ def fixed_profile(tmp_path):
 @pytest.fixture
 def run_exp(tmp_path):
     """Run an experiment in-process with MICRO + overrides; returns (summary, run_dir)."""
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp.run.experiment import Experiment
 
     counter = {"n": 0}
 

@@ -33,7 +33,7 @@ def _costs(profile_path, summary, n_workers=4):
 def free(tmp_path_factory):
     """The failure-free reference: checkpoint-restart, failure=none, the fixed profile (run once)."""
     from mecefo_exp.config import validate
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp.run.experiment import Experiment
 
     root = tmp_path_factory.mktemp("free")
     prof = root / "fixed_profile.json"

@@ -43,7 +43,7 @@ def test_the_store_refuses_a_checkpoint_whose_bytes_changed(tmp_path):
 
 
 def test_resume_falls_back_from_a_corrupted_newest_checkpoint(tmp_path, fixed_profile, caplog):
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp.run.experiment import Experiment
 
     run_dir = tmp_path / "run"
     common = [

@@ -58,7 +58,7 @@ def _hydra_reads(override: str):
 def finished_run(tmp_path_factory):
     """One short checkpoint run (status ok, checkpoints at steps 3 and 4), made once per module."""
     from mecefo_exp.config import validate
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp.run.experiment import Experiment
 
     cfg = compose_cfg([*MICRO, *RESUMABLE])
     validate(cfg)
@@ -229,7 +229,7 @@ def test_the_console_settings_a_resume_may_change_do_not_count_as_an_edit(a_run)
     """The torchft launcher writes config.yaml again on a resume, with trainer.progress or
     trainer.log_events as the resume typed them: that is not an edit. A hash recorded the old way
     (`resume` alone left out) is still accepted."""
-    from mecefo_exp.resume import config_edited, config_sha256
+    from mecefo_exp.run.resume import config_edited, config_sha256
 
     run_dir = a_run
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
@@ -250,7 +250,7 @@ def test_a_resume_after_the_code_changed_warns_in_one_line_and_records_both(a_ru
     naming what changed (commit, package source hash: old -> new), and the resume record keeps the
     code it ran and the code it followed. It does not refuse: a researcher resumes after a bug fix;
     whether the run stays exact depends on what the change touches, which a hash cannot tell."""
-    from mecefo_exp.resume import code_identity
+    from mecefo_exp.run.resume import code_identity
 
     run_dir = a_run
     (tmp_path / "run1").symlink_to(run_dir)  # run_exp numbers its folders: resume the copy
@@ -278,7 +278,7 @@ def test_a_resume_after_the_code_changed_warns_in_one_line_and_records_both(a_ru
 
 
 def test_the_code_a_run_last_ran_falls_back_to_the_start_when_summary_json_lost_it(a_run):
-    from mecefo_exp.resume import code_change, last_code
+    from mecefo_exp.run.resume import code_change, last_code
 
     run_dir = a_run
     start = json.loads((run_dir / "start.json").read_text())
@@ -295,7 +295,7 @@ def test_the_code_a_run_last_ran_falls_back_to_the_start_when_summary_json_lost_
 
 
 def test_the_source_hash_follows_the_package_source(tmp_path):
-    from mecefo_exp.record import source_sha256
+    from mecefo_exp.run.record import source_sha256
 
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)

@@ -109,7 +109,7 @@ class Runs:
     def experiment(self, overrides, run_dir, seen):
         from mecefo_exp import methods
         from mecefo_exp.config import validate
-        from mecefo_exp.trainer import Experiment
+        from mecefo_exp.run.experiment import Experiment
 
         cfg = self.compose(overrides)
         validate(cfg)

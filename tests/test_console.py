@@ -55,7 +55,7 @@ def test_a_progress_bar_routes_log_lines_through_tqdm():
     from omegaconf import OmegaConf
     from tqdm.contrib.logging import _TqdmLoggingHandler
 
-    from mecefo_exp.trainer import Progress
+    from mecefo_exp.run.experiment import Progress
 
     root = logging.getLogger()
     console = logging.StreamHandler()

@@ -37,7 +37,7 @@ def test_every_method_of_a_sweep_sees_the_same_trace(tmp_path):
 
     One real run (for summary.json's trace fields); the other methods only build
     (setup writes trace.csv before any training)."""
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp.run.experiment import Experiment
 
     profile = tmp_path / "profile.json"
     profile.write_text(json.dumps({"kernels": FIXED_KERNELS, "meta": {"fixed": True}}))

@@ -20,7 +20,7 @@ def tables(tmp_path_factory):
     from analysis.tables import write_tables
     from conftest import compose_cfg
     from mecefo_exp.config import validate
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp.run.experiment import Experiment
 
     root = tmp_path_factory.mktemp("first_sweep")
     for method in METHODS:

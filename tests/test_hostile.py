@@ -286,7 +286,7 @@ def test_a_diverged_loss_is_one_line_on_the_console_and_its_traceback_in_the_log
 
 
 def test_a_diverged_loss_ends_the_run_failed_at_its_step(run_exp, tmp_path):
-    from mecefo_exp.training import NonFiniteLoss
+    from mecefo_exp.run.training import NonFiniteLoss
 
     with pytest.raises(NonFiniteLoss, match="the training loss is nan"):
         run_exp("method=checkpoint", "failure=none", "trainer.lr=1e30", "trainer.warmup_steps=1")
@@ -691,7 +691,7 @@ def _misfit(checkpoint):
 
 def _resume_in_process(run_dir, overrides):
     from conftest import compose_cfg
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp.run.experiment import Experiment
 
     return Experiment(compose_cfg([*MICRO, *overrides, "resume=true"]), run_dir).run()
 

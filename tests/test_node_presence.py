@@ -47,7 +47,7 @@ def all_removed(tmp_path):
 
 
 def run(tmp_path, trace, *overrides):
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp.run.experiment import Experiment
 
     cfg = compose_cfg(COMMON + [f"failure.path={trace}", f"+hardware.tables.default={TABLE}", *overrides])
     return Experiment(cfg, tmp_path / "run").run(), tmp_path / "run"
@@ -86,9 +86,9 @@ def test_reft_without_a_node_starts_from_disk(tmp_path, all_removed):
 def test_a_method_on_absent_nodes_fails_the_run(tmp_path, all_removed, monkeypatch):
     """The invariant, not the methods, is what is checked: a method that plans every slot while the
     trace has removed nodes ends `failed`, and its record says why."""
-    from mecefo_exp.invariants import InvariantBroken
     from mecefo_exp.methods.oobleck import Oobleck
     from mecefo_exp.plan import FailureFreePlan
+    from mecefo_exp.run.invariants import InvariantBroken
 
     monkeypatch.setattr(Oobleck, "plan", lambda self, step: FailureFreePlan(step, self.n))
     with pytest.raises(InvariantBroken, match="4 workers compute but the node trace has 0 nodes present"):
@@ -98,7 +98,7 @@ def test_a_method_on_absent_nodes_fails_the_run(tmp_path, all_removed, monkeypat
 
 
 def test_goodput_above_one_is_refused():
-    from mecefo_exp.invariants import InvariantBroken, check_goodput
+    from mecefo_exp.run.invariants import InvariantBroken, check_goodput
 
     check_goodput({"goodput_over_ideal": 1.00001, "ideal_samples": 1e5, "credited_samples": 100001})
     with pytest.raises(InvariantBroken, match="goodput over ideal is 11.75"):

@@ -55,7 +55,7 @@ def two_removals(tmp_path):
 
 
 def run(tmp_path, trace, *overrides):
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp.run.experiment import Experiment
 
     cfg = compose_cfg(COMMON + [f"failure.path={trace}", f"+hardware.tables.default={TABLE}", *overrides])
     summary = Experiment(cfg, tmp_path / "run").run()
@@ -313,7 +313,7 @@ def test_the_scenario_presets_give_the_artifact_constants_to_a_single_run():
 def test_three_cells_agree_with_the_artifact_when_its_behaviour_is_on(tmp_path, model, method, trace, expected):
     """GPT-3 6.7B: the artifact's Oobleck at 10 minutes (the abstract's 13.9x cell) and Varuna at 6 hours;
     BERT-large: Bamboo at 6 hours, whose first removal is an idle spare."""
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp.run.experiment import Experiment
 
     cfg = compose_cfg(
         [
@@ -331,7 +331,7 @@ def test_three_cells_agree_with_the_artifact_when_its_behaviour_is_on(tmp_path, 
 
 def test_the_analysis_sets_our_cells_beside_the_artifacts(tmp_path):
     from analysis.oobleck_artifact import analyze
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp.run.experiment import Experiment
 
     for method, quirks in (("oobleck", "true"), ("checkpoint", "false")):
         cfg = compose_cfg(
@@ -515,7 +515,7 @@ def test_bamboo_takes_its_orders_from_any_trace(tmp_path):
     """Without scenario.quirks too, BambooPipelines' first pipelines take a trace's nodes in the heap's
     order: on a standard trace the listed one, on another its own (a list typed by hand still wins)."""
     from mecefo_exp.replay.bamboo_pipelines import BambooPipelines
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp.run.experiment import Experiment
 
     seen = {}
     real_start = BambooPipelines.start
@@ -566,7 +566,7 @@ def test_a_user_trace_sets_the_worker_slots(tmp_path):
     """failure.path alone: the worker slots are the most the trace holds at once (34 here, more than the
     scenario's 30), and the run gives the replay's value without a second run."""
     from mecefo_exp.cli import validate_run
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp.run.experiment import Experiment
 
     rows = [(0, "add", f"node{k}") for k in range(1, 33)] + [
         (1200000, "add", "node33"),
@@ -744,7 +744,7 @@ def test_every_varuna_cell_agrees_with_the_artifact_when_its_behaviour_is_on(tmp
     cells it moves differ, and Oobleck/Varuna at 6.7B, 10 minutes, is the abstract's 13.9x."""
     import csv
 
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp.run.experiment import Experiment
 
     path = "conf/scenario/oobleck_artifact/reference.csv"
     with open(path) as f:
@@ -848,7 +848,7 @@ ARTIFACT_30 = [(0, "add", f"node{i}") for i in range(1, 31)]
 
 
 def artifact_cell(tmp_path, rows, model, method, *extra):
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp.run.experiment import Experiment
 
     cfg = compose_cfg(
         [
@@ -955,7 +955,7 @@ def test_a_fatal_fall_back_under_a_node_trace_restarts_on_the_nodes_there(tmp_pa
 def _bamboo_artifact_events(tmp_path, rows):
     """BERT-large Bamboo with the artifact's behaviours, its first pipelines in slot order (node k+1
     holds slot k: pipeline 0 is nodes 1-12, pipeline 1 nodes 13-24), on a trace of our own."""
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp.run.experiment import Experiment
 
     cfg = compose_cfg(
         [

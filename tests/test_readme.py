@@ -106,7 +106,7 @@ CHEAP = [
 def test_readme_command_runs_at_a_tiny_size(line, args, multirun, tmp_path):
     """The command's own overrides, then a tiny shape and 2 steps (a numerics-free line, or a scenario, keeps its shape)."""
     from mecefo_exp.config import validate
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp.run.experiment import Experiment
 
     overrides = _single_values(args)
     numerics = compose_cfg(overrides).trainer.numerics  # a numerics-free line (or preset) is cheap at any size

@@ -178,7 +178,7 @@ def test_a_step_that_cannot_make_progress_fails_the_run_instead_of_spinning(
     run_exp, fixed_profile, tmp_path, monkeypatch, no_hang
 ):
     from mecefo_exp.methods.base import Method
-    from mecefo_exp.trainer import NoProgress
+    from mecefo_exp.run.experiment import NoProgress
 
     trace = tmp_path / "t.csv"
     trace.write_text("time,worker,event\n3.5,1,fail\n6,1,recover\n")
@@ -341,7 +341,7 @@ def test_sigterm_during_a_checkpoint_write_lets_it_finish_then_stops(run_exp, fi
     # raised inside torch.save's zip writer, the signal's exception broke the writer's cleanup
     # into a RuntimeError that hid the reason (found by the subprocess test above)
     from mecefo_exp.methods.checkpointing import CheckpointStore
-    from mecefo_exp.trainer import Terminated
+    from mecefo_exp.run.experiment import Terminated
 
     write = CheckpointStore._write
 
@@ -402,7 +402,7 @@ def test_a_full_disk_leaves_the_run_failed_with_the_reason_and_no_temp_files(
 
 def test_the_summary_write_itself_failing_still_leaves_failed(tmp_path, monkeypatch):
     import mecefo_exp.metrics as metrics
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp.run.experiment import Experiment
 
     exp = Experiment(compose_cfg(MICRO), tmp_path)
     exp.records = metrics.RunRecords(tmp_path)

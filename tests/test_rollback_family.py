@@ -35,7 +35,7 @@ METHODS = {
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Run (and remember) MICRO experiments by overrides: the failure-free references are shared."""
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp.run.experiment import Experiment
 
     root = tmp_path_factory.mktemp("rollback_family")
     profile = root / "fixed_profile.json"

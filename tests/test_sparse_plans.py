@@ -16,7 +16,7 @@ from conftest import compose_cfg
 from mecefo_exp.methods import REGISTRY, method_class
 from mecefo_exp.methods import bamboo as bamboo_module
 from mecefo_exp.plan import Plan
-from mecefo_exp.trainer import Experiment
+from mecefo_exp.run.experiment import Experiment
 
 SHAPE = [
     "model=llama_350m",

@@ -76,7 +76,7 @@ def test_a_stored_config_is_typed_on_the_schemas(tmp_path):
 
 
 def test_the_books_are_built_once_and_live_as_long_as_the_run(tmp_path):
-    from mecefo_exp.trainer import Experiment
+    from mecefo_exp.run.experiment import Experiment
 
     exp = Experiment(
         compose_cfg([*MICRO, "failure=high", "trainer.max_steps=6", "trainer.numerics=false"]), tmp_path / "run"

@@ -159,9 +159,9 @@ def test_a_machine_whose_run_folder_is_not_machine_0s_is_one_line(tmp_path):
 def test_failures_no_trace_planned_count_in_the_mean_workers_down():
     """torchft's summary said mean_workers_down 0.0 after workers killed from outside, where the
     metrics' `alive` gave 0.8-1.9 down on average: only the trace's failures were counted."""
-    from mecefo_exp.books import Books
-    from mecefo_exp.context import Context
     from mecefo_exp.failures import FAIL, RECOVER, Trace
+    from mecefo_exp.run.books import Books
+    from mecefo_exp.run.context import Context
     from mecefo_exp.timing import SimClock
 
     trace = Trace([], 3, 100.0, {"failures": 0.0, "unit_failures": 0.0, "mean_workers_down": 0.0})

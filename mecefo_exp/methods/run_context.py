@@ -1,6 +1,6 @@
 """What a method, a checkpoint store or the torchft membership may use of the run: `RunContext`.
 
-The trainer's `Experiment` (mecefo_exp/context.py) implements it; a test runs every method
+The trainer's `Experiment` (mecefo_exp/run/context.py) implements it; a test runs every method
 against a strict proxy of this list, so a new dependency on the trainer shows up here first.
 """
 
@@ -13,11 +13,11 @@ if TYPE_CHECKING:
     import torch
     from omegaconf import DictConfig
 
-    from ..books import Books
     from ..config.schema import AttrDict
     from ..executor import LocalCluster
     from ..failures.events import FailureEvent
     from ..metrics import RunRecords
+    from ..run.books import Books
     from ..timing.clock import CostModel, SimClock
     from ..timing.layout import LayoutShape
     from .base import Method

@@ -79,7 +79,7 @@ def run_cell(cell: Cell, fixture: Path = FIXTURE) -> Tuple[Cell, Optional[float]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ..api import validate_run
     from ..errors import ConfigError
-    from ..trainer import Experiment
+    from ..run.experiment import Experiment
 
     trace, model, system, setting = cell
     cfg = cell_config(fixture / "traces" / f"{trace}.csv", model, system, setting)

@@ -312,7 +312,7 @@ class Launcher(MachinesOfARun):
 def launch(cfg, run_dir: Path) -> dict:
     """Run `cfg` on torchft (this machine's part); returns the run's summary (status ok), or
     raises with it failed."""
-    from ...resume import save_run_config
+    from ...run.resume import save_run_config
 
     # torchft's lighthouse and managers log every quorum at info (read once, at torchft's import)
     os.environ.setdefault("RUST_LOG", "warn")

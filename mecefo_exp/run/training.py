@@ -18,13 +18,13 @@ from typing import Dict, Optional
 
 import torch
 
-from .config import plain
-from .data import SampleStream, load_corpus, validation_blocks
-from .errors import ConfigError
-from .executor import LocalCluster, microbatch_losses
-from .model import build_model, count_parameters
-from .optim import make_optimizer, make_scheduler
-from .plan import NonFiniteLoss, StepNotCommitted
+from ..config import plain
+from ..data import SampleStream, load_corpus, validation_blocks
+from ..errors import ConfigError
+from ..executor import LocalCluster, microbatch_losses
+from ..model import build_model, count_parameters
+from ..optim import make_optimizer, make_scheduler
+from ..plan import NonFiniteLoss, StepNotCommitted
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ import logging
 from pathlib import Path
 from typing import Dict, Optional
 
-from .metrics import write_json_last_resort
-from .signals import Terminated, signals_held
+from ..metrics import write_json_last_resort
+from ..signals import Terminated, signals_held
 
 log = logging.getLogger(__name__)
 

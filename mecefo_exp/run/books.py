@@ -13,12 +13,12 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Optional
 
-from .failures import FAIL, Trace
-from .timing import SimClock
+from ..failures import FAIL, Trace
+from ..timing import SimClock
 
 if TYPE_CHECKING:
-    from .methods.base import Method
-    from .methods.checkpointing import CheckpointStore
+    from ..methods.base import Method
+    from ..methods.checkpointing import CheckpointStore
 
 
 @dataclass

@@ -4,7 +4,7 @@
 built yet is absent: `built(name)` says whether it is there), and implements `RunContext`
 (methods/run_context.py): the clock and costs, the event log, the
 saved state and the rollback, the trace's expectations, the record's writer. The trainer's
-`Experiment` builds the parts and runs the loop on top of it.
+`Experiment` (experiment.py) builds the parts and runs the loop on top of it.
 """
 
 from __future__ import annotations
@@ -18,23 +18,24 @@ if TYPE_CHECKING:
     import torch
     from omegaconf import DictConfig
 
-    from .executor import LocalCluster
+    from ..executor import LocalCluster
     from .shape_only import ShapeOnlyState
     from .training import TrainingState
 
+from ..config import is_hybrid, plain, sequences_per_step
+from ..config.schema import AttrDict
+from ..console import EventPrinter, Progress, speak_for_the_run
+from ..failures import Trace
+from ..methods.base import Method
+from ..methods.checkpointing import CheckpointStore
+from ..metrics import RunRecords, git_sha
+from ..tiers import Tier, build_tier
+from ..timing import CostModel, SimClock, Timing, layout_shape
+from ..timing.layout import LayoutShape
 from .books import Books
-from .config import is_hybrid, plain, sequences_per_step
-from .config.schema import AttrDict
-from .console import EventPrinter, Progress, speak_for_the_run
-from .failures import Trace
-from .methods.base import Method
-from .methods.checkpointing import CheckpointStore
-from .metrics import RunRecords, git_sha
-from .tiers import Tier, build_tier
-from .timing import CostModel, SimClock, Timing, layout_shape
-from .timing.layout import LayoutShape
+from .invariants import NodePresence
 
-log = logging.getLogger("mecefo_exp.trainer")  # one voice on the console: the trainer's
+log = logging.getLogger("mecefo_exp.trainer")  # one voice on the console, under the name log filters have always used
 
 
 class Context:
@@ -61,6 +62,7 @@ class Context:
     costs: CostModel
     trace: Trace
     books: Books
+    presence: NodePresence  # no step computed on more nodes than a node trace has present
     resume_store: Optional[CheckpointStore]  # the harness's own crash-safety checkpoints (None without numerics)
     progress: Optional[Progress]  # the console's progress line, once the loop starts
     # ---- where the run is
@@ -71,6 +73,7 @@ class Context:
     event_driven: bool  # numerics-free: steps between events are booked at once (trainer.event_driven)
     eval_every: int  # trainer.eval_every, read every step
     wall_start: float
+    folder_locked: bool  # this process holds the folder's lock (runlock.py): released at the end
 
     def __init__(self, cfg: DictConfig, run_dir: Path):
         self.cfg = cfg
@@ -96,8 +99,7 @@ class Context:
         self.eval_every = cfg.trainer.eval_every
         self.wall_start = time.perf_counter()
         self._git_sha = git_sha()  # once: summary.json is rewritten during the run
-        self._summary_at = time.perf_counter()
-        self._locked = False  # this process holds the folder's lock
+        self.folder_locked = False  # this process holds the folder's lock (runlock.py)
         self.print_event = EventPrinter(log, cfg.trainer.log_events)  # failures, rollbacks ... on the console
 
     def built(self, part: str) -> bool:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def previous_resumes(run_dir: Path) -> List[Dict]:
 
 def start_record(run_dir: Path) -> Dict:
     """The folder's start.json, {} when there is none to read (a run from before it, or not a run)."""
-    from .bounded_read import InputRefused, read_text_bounded
+    from ..bounded_read import InputRefused, read_text_bounded
 
     try:
         record = json.loads(read_text_bounded(Path(run_dir) / START_NAME, MAX_START_BYTES))
@@ -95,7 +95,7 @@ def code_identity() -> Dict[str, Optional[str]]:
 
 @functools.lru_cache(maxsize=None)
 def _git_sha() -> Optional[str]:
-    from .metrics import git_sha
+    from ..metrics import git_sha
 
     return git_sha()
 
@@ -105,7 +105,7 @@ def save_run_config(cfg, run_dir: Path, start: bool) -> None:
     start.json beside it: the hash of those settings and the code that started the run."""
     from omegaconf import OmegaConf
 
-    from .metrics import write_json_atomic
+    from ..metrics import write_json_atomic
 
     run_dir = Path(run_dir)
     OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
@@ -131,7 +131,7 @@ def config_incomplete(run_dir: Path) -> Optional[str]:
 
     from omegaconf import MISSING, OmegaConf
 
-    from .config.schema import Config
+    from ..config.schema import Config
 
     stored = OmegaConf.load(Path(run_dir) / "config.yaml")
     missing = [f.name for f in dataclasses.fields(Config) if f.default is MISSING and f.name not in stored]
@@ -169,7 +169,7 @@ def earlier_run(run_dir: Path) -> Optional[Dict]:
     """What a run started in `run_dir` before left there: {"status": ok / failed / running /
     unknown, "resumable": a complete checkpoint to resume from}; None when the folder holds no
     run (new, empty, or only a config error recorded before any compute)."""
-    from .methods.checkpointing import complete_steps
+    from ..methods.checkpointing import complete_steps
 
     run_dir = Path(run_dir)
     started = ("config.yaml", START_NAME, "metrics.jsonl", "events.jsonl", "checkpoints", "resume")

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
-from .config import is_hybrid, plain, sequences_per_step
-from .optim import lr_factor
-from .timing.counts import parameter_count
+from ..config import is_hybrid, plain, sequences_per_step
+from ..optim import lr_factor
+from ..timing.counts import parameter_count
 
 
 class ShapeOnlyState:
@@ -31,7 +31,7 @@ class ShapeOnlyState:
         self.tcfg = plain(cfg.trainer)
         self.corpus = None
         if cfg.model.vocab_size is None:  # the tokenizer sizes the model
-            from .data import load_corpus
+            from ..data import load_corpus
 
             self.corpus = load_corpus(cfg.data)
         self.vocab_size = self.corpus.vocab_size if self.corpus is not None else cfg.model.vocab_size
