@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers.processes import children, is_alive
 
 from conftest import MICRO, ROOT, run_py
 from mecefo_exp.methods import REGISTRY
@@ -478,27 +479,6 @@ def test_a_summary_with_a_non_numeric_value_is_skipped_with_one_line_naming_it(t
     assert "Traceback" not in out.stderr
 
 
-def _children(pid):
-    """Pids of the live processes whose parent is `pid` (Linux /proc)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(stat.parent.name))
-    return found
-
-
-def _alive(pid):
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return False
-    return fields[0] != "Z"
-
-
 def _wait_for(condition, timeout=120.0):
     import time
 
@@ -541,7 +521,7 @@ def test_a_terminated_joblib_sweep_stops_its_workers_and_marks_every_unfinished_
     )
     try:
         assert _wait_for(lambda: len(list(sweep.glob("*/metrics.jsonl"))) == 2), "the two jobs never started"
-        workers = _children(proc.pid)
+        workers = children(proc.pid)
         assert workers
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
@@ -549,7 +529,7 @@ def test_a_terminated_joblib_sweep_stops_its_workers_and_marks_every_unfinished_
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
-    assert _wait_for(lambda: not any(_alive(w) for w in workers), timeout=15), "a worker outlived the sweep"
+    assert _wait_for(lambda: not any(is_alive(w) for w in workers), timeout=15), "a worker outlived the sweep"
     assert "sweep stopped by SIGTERM; 3 job(s) did not finish" in err, err[-2000:]
     assert "job 2 never started: " in err and "method=bamboo" in err
     started = sorted(sweep.glob("[0-9]_*/summary.json"))

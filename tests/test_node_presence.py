@@ -10,28 +10,12 @@ gives 10 samples/s a node.
 import json
 
 import pytest
+from helpers.settings import NODE_TRACE_ON_A_TABLE
 
 from conftest import compose_cfg
 
 TABLE = "{4: 40, 3: 30, 2: 20, 1: 10}"
-COMMON = [
-    "hardware=table",
-    "hardware.samples_per_step=100",
-    "failure=nodes",
-    "failure.node_ready_s=1",
-    "cluster.n_workers=4",
-    "cluster.detection_s=0",
-    "cluster.restart_s=1",
-    "cluster.reconfigure_s=1",
-    "trainer.numerics=false",
-    "trainer.max_steps=1000",
-    "trainer.eval_every=0",
-    "trainer.progress=none",
-    "model=llama_tiny",
-    "model.vocab_size=512",
-    "data.micro_batch=1",
-    "data.seq_len=16",
-]
+COMMON = [*NODE_TRACE_ON_A_TABLE, "cluster.restart_s=1", "cluster.reconfigure_s=1"]
 METHODS = ["mecefo", "oobleck", "jit", "reft", "checkpoint", "baft"]
 GONE_S, BACK_S = 16.0, 31.0  # every node gone; the added node usable
 

@@ -10,6 +10,7 @@ out by hand in the test's comments.
 import json
 
 import pytest
+from helpers.settings import NODE_TRACE_ON_A_TABLE
 
 from conftest import compose_cfg
 from mecefo_exp.config import ConfigError, validate
@@ -17,22 +18,7 @@ from mecefo_exp.failures import FAIL, RECOVER, TraceError
 from mecefo_exp.failures.nodes import read_node_trace
 
 TABLE = "{4: 40, 3: 30, 2: 20}"
-COMMON = [
-    "hardware=table",
-    "hardware.samples_per_step=100",
-    "failure=nodes",
-    "failure.node_ready_s=1",
-    "cluster.n_workers=4",
-    "cluster.detection_s=0",
-    "trainer.numerics=false",
-    "trainer.max_steps=1000",
-    "trainer.eval_every=0",
-    "trainer.progress=none",
-    "model=llama_tiny",
-    "model.vocab_size=512",
-    "data.micro_batch=1",
-    "data.seq_len=16",
-]
+COMMON = NODE_TRACE_ON_A_TABLE
 
 #: Bamboo with pipelines and idle spares (the Oobleck authors' model; its options are the variant's)
 PIPELINES = "method.variant=mecefo_exp.replay.bamboo_pipelines:BambooPipelines"

@@ -7,7 +7,8 @@ import sys
 import time
 
 import pytest
-from test_torchrun import TORCHRUN, torchrun, whole_rows
+from helpers.processes import rows_so_far
+from test_torchrun import TORCHRUN, torchrun
 
 from conftest import MICRO, ROOT, losses_by_step, read_jsonl, run_py
 
@@ -31,7 +32,7 @@ def test_kill_9_the_whole_run_and_resume_to_the_identical_end(run_exp, fixed_pro
     deadline = time.time() + 120
     metrics = run_dir / "metrics.jsonl"
     while time.time() < deadline and proc.poll() is None:
-        if whole_rows(metrics) >= 15:
+        if len(rows_so_far(metrics)) >= 15:
             break
         time.sleep(0.05)
     assert proc.poll() is None, "the run finished before it could be killed: make it longer"

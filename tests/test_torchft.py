@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
+from helpers.processes import children, kill_gone_or_not, read_proc, rows_so_far
 
 from conftest import MECEFO_RANK_8, MICRO, ROOT, losses_by_step, read_jsonl
 
@@ -49,16 +50,6 @@ def env():
     return dict(os.environ, OMP_NUM_THREADS="1", RUST_LOG="warn")
 
 
-def read_proc(pid: int, name: str) -> Optional[bytes]:
-    """/proc/<pid>/<name>, or None when the process is gone. A process may end between any two
-    reads of the tests (a worker the run just killed, one that finished): an exiting or exited
-    process (ESRCH, ENOENT) is gone, not an error."""
-    try:
-        return Path(f"/proc/{pid}/{name}").read_bytes()
-    except OSError:  # ProcessLookupError, FileNotFoundError; PermissionError: another user's, not ours
-        return None
-
-
 def worker_processes(run_dir: Path):
     """Live processes of this run's workers (their command line names the run folder)."""
     found = []
@@ -69,16 +60,6 @@ def worker_processes(run_dir: Path):
         if b"mecefo_exp.torchft_worker" in cmd and str(run_dir).encode() in cmd:
             found.append(int(proc.name))
     return found
-
-
-def rows_so_far(path: Path):
-    """The rows of a JSON-lines file the run is writing: whole lines only (the writer may be in the
-    middle of the last one), none before the file exists."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return []
-    return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines() if line.strip()]
 
 
 #: per-step losses of a long torchft run against the simulated tier: gloo adds the gradients in
@@ -364,22 +345,6 @@ def wait_for_steps(run_dir: Path, steps: int, launchers, timeout: float = 180):
             outputs = [(p.args[-4:], p.poll()) for p in launchers]
             pytest.fail(f"the run did not reach step {steps} (at {steps_done(run_dir)}): {outputs}")
         time.sleep(0.1)
-
-
-def kill_gone_or_not(pids, sig=signal.SIGKILL) -> None:
-    """Signal each of `pids`; one already gone is not an error (a launcher's workers die with it:
-    PR_SET_PDEATHSIG may end them between the launcher's kill and theirs)."""
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-
-
-def children(pid: int):
-    """The child processes of `pid` (none once it is gone)."""
-    found = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        found += [int(c) for c in (read_proc(pid, f"task/{task.name}/children") or b"").split()]
-    return found
 
 
 def two_machines(tmp_path, fixed_profile, method: str, steps: int):

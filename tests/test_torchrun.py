@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers.processes import descendants, kill_gone_or_not, rows_so_far
 
 from conftest import MECEFO_RANK_8, MICRO, ROOT, losses_by_step, read_jsonl
 
@@ -130,45 +131,6 @@ def two_machines(run_dir, port, *overrides, run_id="job"):
     return lambda: subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def descendants(pid):
-    """Every live process below `pid` (torchrun starts each rank in a session of its own). A process
-    or thread that ends while it is read is gone: skipped, not an error."""
-    from pathlib import Path
-
-    found = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            children = (task / "children").read_text().split()
-        except OSError:  # the thread or the process ended between the listing and the read
-            continue
-        for child in children:
-            found += [int(child), *descendants(int(child))]
-    return found
-
-
-def kill_all(pids):
-    """SIGKILL each of `pids`; one that already ended (a rank dying with its agent) is not an error."""
-    import signal
-
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def whole_rows(path):
-    """The rows of a jsonl file another process is writing: whole lines only (a torn last line is
-    the writer's next row, not an error); 0 rows while the file does not exist."""
-    from pathlib import Path
-
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return 0
-    return text.count("\n")
-
-
 @pytest.mark.slow  # ~2-3 min: three 4-rank starts
 def test_two_machines_match_the_simulated_tier_and_survive_one_machine_killed(run_exp, fixed_profile, tmp_path):
     import json
@@ -200,11 +162,11 @@ def test_two_machines_match_the_simulated_tier_and_survive_one_machine_killed(ru
     replacement = None
     try:
         deadline = time.time() + 240
-        while time.time() < deadline and whole_rows(run_dir / "metrics.jsonl") < 20:
+        while time.time() < deadline and len(rows_so_far(run_dir / "metrics.jsonl")) < 20:
             time.sleep(0.1)
         machine = [victim.pid, *descendants(victim.pid)]
         assert len(machine) >= 3, machine  # the agent and its two ranks
-        kill_all(machine)  # the whole machine at once: its agent and both of its ranks
+        kill_gone_or_not(machine)  # the whole machine at once: its agent and both of its ranks
         victim.wait(timeout=30)
         replacement = start()  # the machine comes back (or a new one takes its place)
         for agent in (survivor, replacement):
@@ -275,9 +237,9 @@ def test_when_the_rendezvous_host_dies_the_other_machine_closes_the_record_in_on
     other = start()
     try:
         deadline = time.time() + 240
-        while time.time() < deadline and whole_rows(run_dir / "metrics.jsonl") < 10:
+        while time.time() < deadline and len(rows_so_far(run_dir / "metrics.jsonl")) < 10:
             time.sleep(0.1)
-        kill_all([host.pid, *descendants(host.pid)])  # the whole machine at once
+        kill_gone_or_not([host.pid, *descendants(host.pid)])  # the whole machine at once
         host.wait(timeout=30)
         out, _ = other.communicate(timeout=180)
     finally:
@@ -303,19 +265,6 @@ def test_when_the_rendezvous_host_dies_the_other_machine_closes_the_record_in_on
     assert not ours, out[-3000:]
     if not shared:
         assert "frame #" not in out, out[-3000:]
-
-
-def test_the_process_helpers_take_a_process_that_ended_for_gone(tmp_path):
-    """descendants, kill_all and whole_rows read the state of processes that may end at any moment:
-    an exited process (its /proc entry gone or a zombie) and a torn last row are not errors."""
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    assert descendants(proc.pid) == []
-    kill_all([proc.pid])  # already gone: no ProcessLookupError
-    rows = tmp_path / "metrics.jsonl"
-    assert whole_rows(rows) == 0
-    rows.write_text('{"step": 0}\n{"step": 1}\n{"st')
-    assert whole_rows(rows) == 2
 
 
 def test_a_config_error_found_after_composition_is_not_retried_by_torchrun(monkeypatch, tmp_path, capsys):
