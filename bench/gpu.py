@@ -18,7 +18,7 @@ plain loop, the harness, the harness with `trainer.compile=true` and a nanoGPT-s
 loop (torch.compile'd model, fused AdamW), one after the other in one process, each with its MFU
 (FLOPs of the harness's count over the median step) and the harness's ratios to its loop.
 `--svd`: the seconds of MeCeFO's SVD refresh at the FFN shapes of 350M, 1B and 7B, full against
-randomized (projections.py), as TFLOP/s of their formulas and as a share of the dense bf16 peak
+randomized (numerics/projections.py), as TFLOP/s of their formulas and as a share of the dense bf16 peak
 (what hardware.svd_efficiency and rsvd_efficiency are).
 
 Where no CUDA device is visible it prints one line and exits 0. `--device cpu` runs the
@@ -188,7 +188,7 @@ def svd_timings(args, device, peak) -> list:
     """Full vs randomized top-r right singular vectors of one FFN weight per shape, fp32."""
     import time
 
-    from mecefo_exp.projections import full_svd_flops, randomized_svd_flops, top_right_singular_vectors
+    from mecefo_exp.numerics.projections import full_svd_flops, randomized_svd_flops, top_right_singular_vectors
 
     shapes = {"tiny": (128, 64)} if args.smoke else SVD_SHAPES
     rows = []

@@ -21,7 +21,7 @@ import torch  # noqa: E402
 from gpu import harness_overrides  # noqa: E402
 from overhead import compose_cfg, harness_step_times, plain_step_times  # noqa: E402
 
-import mecefo_exp.executor as executor  # noqa: E402
+import mecefo_exp.numerics.executor as executor  # noqa: E402
 
 WARMUP, STEPS = 10, 30
 

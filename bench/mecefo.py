@@ -33,15 +33,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 
 from mecefo_exp import api
-from mecefo_exp.approx import (
+from mecefo_exp.data import SampleStream, load_corpus
+from mecefo_exp.numerics.approx import (
     LowRankProjections,
     approximations,
     is_attention_parameter,
     saved_activation_bytes,
 )
-from mecefo_exp.data import SampleStream, load_corpus
-from mecefo_exp.executor import LocalCluster
-from mecefo_exp.model import build_model
+from mecefo_exp.numerics.executor import LocalCluster
+from mecefo_exp.numerics.model import build_model
 from mecefo_exp.plan import NORMAL, Mode, Sample
 
 PAIR = [Sample(0, 0), Sample(0, 1)]

@@ -26,8 +26,8 @@ import torch.nn.functional as F  # noqa: E402
 
 from mecefo_exp import api  # noqa: E402
 from mecefo_exp.data import SampleStream, load_corpus  # noqa: E402
-from mecefo_exp.model import build_model  # noqa: E402
-from mecefo_exp.optim import make_optimizer, make_scheduler  # noqa: E402
+from mecefo_exp.numerics.model import build_model  # noqa: E402
+from mecefo_exp.numerics.optim import make_optimizer, make_scheduler  # noqa: E402
 from mecefo_exp.run.experiment import Experiment  # noqa: E402
 
 

@@ -87,7 +87,7 @@ def principal_angles_deg(a, b):
 
 def subspace_table(model, batch, args, label):
     """Per FFN weight: angles, gradient errors of G V Vᵀ with each V, seconds of each decomposition."""
-    from mecefo_exp.projections import LowRankProjections, top_right_singular_vectors
+    from mecefo_exp.numerics.projections import LowRankProjections, top_right_singular_vectors
 
     model.zero_grad(set_to_none=True)
     logits = model(input_ids=batch[:, :-1]).logits
@@ -235,7 +235,7 @@ def main():
                 result["trained"] = subspace_table(
                     model, batch, args, f"trained weights (step {args.steps}, full-SVD run)"
                 )
-                from mecefo_exp.model import build_model
+                from mecefo_exp.numerics.model import build_model
 
                 fresh = build_model(exp.cfg.model, state.vocab_size, args.seed)
                 result["init"] = subspace_table(fresh, batch, args, "weights at initialisation")

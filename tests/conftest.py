@@ -59,7 +59,7 @@ def tiny_model(seed=0):
     """A 2-layer, 32-wide LLaMA over a 257-token vocabulary, built without Hydra."""
     from omegaconf import OmegaConf
 
-    from mecefo_exp.model import build_model
+    from mecefo_exp.numerics.model import build_model
 
     cfg = OmegaConf.create(
         dict(

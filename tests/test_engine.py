@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import tiny_model, tiny_stream
-from mecefo_exp.executor import LocalCluster
+from mecefo_exp.numerics.executor import LocalCluster
 from mecefo_exp.plan import NORMAL, Plan, Sample, WorkItem
 
 N, B, T = 4, 2, 16

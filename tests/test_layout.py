@@ -150,7 +150,7 @@ def test_405b_preset_parts_counted_on_the_meta_device():
     """The preset's shape, counted: per layer and the embedding and head as worked out by hand above."""
     from omegaconf import OmegaConf
 
-    from mecefo_exp.model import build_model
+    from mecefo_exp.numerics.model import build_model
 
     cfg = compose_cfg(["model=llama_405b"]).model
 
@@ -451,8 +451,8 @@ def test_mecefo_approximations_limited_to_one_stage_leave_the_later_stage_exact(
     (their backward starts at the loss and never passes through stage 0); stage 0's differ."""
     from omegaconf import OmegaConf
 
-    from mecefo_exp.approx import LowRankProjections, approximations
-    from mecefo_exp.model import build_model
+    from mecefo_exp.numerics.approx import LowRankProjections, approximations
+    from mecefo_exp.numerics.model import build_model
 
     torch.manual_seed(0)
     from conftest import MICRO

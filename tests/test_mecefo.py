@@ -8,14 +8,14 @@ import torch.nn.functional as F
 from test_engine import N, _grads, _model, _plan, _stream
 
 from conftest import MECEFO_RANK_8, losses_by_step, read_jsonl
-from mecefo_exp.approx import (
+from mecefo_exp.numerics.approx import (
     LowRankProjections,
     LowRankWeightGradLinear,
     approximations,
     is_attention_parameter,
     top_right_singular_vectors,
 )
-from mecefo_exp.executor import LocalCluster
+from mecefo_exp.numerics.executor import LocalCluster
 from mecefo_exp.plan import NORMAL, Mode, Plan, Sample, WorkItem
 
 
@@ -222,7 +222,7 @@ def test_a_randomized_refresh_is_reproducible_and_leaves_the_training_rng_alone(
 
 
 def test_the_refresh_flop_formulas():
-    from mecefo_exp.projections import full_svd_flops, randomized_svd_flops
+    from mecefo_exp.numerics.projections import full_svd_flops, randomized_svd_flops
 
     m, n, r = 11008, 4096, 64  # a 7B FFN weight at rank 64
     full, rand = full_svd_flops(m, n), randomized_svd_flops(m, n, r, 8, 2)

@@ -268,7 +268,7 @@ def test_the_gpu_presets_charge_an_svd_refresh_what_one_h100_measured():
     4096 in 1,120.42 ms, the randomized one at rank 64 in 7.59 ms), as TFLOP/s of each one's formula
     over the preset's peak; a100_32 keeps the 2% assumption its published Table 2 was made with."""
     from conftest import compose_cfg
-    from mecefo_exp.projections import full_svd_flops, randomized_svd_flops
+    from mecefo_exp.numerics.projections import full_svd_flops, randomized_svd_flops
 
     full, rand = full_svd_flops(11008, 4096), randomized_svd_flops(11008, 4096, 64, 8, 2)
     for preset in ("a100_32", "h100_8"):

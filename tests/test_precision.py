@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from conftest import MECEFO_RANK_8, MICRO, ROOT, compose_cfg, losses_by_step, read_jsonl, tiny_model, tiny_stream
-from mecefo_exp.approx import LowRankProjections, approximations, is_attention_parameter
-from mecefo_exp.executor import LocalCluster
+from mecefo_exp.numerics.approx import LowRankProjections, approximations, is_attention_parameter
+from mecefo_exp.numerics.executor import LocalCluster
 from mecefo_exp.plan import NORMAL, Mode, Plan, Sample, WorkItem
 
 N, B, T = 4, 4, 16

@@ -29,7 +29,7 @@ def _run_py(*args, timeout=180):
 def crash_then_resume(run_exp, common, monkeypatch, tmp_path, step, before_crash=None):
     """Run `common` (the second run, run2) until an exception at `step` (a crash that leaves the
     folder as kill -9 would, minus the lock), then resume it (run3 -> run2); the resumed summary."""
-    from mecefo_exp.executor import LocalCluster
+    from mecefo_exp.numerics.executor import LocalCluster
 
     execute = LocalCluster.execute
 
@@ -367,7 +367,7 @@ def test_sigterm_during_a_checkpoint_write_lets_it_finish_then_stops(run_exp, fi
 def test_a_full_disk_leaves_the_run_failed_with_the_reason_and_no_temp_files(
     run_exp, fixed_profile, tmp_path, monkeypatch
 ):
-    from mecefo_exp.executor import LocalCluster
+    from mecefo_exp.numerics.executor import LocalCluster
 
     execute, full = LocalCluster.execute, {"now": False}
 

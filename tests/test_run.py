@@ -67,7 +67,7 @@ def test_same_seed_same_losses_other_seed_other_losses(run_exp, fixed_profile):
 
 
 def test_a_failing_run_is_marked_failed(run_exp, fixed_profile, tmp_path, monkeypatch):
-    from mecefo_exp.executor import LocalCluster
+    from mecefo_exp.numerics.executor import LocalCluster
 
     execute = LocalCluster.execute
 

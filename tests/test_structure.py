@@ -72,13 +72,13 @@ def test_the_flop_cache_key_hashes_what_counting_imports_and_follows_a_rename(tm
     assert {
         "timing/flops.py",
         "timing/kernels.py",
-        "approx.py",
-        "executor.py",
-        "model.py",
+        "numerics/approx.py",
+        "numerics/executor.py",
+        "numerics/model.py",
         "methods/mecefo.py",
         "methods/bamboo.py",
         "plan.py",
-        "optim.py",
+        "numerics/optim.py",
     } <= reached
     # the loop and the corpus are not counted
     assert not {"run/loop.py", "run/experiment.py", "data.py"} & reached

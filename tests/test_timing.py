@@ -7,9 +7,9 @@ import torch
 from omegaconf import OmegaConf
 
 from conftest import compose_cfg, read_jsonl
-from mecefo_exp.approx import LowRankProjections, approximations, is_attention_parameter
 from mecefo_exp.methods import REGISTRY
-from mecefo_exp.model import build_model
+from mecefo_exp.numerics.approx import LowRankProjections, approximations, is_attention_parameter
+from mecefo_exp.numerics.model import build_model
 from mecefo_exp.plan import NORMAL, Mode
 from mecefo_exp.timing import timed_model_cfg
 from mecefo_exp.timing.comm import allreduce_s, exposed_comm_s

@@ -241,7 +241,7 @@ class HardwareConfig:
         default_factory=dict
     )  # timing-model name -> {tokens_per_s, global_batch, seq_len}
     # share of peak_tflops that MeCeFO's SVD refresh reaches, by the FLOPs of its formula
-    # (projections.py): a full SVD (cuSOLVER, far from matmul peak), and the randomized range
+    # (numerics/projections.py): a full SVD (cuSOLVER, far from matmul peak), and the randomized range
     # finder (fp32 GEMMs and thin QRs); presets cite their measurement
     svd_efficiency: float = field(default=0.02, metadata=above(0))
     rsvd_efficiency: float = field(default=0.02, metadata=above(0))

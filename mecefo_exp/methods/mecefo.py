@@ -1,7 +1,7 @@
 """MeCeFO: a neighbour does both workers' work, cheaply (Hu et al., NeurIPS 2025).
 
 When worker j fails, a live neighbour computes its own micro-batch and j's in one step, both under
-the three approximations of approx.py (attention skipped in backward, FFN recomputation, low-rank
+the three approximations of numerics/approx.py (attention skipped in backward, FFN recomputation, low-rank
 FFN weight gradients); attention weights average over the workers that are neither failed nor
 neighbours. A failed worker without an eligible neighbour falls back to the checkpoint. The
 failure-free path is the plain engine, bit for bit. docs/METHODS.md ("MeCeFO in the harness: the
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set, cast
 
 from ..config import at_least, choices
+from ..numerics.projections import LowRankProjections, is_attention_parameter, svd_flops
 from ..plan import NORMAL, Mode, Plan, Sample, SparsePlan, WorkItem
-from ..projections import LowRankProjections, is_attention_parameter, svd_flops
 from ..timing.clock import StepCost
 from ..timing.profile import Kernel
 from ..timing.steps import Help
@@ -138,7 +138,7 @@ class Mecefo(InPlaceMethod):
                     projections = self._projections(model)
                     projections.refresh(0)
                     self._bench_projections[id(model)] = projections
-        from ..approx import approximations  # tensors: a numerics-free run never gets here
+        from ..numerics.approx import approximations  # tensors: a numerics-free run never gets here
 
         return approximations(model, self.cfg.skip_attention, self.cfg.recompute_ffn, projections)
 
@@ -147,7 +147,7 @@ class Mecefo(InPlaceMethod):
 
     def extra_kernels(self, bench) -> Dict:
         """The neighbour's real step: two micro-batches in the approximate mode, in one pass."""
-        from ..approx import approximations
+        from ..numerics.approx import approximations
 
         mode = bench.modes[MODE]
         bench_proj = None

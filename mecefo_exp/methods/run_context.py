@@ -14,9 +14,9 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
     from ..config.schema import AttrDict
-    from ..executor import LocalCluster
     from ..failures.events import FailureEvent
     from ..metrics import RunRecords
+    from ..numerics.executor import LocalCluster
     from ..run.books import Books
     from ..timing.clock import CostModel, SimClock
     from ..timing.layout import LayoutShape

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import torch
     from omegaconf import DictConfig
 
-    from ..executor import LocalCluster
+    from ..numerics.executor import LocalCluster
     from .shape_only import ShapeOnlyState
     from .training import TrainingState
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Dict, Optional
 
 from ..config import is_hybrid, plain, sequences_per_step
-from ..optim import lr_factor
+from ..numerics.optim import lr_factor
 from ..timing.counts import parameter_count
 
 

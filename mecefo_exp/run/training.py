@@ -21,9 +21,9 @@ import torch
 from ..config import plain
 from ..data import SampleStream, load_corpus, validation_blocks
 from ..errors import ConfigError
-from ..executor import LocalCluster, microbatch_losses
-from ..model import build_model, count_parameters
-from ..optim import make_optimizer, make_scheduler
+from ..numerics.executor import LocalCluster, microbatch_losses
+from ..numerics.model import build_model, count_parameters
+from ..numerics.optim import make_optimizer, make_scheduler
 from ..plan import NonFiniteLoss, StepNotCommitted
 
 log = logging.getLogger(__name__)

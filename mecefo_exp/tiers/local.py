@@ -69,7 +69,7 @@ class LocalTier:
         )
 
     def cluster_class(self):
-        from ..executor import LocalCluster  # tensors: imported only when numerics run
+        from ..numerics.executor import LocalCluster  # tensors: imported only when numerics run
 
         return LocalCluster
 

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import AnticipatedEnd, ConfigError
-from ..executor import LocalCluster, Loss
+from ..numerics.executor import LocalCluster, Loss
 from ..plan import Plan, Sample
 from .local import LocalTier
 from .torchrun_launch import launched_by_torchrun

@@ -50,7 +50,7 @@ def cached_counts(key: Dict, count: Callable[[], T]) -> T:
 
 #: where a FLOP count starts: the counting itself, the kernels it runs, the model, and every
 #: method file (methods bring kernels of their own: MeCeFO's neighbour pair, Bamboo's forward)
-COUNTING_ROOTS = ("timing/__init__.py", "timing/flops.py", "timing/kernels.py", "model.py", "methods/*.py")
+COUNTING_ROOTS = ("timing/__init__.py", "timing/flops.py", "timing/kernels.py", "numerics/model.py", "methods/*.py")
 
 
 def counting_sources(package_root: Optional[Path] = None) -> List[str]:
@@ -109,7 +109,7 @@ def build_model_on_meta(model_cfg, vocab_size: int, seed: int, dtype):
     """The model's shape on the meta device (no memory); `dtype` a torch dtype or its name."""
     import torch
 
-    from ..model import build_model
+    from ..numerics.model import build_model
 
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype.removeprefix("torch."))

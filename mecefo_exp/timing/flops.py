@@ -19,7 +19,7 @@ from unittest import mock
 
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
-from ..approx import saved_activation_bytes
+from ..numerics.approx import saved_activation_bytes
 from .seconds import BYTE_KERNELS
 
 

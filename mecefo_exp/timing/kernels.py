@@ -17,8 +17,8 @@ from typing import Callable, Dict
 
 import torch
 
-from ..executor import LocalCluster
-from ..optim import make_optimizer
+from ..numerics.executor import LocalCluster
+from ..numerics.optim import make_optimizer
 from ..plan import FORWARD, Mode, Sample
 from .profile import Kernel
 

@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Sequence, Union
 import torch
 import torch.nn.functional as F
 
-from .plan import Mode, Plan, Sample
+from ..plan import Mode, Plan, Sample
 
 #: a micro-batch's mean loss: a 0-d float64 tensor on the device until read with float(), which
 #: waits for the device; the trainer reads it after the optimizer step, as a plain loop reads
