@@ -237,7 +237,7 @@ def test_when_the_rendezvous_host_dies_the_other_machine_closes_the_record_in_on
     other = start()
     try:
         deadline = time.time() + 240
-        while time.time() < deadline and len(rows_so_far(run_dir / "metrics.jsonl")) < 10:
+        while time.time() < deadline and (seen := len(rows_so_far(run_dir / "metrics.jsonl"))) < 10:
             time.sleep(0.1)
         kill_gone_or_not([host.pid, *descendants(host.pid)])  # the whole machine at once
         host.wait(timeout=30)
@@ -248,7 +248,11 @@ def test_when_the_rendezvous_host_dies_the_other_machine_closes_the_record_in_on
                 agent.kill()
     assert other.returncode != 0
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "failed" and summary["steps"] >= 10, summary.get("error")
+    # rank 0 writes a step's row once its own part of the step's last all-reduce is done, which can
+    # be before the other machine's ranks have theirs (gloo's ring): killed then, they never finish
+    # that step, and the record they close counts one step less than the rows seen
+    assert seen >= 10 and summary["status"] == "failed", summary.get("error")
+    assert summary["steps"] >= seen - 1, (summary["steps"], seen, summary.get("error"))
     assert ("rendezvous store" if shared else "rank 0, which writes the run record, is gone") in summary["error"]
     said = [ln for ln in out.splitlines() if ln.startswith("failed: ") and "is gone" in ln]
     # ranks 2 and 3 (one may be stopped by its agent first: one line too)
