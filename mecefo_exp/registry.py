@@ -31,6 +31,15 @@ def _load(package: str, spec: str):
     return getattr(importlib.import_module(f"mecefo_exp.{package}.{module}"), name)
 
 
+def named_class(path: str) -> type:
+    """A class a config names as "package.module:Class" (`method.variant`, `hardware.clock`), imported
+    by name: the core never imports a study's package itself."""
+    module, _, cls = path.partition(":")
+    if not module or not cls:
+        raise ValueError("expected package.module:Class")
+    return getattr(importlib.import_module(module), cls)
+
+
 def method_class(name: str) -> Type[Method]:
     if name not in REGISTRY:
         raise ValueError(f"method={name!r}: allowed: {', '.join(REGISTRY)}")

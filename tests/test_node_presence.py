@@ -82,7 +82,8 @@ def test_a_method_on_absent_nodes_fails_the_run(tmp_path, all_removed, monkeypat
 
 
 def test_goodput_above_one_is_refused():
-    from mecefo_exp.run.invariants import InvariantBroken, check_goodput
+    from mecefo_exp.replay.window_metric import check_goodput
+    from mecefo_exp.run.invariants import InvariantBroken
 
     check_goodput({"goodput_over_ideal": 1.00001, "ideal_samples": 1e5, "credited_samples": 100001})
     with pytest.raises(InvariantBroken, match="goodput over ideal is 11.75"):

@@ -144,7 +144,7 @@ def validate(cfg: Any) -> None:
     _validate_parallel(cfg)
     _validate_failure(f, c.n_workers)
     _validate_method(cfg)
-    _validate_table_fits(cfg)
+    _validate_clock(cfg)
     tier_checks(c.name)(cfg)  # the settings only cluster=<name>'s tier has
     if c.name != "torchft":
         require(
@@ -274,18 +274,6 @@ def model_presets() -> List[str]:
 
 def _validate_hardware(h: Any) -> None:
     check_fields(h, HardwareConfig, "hardware")
-    if h.compute == "table":
-        require(
-            h.samples_per_step >= 1, f"hardware.samples_per_step={h.samples_per_step}: must be >= 1 with compute=table"
-        )
-        require(
-            bool(h.tables), "hardware.tables is empty: compute=table needs {method or default: {nodes: samples_per_s}}"
-        )
-        for method, table in h.tables.items():
-            require(bool(table), f"hardware.tables.{method} is empty")
-            for nodes, tput in table.items():
-                ok = str(nodes).isdigit() and isinstance(tput, (int, float)) and math.isfinite(tput) and tput >= 0
-                require(ok, f"hardware.tables.{method}: {nodes}: {tput!r}: expected a node count and samples/s >= 0")
     require(
         h.gpus >= 1 and h.gpus_per_node >= 1, f"hardware.gpus={h.gpus}, gpus_per_node={h.gpus_per_node}: must be >= 1"
     )
@@ -311,23 +299,20 @@ def _validate_failure(f: Any, n_workers: int) -> None:
         require(not bad, f"failure.workers={list(f.workers)}: workers {bad} do not exist (0..{n_workers - 1})")
 
 
-def _validate_table_fits(cfg: Any) -> None:
-    """compute=table: the method must have a table, and fit at the run's starting node count."""
-    h = cfg.hardware
-    if h.compute != "table":
+def _validate_clock(cfg: Any) -> None:
+    """hardware.clock: an importable clock (timing/clocks/), and what that clock checks of the config."""
+    path = cfg.hardware.get("clock")
+    if not path:
         return
-    from ..throughput import table_for
+    from ..timing.clocks import clock_class
 
-    table = table_for(h.tables, cfg.method.name, h.samples_per_step)
-    if table is None:
-        raise ConfigError(
-            f"hardware.tables has no table for method={cfg.method.name} and no default; tables: {', '.join(h.tables)}"
-        )
-    require(
-        table.fits(cfg.cluster.n_workers),
-        f"method={cfg.method.name} cannot run here: {table.label} is 0 (out of memory) at "
-        f"{cfg.cluster.n_workers} nodes",
-    )
+    try:
+        cls = clock_class(path)
+    except (ImportError, AttributeError, ValueError, TypeError) as e:
+        raise ConfigError(f"hardware.clock={path!r}: cannot be imported as a clock's module:Class ({e})") from None
+    problem = cls.check_config(cfg)
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 def _validate_method(cfg: Any) -> None:

@@ -222,14 +222,17 @@ class HardwareConfig:
     """
 
     name: str = MISSING
-    # flops | profile (measure this machine; cluster.profile says how) | table
-    compute: str = field(default="flops", metadata=choices("flops", "profile", "table"))
-    # compute=table: a failure-free throughput per usable node count, per method (`default` for
-    # the others): {method: {nodes: samples_per_s}}; 0 = out of memory. Outside the table's
-    # range the nearest entry is used. A step is samples_per_step samples.
+    # flops | profile (measure this machine; cluster.profile says how)
+    compute: str = field(default="flops", metadata=choices("flops", "profile"))
+    # "package.module:Class": a clock of a study's own that prices every step in place of the kernels
+    # (timing/clocks/; as method.variant names a method's class). None: data parallel or the hybrid layout
+    clock: Optional[str] = None
+    # read by the throughput-table clock (conf/hardware/table.yaml): a failure-free throughput per usable
+    # node count, per method (`default` for the others): {method: {nodes: samples_per_s}}; 0 = out of
+    # memory; a step is samples_per_step samples, in whole milliseconds where step_ms_integer
     tables: Dict[str, Any] = field(default_factory=dict)
     samples_per_step: int = 0
-    step_ms_integer: bool = False  # truncate step times to whole milliseconds (as the Oobleck authors' simulators do)
+    step_ms_integer: bool = False
     # a checkpoint's seconds, replacing bytes / storage_GBps
     checkpoint_s: Optional[float] = field(default=None, metadata=at_least(0, "seconds"))
     peak_tflops: float = field(default=1.0, metadata=above(0))  # dense bf16 (or the preset's compute dtype) per worker

@@ -1,16 +1,7 @@
 """One module per fault-tolerance method, all behind the interface of base.Method."""
 
-import importlib
-
 from ..registry import REGISTRY, method_class, method_config  # noqa: F401  (the registry: one line per method)
-
-
-def variant_class(path: str) -> type:
-    """`method.variant`: "package.module:Class", imported by name (the core never imports a study)."""
-    module, _, cls = path.partition(":")
-    if not module or not cls:
-        raise ValueError("expected package.module:Class")
-    return getattr(importlib.import_module(module), cls)
+from ..registry import named_class as variant_class  # `method.variant`: "package.module:Class"
 
 
 def check_variant(method_cfg, cfg=None) -> None:

@@ -32,7 +32,7 @@ class BambooConfig(CheckpointedConfig):
     rebalance_stall_s: float = field(default=20.0, metadata=at_least(0, "paper seconds"))
     rebalance_after_steps: Optional[int] = field(default=None, metadata=at_least(1, "steps"))  # None: rebalance_after_s
     checkpoint_interval: Any = "auto"
-    # under a throughput table (hardware.compute=table): the step time while a shadow covers a
+    # under a throughput table (conf/hardware/table.yaml): the step time while a shadow covers a
     # failed node, as a multiple of the failure-free one (None: the shadow's two micro-batches)
     fallback_slowdown: Optional[float] = field(
         default=None, metadata=at_least(1, "(a multiple of the failure-free step)")

@@ -19,7 +19,7 @@ Where the job restarts (`method.restart_on`):
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
-from ..throughput import entry_at
+from ..timing.node_counts import entry_at
 from .base import RestartConfig, RollbackMethod
 
 
@@ -28,7 +28,7 @@ class CheckpointConfig(RestartConfig):
     checkpoint_interval: Any = "auto"  # steps between checkpoints, or "auto" for Daly's optimum (intervals.py)
     checkpoint_after_failure: bool = False  # Varuna: also checkpoint on the first step after a restart
     # restart_on=survivors: a restart's seconds by the ready nodes the job restarted on last;
-    # outside the listed counts the nearest end, as a throughput table; empty: method.restart_s throughout
+    # outside the listed counts the nearest end (timing/node_counts.py); empty: method.restart_s throughout
     restart_s_by_nodes: Dict[int, float] = field(default_factory=dict)
 
 

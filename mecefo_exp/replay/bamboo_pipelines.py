@@ -22,7 +22,9 @@ from ..methods.bamboo import Bamboo
 from ..methods.base import resplit_plan
 from ..plan import Plan
 from ..timing.clock import StepCost
+from ..timing.clocks import named_clock
 from ..timing.steps import Help
+from .table_clock import TableSteps
 
 
 class BambooPipelines(Bamboo):
@@ -44,7 +46,8 @@ class BambooPipelines(Bamboo):
         stages = options["pipeline_stages"]
         if stages is None:
             return super().check_config(m, cfg)
-        if cfg.hardware.compute != "table":
+        clock = named_clock(cfg.hardware)
+        if clock is None or not issubclass(clock, TableSteps):
             return (
                 f"method.variant_options.pipeline_stages={stages} needs hardware=table (only the "
                 "throughput-table clock times pipelines); or leave it null"

@@ -30,6 +30,7 @@ from ..plan import Plan
 from ..timing.clock import StepCost
 from .queue import REMOVE, STEP, TIMEOUT, ArtifactQueue, ms
 from .restarts import ArtifactRestarts
+from .table_clock import TableSteps
 
 
 class SeriesLedger:
@@ -115,7 +116,8 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
     def setup(self) -> None:
         super().setup()
         self.recorded = deque(maxlen=self.interval)
-        table = self.run.costs.table
+        steps = self.run.costs.steps
+        table = steps.table if isinstance(steps, TableSteps) else None
         self.ledger = SeriesLedger(table.samples_per_step if table is not None else 1)
 
     def start(self) -> None:

@@ -58,9 +58,9 @@ class Counters:
 
 
 @dataclass
-class Window:
-    """From the start of the first step to the end of the last committed one: the window the
-    Oobleck authors' simulators divide their credited samples by (downtime inside it counts, after it not)."""
+class Span:
+    """The span of training: from the start of the first step to the end of the last committed one
+    (a clock may report over it: the throughput-table clock's window metric)."""
 
     first_step_s: Optional[float] = None
     last_step_end_s: Optional[float] = None
@@ -90,7 +90,7 @@ class Books:
         self.counters = Counters()
         self.tokens_processed = 0
         self.final_val_loss = float("nan")
-        self.window = Window()
+        self.span = Span()
 
     def keep(self, trace: Trace, method: Method, store: Optional[CheckpointStore]) -> None:
         """Once the run has built them: the trace, the method and its store, whose positions and
@@ -107,7 +107,7 @@ class Books:
             "final_val_loss": self.final_val_loss,
             # the method's checkpoints on disk it may roll back to (a resume reads the folder instead)
             "checkpoints_saved": list(self.store.saved) if self.store is not None else [],
-            "window": dataclasses.asdict(self.window),
+            "window": dataclasses.asdict(self.span),  # its checkpoint key since it was first saved
         }
 
     def load_state_dict(self, state: Dict) -> None:
@@ -118,7 +118,7 @@ class Books:
         self.trace.position = state["trace_next"]
         self.final_val_loss = state["final_val_loss"]
         self.method.load_state_dict(state["method"])
-        self.window = Window(**state.get("window", {}))  # absent from checkpoints written before it existed
+        self.span = Span(**state.get("window", {}))  # absent from checkpoints written before it existed
         if self.store is not None and "checkpoints_saved" in state:
             self.store.saved = list(state["checkpoints_saved"])
 

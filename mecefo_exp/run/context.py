@@ -154,8 +154,8 @@ class Context:
 
     def training_starts_at(self, at_s: float) -> None:
         """The job's first configuration that trains completed at `at_s` (a method whose start-up
-        formed none): the window of the throughput metric starts there."""
-        self.books.window.first_step_s = at_s
+        formed none): the span of training starts there."""
+        self.books.span.first_step_s = at_s
 
     def state_dict(self, harness: bool = False) -> Dict:
         """References to the live state; torch.save copies it, in-memory snapshots must clone.

@@ -24,7 +24,6 @@ from ..plan import StepNotCommitted
 from ..signals import Terminated, signals_end_the_run
 from .build import build_parts
 from .context import Context, log
-from .invariants import check_goodput
 from .loop import Loop, NoProgress
 from .record import (
     clock_summary,
@@ -33,7 +32,6 @@ from .record import (
     log_done,
     now_iso,
     record_failure,
-    window_summary,
 )
 
 __all__ = ["Experiment", "NoProgress", "Progress", "StepNotCommitted", "Terminated", "signals_end_the_run"]
@@ -81,10 +79,7 @@ class Experiment(Context):
         if self.built("costs"):
             data["clock"] = clock_summary(self.timing, self.costs, self.cfg.hardware, self.n_workers)
             data["memory"] = self.timing.memory
-            if self.costs.table is not None:
-                data["window"] = window_summary(
-                    self.books.window, self.trace, self.costs.table, self.step, self.n_workers
-                )
+            data.update(self.costs.steps.summary(self.books.span, self.trace, self.step, self.n_workers))
         if self.built("method"):
             data.update(self.method.summary())
         data.update(self.tier.summary())
@@ -103,7 +98,7 @@ class Experiment(Context):
                         self.train()
                     summary = self.summary("ok")
                     if not self.cfg.method.get("variant"):
-                        check_goodput(summary.get("window"))  # credited work never exceeds the ideal
+                        self.costs.steps.check_summary(summary)  # what the clock promises (invariants.py)
                     self.records.summary(summary)
                     self.records.close()
                 except BaseException as e:

@@ -96,7 +96,7 @@ class Loop:
                 run.event("uncommitted", detail={"reason": str(e)})
                 continue
             run.presence.check_step(run.step, plan.n_computing)
-            books.window.commit(clock.now, end - clock.now)
+            books.span.commit(clock.now, end - clock.now)
             clock.commit_step(run.step, cost)
             books.tokens_processed += numbers.pop("tokens")
             alive = run.alive
@@ -204,7 +204,7 @@ class Loop:
     # ------------------------------------------------------------------ boundaries
     def start_job(self) -> None:
         """Before the first step of a fresh run: under a node trace the nodes provision and the
-        job starts on them; the method's start (an initial checkpoint); the window opens."""
+        job starts on them; the method's start (an initial checkpoint); the span of training opens."""
         run = self.run
         if run.trace.start_s is not None:
             run.clock.charge("stall", run.trace.start_s + run.method.job_start_s())
@@ -213,7 +213,7 @@ class Loop:
         with signals_held():  # REFT's snapshot is a torch.save too
             run.method.start()
         self.end_of_boundary(evaluated=False)
-        run.books.window.open(run.clock.now)
+        run.books.span.open(run.clock.now)
 
     def end_of_boundary(self, evaluated: bool) -> None:
         """Between two steps, after all end-of-step work: write the checkpoint saved at this

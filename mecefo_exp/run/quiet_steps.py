@@ -2,7 +2,7 @@
 
 Between two events every step has the same plan and the same cost (the method names its next
 event: `Method.quiet_steps`), so the loop asks how many steps from here on change nothing but
-the books and books them together: the clock, the window, the tokens, the method's counters and
+the books and books them together: the clock, the span, the tokens, the method's counters and
 one metrics row with the steps' range. A step-by-step run of the same config gives the same
 record (tests/test_event_driven.py).
 """
@@ -64,13 +64,13 @@ class QuietSteps:
         )
 
     def book(self, plan, cost, count: int) -> None:
-        """`count` steps of `plan`'s shape and equal `cost`, booked at once: the clock, the window,
+        """`count` steps of `plan`'s shape and equal `cost`, booked at once: the clock, the span,
         the tokens, the method's step counters, one metrics row with the steps' range."""
         run = self.run
         books, clock, first, training, progress = run.books, run.clock, run.step, run.training, run.progress
         assert isinstance(training, ShapeOnlyState) and progress is not None, "an event-driven loop without numerics"
         run.presence.check_step(first, plan.n_computing, count)
-        books.window.commit(clock.now, count * cost.total)
+        books.span.commit(clock.now, count * cost.total)
         clock.commit_steps(first, count, cost)
         numbers = training.book_steps(first, count)
         books.tokens_processed += numbers.pop("tokens")

@@ -43,42 +43,6 @@ def clock_summary(timing, costs, hardware_cfg, n_workers: int) -> Dict:
     return out
 
 
-def window_summary(window, trace, table, steps: int, n_workers: int) -> Dict:
-    """The Oobleck authors' simulators' metric: credited samples (committed steps x samples per step) over
-    the window from the first step's start to the last committed step's end; and goodput over
-    ideal: those samples over the table's throughput integrated over the usable nodes in the window."""
-    start, end = window.first_step_s, window.last_step_end_s
-    samples = steps * table.samples_per_step
-    out = {
-        "samples_per_step": table.samples_per_step,
-        "credited_samples": samples,
-        "train_start_s": start,
-        "last_step_end_s": end,
-        "window_s": None,
-        "samples_per_s": None,
-        "ideal_samples": None,
-        "goodput_over_ideal": None,
-    }
-    if start is None or end is None or end <= start:
-        return out
-    ideal, alive, t = 0.0, n_workers - len(trace.initial_down), start
-    for ev in trace.events:  # usable nodes over time, from the trace
-        if ev.time > start:
-            if ev.time >= end:
-                break
-            ideal += (ev.time - t) * (table.samples_per_s(alive) if alive > 0 else 0.0)  # no node: no work
-            t = ev.time
-        alive += -1 if ev.kind == "fail" else 1
-    ideal += (end - t) * (table.samples_per_s(alive) if alive > 0 else 0.0)
-    out.update(
-        window_s=end - start,
-        samples_per_s=samples / (end - start),
-        ideal_samples=ideal,
-        goodput_over_ideal=samples / ideal if ideal > 0 else None,
-    )
-    return out
-
-
 def record_failure(records, summary_of_failure, error: BaseException, run_dir: Path) -> None:
     """Leave summary.json `failed` with the reason, even on a full disk."""
     if records is None or not records.enabled:

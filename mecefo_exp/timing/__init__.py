@@ -10,7 +10,7 @@ the paper's.
     clock.py    CostModel (seconds of a step) and SimClock (the clock with its breakdown)
     steps.py    the words a method describes its step in; StepCost
     clocks/     the formulas that price a step, one file per kind of clock (data parallel, hybrid
-                layout, throughput table), chosen once per run
+                layout, or one the config names), chosen once per run
 
 `build_timing` picks the compute model from the config and returns the kernel seconds
 (a `Profile`), the parameter count of the timed shape, and what the record shows about the
@@ -30,6 +30,7 @@ from ..errors import ConfigError
 from ..paths import conf_dir, default_cache_dir
 from ..plan import FORWARD
 from .clock import CATEGORIES, CostModel, SimClock, StepCost
+from .clocks import named_clock
 from .counts import (
     build_model_on_meta,  # noqa: F401
     cached_counts,  # noqa: F401
@@ -241,8 +242,9 @@ def profile_from_flops(cfg, modes, shape: TimedShape, counts):
         "peak_tflops": hw.peak_tflops,
     }
     info: Dict[str, object] = {"compute": "flops", "efficiency": efficiency, "efficiency_source": source}
-    if hw.compute == "table":  # steps come from hardware.tables; the kernels still time checkpoints and copies
-        info.update(compute="table", efficiency_source="hardware.tables (throughput per node count)")
+    named = named_clock(hw)
+    if named is not None:  # a clock of its own prices the steps; the kernels still time checkpoints and copies
+        info.update(named.INFO)
     return Profile(seconds, meta, None), info, layout
 
 

@@ -22,8 +22,7 @@ from typing import Any, Dict, Iterable, List, Optional
 
 from ..config import plain
 from ..plan import Mode
-from ..throughput import ThroughputTable
-from .clocks import TableSteps, clock_for
+from .clocks import clock_for
 from .comm import allreduce_s, exposed_comm_s
 from .layout import LayoutShape
 from .profile import Profile
@@ -61,13 +60,8 @@ class CostModel:
         self.state_bytes = state_bytes  # what a checkpoint holds (fp32 weights + Adam moments), bytes
         self.shape = shape  # a hybrid layout's: where each GPU sits (which stage a failure takes out)
         # the formulas of a step, chosen once (timing/clocks/): methods describe a step, never which
-        # clock prices it; `method` names the run's own throughput table, if the clock reads one
+        # clock prices it; `method` keys what the clock reads per method (a throughput table's)
         self.steps = clock_for(self, method)
-
-    @property
-    def table(self) -> Optional[ThroughputTable]:
-        """The throughput table that prices every step (hardware.compute=table), else None."""
-        return self.steps.table if isinstance(self.steps, TableSteps) else None
 
     # ---------------------------------------------------------------- communication
     @property

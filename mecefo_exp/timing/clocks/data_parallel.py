@@ -3,7 +3,7 @@ all-reduce its backward does not hide, and the method's overhead (CostModel.sync
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..steps import Help, Helpers, RedundantForward, StepCost, bubble_fraction, minus
 
@@ -11,12 +11,30 @@ from ..steps import Help, Helpers, RedundantForward, StepCost, bubble_fraction, 
 class DataParallelSteps:
     """Synchronous data parallelism, from kernel seconds: every run that no other clock prices."""
 
+    #: what summary.json's `clock` says of where a step's seconds come from (a clock that does not
+    #: price steps from the kernels says so here)
+    INFO: Dict[str, object] = {}
+
     def __init__(self, costs):
         self.costs = costs
 
     @classmethod
     def of(cls, costs, tables_key: str) -> Optional["DataParallelSteps"]:
         return cls(costs)
+
+    @classmethod
+    def check_config(cls, cfg) -> Optional[str]:
+        """What is wrong with the config for this clock, in one line (None: nothing); checked
+        with the others, before any compute. Asked of a clock the config names (`hardware.clock`)."""
+        return None
+
+    def summary(self, span, trace, steps: int, n_workers: int) -> Dict[str, Any]:
+        """What summary.json says of the run beyond its books, in this clock's terms (`span`: from the
+        first step's start to the last committed step's end, run/books.py's `Span`)."""
+        return {}
+
+    def check_summary(self, summary: Dict[str, Any]) -> None:
+        """Raise InvariantBroken (run/invariants.py) where the summary breaks what this clock promises."""
 
     def failure_free(self, n: int) -> StepCost:
         return self.costs.synchronous_step(self.costs.profile["mb:normal"], 1, n)

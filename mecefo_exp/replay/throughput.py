@@ -12,18 +12,10 @@ from __future__ import annotations
 
 from typing import Dict, Mapping, Optional
 
+from ..timing.node_counts import entry_at
+
 #: a step where the table has no throughput (out of memory): 1e12 ms, as the simulators charge it
 STALLED_STEP_S = 1e9
-
-
-def entry_at(entries: Mapping[int, float], nodes: int) -> float:
-    """A per-node-count table's value at `nodes`: below its smallest count the smallest's, above
-    its largest the largest's, in a gap the next smaller count's (the simulators' if-chains)."""
-    lo, hi = min(entries), max(entries)
-    n = min(max(nodes, lo), hi)
-    if n not in entries:
-        n = max(k for k in entries if k <= n)
-    return entries[n]
 
 
 class ThroughputTable:
