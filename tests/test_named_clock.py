@@ -68,3 +68,14 @@ def test_the_table_clock_reports_its_window_and_the_kernels_clock_does_not(tmp_p
     window = table["window"]
     assert window["credited_samples"] == 20 * 100 and window["samples_per_step"] == 100
     assert window["goodput_over_ideal"] <= 1.0
+
+
+def test_only_a_clock_priced_from_kernels_warns_that_memory_does_not_fit(tmp_path, caplog):
+    tiny_memory = "hardware.memory_GB=0.000001"
+    with caplog.at_level("WARNING", logger="mecefo_exp"):
+        run_summary(tmp_path / "kernels", tiny_memory)
+    assert any("does not fit" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="mecefo_exp"):
+        run_summary(tmp_path / "table", tiny_memory, *TABLE)  # the table says itself where a system does not fit
+    assert not any("does not fit" in r.getMessage() for r in caplog.records)

@@ -20,6 +20,7 @@ class TableSteps(DataParallelSteps):
 
     #: the kernels (from FLOPs) still time checkpoints and copies; a step's seconds are the table's
     INFO = {"compute": "table", "efficiency_source": "hardware.tables (throughput per node count)"}
+    kernels_bound_memory = False  # the table says itself where a system does not fit (an entry of 0)
 
     def __init__(self, costs, table: ThroughputTable):
         super().__init__(costs)

@@ -142,7 +142,8 @@ def build_clock(run: Experiment, modes) -> None:
         run.trace.write_csv(run.run_dir / "trace.csv")
     if not (cfg.resume and resumed_profile.exists()):
         run.records.write_json("profile.json", run.timing.profile.to_json())
-    warn_if_memory_does_not_fit(log, run.timing)
+    if run.costs.steps.kernels_bound_memory:
+        warn_if_memory_does_not_fit(log, run.timing)
 
 
 def resume(run: Experiment) -> None:

@@ -145,8 +145,6 @@ def log_start(
 
 
 def warn_if_memory_does_not_fit(logger: logging.Logger, timing) -> None:
-    if timing.info.get("compute") == "table":
-        return  # a throughput table says itself where a system does not fit (an entry of 0)
     mem = timing.memory
     if not all(mem["fits"].get(k, True) for k in ("normal", "neighbour")):
         logger.warning(

@@ -14,6 +14,9 @@ class DataParallelSteps:
     #: what summary.json's `clock` says of where a step's seconds come from (a clock that does not
     #: price steps from the kernels says so here)
     INFO: Dict[str, object] = {}
+    #: whether the memory the kernels need bounds what runs (the run warns where it does not fit);
+    #: a clock whose data says itself where a system does not fit says False
+    kernels_bound_memory = True
 
     def __init__(self, costs):
         self.costs = costs
