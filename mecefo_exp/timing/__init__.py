@@ -139,7 +139,10 @@ def build_timing(
     memory, layout_info = worker_memory_of(cfg, method, shape.n_params, counts, layout)
     info = {"hardware": hw.name, "timed_model": shape.model.name, **info, **layout_info}
     stalls = {k: cfg.cluster[k] for k in ("detection_s", "restart_s", "reconfigure_s", "paper_run_h", "scale_stalls")}
-    info["fingerprint"] = profile.fingerprint(hardware=plain(hw), stalls=stalls)
+    hardware = plain(hw)
+    if hardware.get("clock") is None:  # no clock of its own: the hash the config had before it could name one
+        hardware.pop("clock", None)
+    info["fingerprint"] = profile.fingerprint(hardware=hardware, stalls=stalls)
     return Timing(profile, shape.n_params, shape.model.name, counts, memory, info)
 
 
