@@ -77,10 +77,11 @@ test-cli: setup
 
 # the published studies' fingerprints that count the FLOPs of many shapes or run many configurations,
 # the artifact replay on all 222 node traces and the artifact's own 45 cells, the closed forms against long
-# simulated runs (~10 min in a fresh clone)
+# simulated runs, the event-driven loop against the step-by-step one under whole-machine failures (~11 min in
+# a fresh clone)
 test-fingerprints: setup
 	$(PY) -m pytest -q -m slow tests/test_published.py tests/test_artifact_differential.py tests/test_oobleck_artifact.py \
-		tests/test_closed_forms.py tests/test_timing.py -n $(TEST_WORKERS)
+		tests/test_closed_forms.py tests/test_timing.py tests/test_event_driven.py -n $(TEST_WORKERS)
 
 # cluster=torchft: installs the optional torchft, then its tests (real SIGKILLs; one and two launchers, ~13 min here)
 test-torchft: setup
