@@ -25,9 +25,17 @@ TABLE = ["hardware=table", "hardware.samples_per_step=100", "+hardware.tables.de
 @pytest.mark.parametrize(
     "overrides,message",
     [
-        (["+hardware.clock=no_such_module:Clock"], r"^hardware.clock='no_such_module:Clock': cannot be imported"),
+        (
+            ["+hardware.clock=no_such_module:Clock"],
+            r"^hardware.clock='no_such_module:Clock': cannot be imported as package.module:Class",
+        ),
         (["+hardware.clock=mecefo_exp.plan"], r"expected package.module:Class"),
-        (["+hardware.clock=mecefo_exp.plan:Plan"], r"mecefo_exp.plan:Plan is not a clock"),
+        (["+hardware.clock=mecefo_exp.plan:Plan"], r"^hardware.clock: mecefo_exp.plan:Plan is not a clock: a subclass"),
+        (["+hardware.clock=os:getcwd"], r"^hardware.clock: os:getcwd is not a clock"),
+        (
+            ["+hardware.clock=mecefo_exp.timing.clocks.hybrid_layout:LayoutSteps"],
+            r"the hybrid-layout clock prices a layout with parallel.tp or parallel.pp > 1",
+        ),
         (["+hardware.clock=helpers.clocks:TwiceAsSlow", "cluster.n_workers=3"], r"^TwiceAsSlow: cluster.n_workers"),
         (TABLE[:2] + ["+hardware.tables.checkpoint={4: 100}"], r"no table for method=mecefo and no default"),
         (TABLE[:2] + ["+hardware.tables.default={2: 50, 4: 0}"], r"cannot run here: hardware.tables.default is 0"),

@@ -308,8 +308,10 @@ def _validate_clock(cfg: Any) -> None:
 
     try:
         cls = clock_class(path)
-    except (ImportError, AttributeError, ValueError, TypeError) as e:
-        raise ConfigError(f"hardware.clock={path!r}: cannot be imported as a clock's module:Class ({e})") from None
+    except TypeError as e:  # imported, but not a clock
+        raise ConfigError(f"hardware.clock: {e}") from None
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ConfigError(f"hardware.clock={path!r}: cannot be imported as package.module:Class ({e})") from None
     problem = cls.check_config(cfg)
     if problem is not None:
         raise ConfigError(problem)

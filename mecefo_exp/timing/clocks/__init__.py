@@ -31,7 +31,7 @@ def clock_class(path: str) -> Type[DataParallelSteps]:
     """`hardware.clock`'s class; ValueError, ImportError or TypeError where it names none."""
     cls = named_class(path)
     if not (isinstance(cls, type) and issubclass(cls, DataParallelSteps)):
-        raise TypeError(f"{path} is not a clock (a subclass of {DataParallelSteps.__module__}.DataParallelSteps)")
+        raise TypeError(f"{path} is not a clock: a subclass of {DataParallelSteps.__module__}.DataParallelSteps")
     return cls
 
 

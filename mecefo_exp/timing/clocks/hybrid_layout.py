@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
+from ...config import is_hybrid
 from .. import layout as pipeline
 from ..layout import LayoutShape
 from ..steps import RedundantForward, StepCost
@@ -28,6 +29,16 @@ class LayoutSteps(DataParallelSteps):
         if costs.shape is None:
             raise ValueError("a profile with a hybrid layout's step needs the layout's shape (parallel.tp/pp/dp)")
         return cls(costs, StepCost(compute=kernels["layout:compute"], comm=kernels["layout:comm"]), costs.shape)
+
+    @classmethod
+    def check_config(cls, cfg) -> Optional[str]:
+        """Named as `hardware.clock`, it still prices only a hybrid layout (which chooses it by itself)."""
+        if is_hybrid(cfg):
+            return None
+        return (
+            f"hardware.clock={cfg.hardware.clock}: the hybrid-layout clock prices a layout with parallel.tp or "
+            "parallel.pp > 1 (where it is chosen without being named); here parallel.tp=pp=1"
+        )
 
     def failure_free(self, n: int) -> StepCost:
         return self.layout
