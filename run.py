@@ -4,7 +4,7 @@
     python run.py method=bamboo failure=medium model=llama_60m
     python run.py -m method=checkpoint,mecefo failure=none,high
 
-The same command is installed as `mecefo-exp` (mecefo_exp/cli.py).
+The same command is installed as `mecefo-exp` (mecefo_exp/cli/).
 """
 
 from mecefo_exp.cli import entry

@@ -89,7 +89,7 @@ def test_the_printed_resume_line_runs_through_bash_for_any_folder_name(name, tmp
     """`... resume=true "hydra.run.dir='<folder>'"` broke on an apostrophe: run.py read the folder
     as `it\\'s` (and even made that folder). Through bash -c, the line hands Hydra the folder, and
     so does the command line's own reading of it (given_run_dir: check_resume, the lock)."""
-    from mecefo_exp.cli import given_run_dir
+    from mecefo_exp.cli.preflight import given_run_dir
     from mecefo_exp.console import resume_command
 
     monkeypatch.chdir(tmp_path)
@@ -103,7 +103,7 @@ def test_the_printed_resume_line_runs_through_bash_for_any_folder_name(name, tmp
 
 
 def test_a_resume_of_a_folder_named_with_an_apostrophe_finds_it(a_run, tmp_path, monkeypatch):
-    from mecefo_exp.cli import check_resume
+    from mecefo_exp.cli.preflight import check_resume
     from mecefo_exp.console import resume_command
 
     named = a_run.rename(tmp_path / "it's a run")
@@ -114,7 +114,7 @@ def test_a_resume_of_a_folder_named_with_an_apostrophe_finds_it(a_run, tmp_path,
 
 
 def test_an_unquoted_folder_hydra_cannot_parse_is_one_line_with_a_form_that_works():
-    from mecefo_exp.cli import check_overrides
+    from mecefo_exp.cli.preflight import check_overrides
 
     for folder in ("/tmp/it's", "/tmp/a=1,b=2", "/tmp/a,b"):
         said = check_overrides(["method=checkpoint", f"hydra.run.dir={folder}"])
@@ -128,7 +128,7 @@ def test_a_start_in_a_folder_that_holds_a_run_is_refused_naming_what_to_do(a_run
     """A single run into a folder holding a finished or failed run appended to its files (steps
     twice over); it is refused in one line (sweeps already were) that names the folder and, for a
     run that can be continued, the resume line, which runs as printed."""
-    from mecefo_exp.cli import used_folder_problem
+    from mecefo_exp.cli.job import used_folder_problem
     from mecefo_exp.config import typed_config
 
     assert used_folder_problem(tmp_path / "new") is None
@@ -172,7 +172,7 @@ def test_a_start_in_a_used_folder_leaves_its_hydra_record_as_it_was(tmp_path):
     """Hydra writes .hydra/ before the job runs: a start in a folder that holds a run (a folder a
     config file fixes, which the command line's check does not see) writes none, so the refusal
     leaves that run's record of how it was started."""
-    from mecefo_exp.hydra_glue import hydra_output_subdir
+    from mecefo_exp.cli.hydra_glue import hydra_output_subdir
 
     assert hydra_output_subdir(False, str(tmp_path)) == ".hydra"
     (tmp_path / "config.yaml").write_text("seed: 0\n")
@@ -202,7 +202,7 @@ def test_run_py_into_a_used_folder_exits_2_with_one_line_before_anything_is_writ
 def test_a_config_yaml_edited_by_hand_is_refused_also_when_summary_json_lost_its_hash(a_run):
     """The hash lived in summary.json only: with it gone, an edited config.yaml was resumed.
     start.json, written beside config.yaml at the start, keeps it too."""
-    from mecefo_exp.cli import check_resume, resume_warning
+    from mecefo_exp.cli.preflight import check_resume, resume_warning
 
     run_dir = a_run
     start = json.loads((run_dir / "start.json").read_text())
@@ -324,7 +324,7 @@ def _sweep_with_one_job(tmp_path, a_run, status):
 def test_the_sweep_refusal_ends_with_a_resume_line_that_runs_as_printed(a_run, tmp_path, monkeypatch):
     """The hint was `python run.py resume=true hydra.run.dir=<job folder>`: a placeholder, and a
     job folder's name (= and ,) that Hydra cannot read unquoted."""
-    from mecefo_exp.sweeps import job_folders, used_sweep_folder
+    from mecefo_exp.cli.sweeps import job_folders, used_sweep_folder
 
     sweep, job = _sweep_with_one_job(tmp_path, a_run, "failed")
     monkeypatch.chdir(tmp_path)
@@ -336,7 +336,7 @@ def test_the_sweep_refusal_ends_with_a_resume_line_that_runs_as_printed(a_run, t
 
 
 def test_the_sweep_refusal_of_a_finished_sweep_gives_this_sweep_into_a_new_folder(a_run, tmp_path, monkeypatch):
-    from mecefo_exp.sweeps import job_folders, used_sweep_folder
+    from mecefo_exp.cli.sweeps import job_folders, used_sweep_folder
 
     sweep, _ = _sweep_with_one_job(tmp_path, a_run, "ok")
     monkeypatch.chdir(tmp_path)
@@ -377,7 +377,7 @@ def test_torchrun_names_its_run_folder_as_a_plain_run_does(args):
     """Under torchrun, rank 0 proposed `runs/<date>/<time>_<its own join of the arguments>`: a
     trailing `_` without overrides, seed and paths in the name, the preset's folder ignored
     (experiment=debug writes under runs/debug/). It now composes hydra.run.dir as Hydra does."""
-    from mecefo_exp.cli import torchrun_run_dir
+    from mecefo_exp.cli.command import torchrun_run_dir
 
     stamp = re.compile(r"\d{4}-\d\d-\d\d/\d\d-\d\d-\d\d\.\d{6}")
     ours, plain = torchrun_run_dir(args), _plain_run_dir([a for a in args if not a.startswith("resume=")])

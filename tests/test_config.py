@@ -268,8 +268,8 @@ def test_the_bind_address_names_the_interface_gloo_is_given():
 
 
 def test_launchers_of_other_machines_lock_and_record_apart(tmp_path):
-    from mecefo_exp.cli import lock_folder
-    from mecefo_exp.hydra_glue import hydra_output_subdir
+    from mecefo_exp.cli.hydra_glue import hydra_output_subdir
+    from mecefo_exp.cli.job import lock_folder
 
     one = compose_cfg(
         [
@@ -300,7 +300,7 @@ def test_a_renamed_checkpoint_setting_is_refused_with_its_new_name_and_an_old_fo
     written under an old name resumes with its value."""
     from omegaconf import OmegaConf
 
-    from mecefo_exp.cli import check_overrides
+    from mecefo_exp.cli.preflight import check_overrides
     from mecefo_exp.config import typed_config
 
     for method, old in (("checkpoint", "interval"), ("baft", "checkpoint_every")):

@@ -323,7 +323,7 @@ def bad_values(method, extra=()):
 def check_refused_settings(method, capsys, tmp_path, extra=()):
     """Each refused bad value is one line that names the key and what it allows; on the command
     line: `config error: <that line>` on stderr, exit 2, and no run folder (nothing computed)."""
-    from mecefo_exp import cli
+    from mecefo_exp.cli import entry
 
     _, refused = bad_values(method, tuple(extra))
     assert refused, f"method={method}: no bad value of its settings was refused"
@@ -342,7 +342,7 @@ def check_refused_settings(method, capsys, tmp_path, extra=()):
             ["run.py", *MICRO, f"method={method}", *extra, f"method.{key}={bad}", f"hydra.run.dir={run_dir}"],
         )
         with pytest.raises(SystemExit) as exit_:
-            cli.entry()
+            entry()
     assert exit_.value.code == 2
     assert capsys.readouterr().err == f"config error: {message}\n"
     assert not run_dir.exists()

@@ -130,7 +130,7 @@ def test_an_unknown_preset_is_one_line_not_ignored(override, tmp_path):
 
 
 def test_hydras_own_sweep_syntax_for_a_group_is_checked_not_refused():
-    from mecefo_exp.cli import unknown_preset
+    from mecefo_exp.cli.presets import unknown_preset
 
     for ok in (
         "method=choice(checkpoint,mecefo)",
@@ -153,20 +153,21 @@ def test_an_unknown_key_in_the_personal_settings_file_is_named(monkeypatch, tmp_
     'local/default': ConfigKeyError raised while composing config:")."""
     import shutil
 
-    from mecefo_exp import api, cli
+    from mecefo_exp import api
+    from mecefo_exp.cli import preflight
 
     conf = tmp_path / "conf"
     shutil.copytree(ROOT / "conf", conf)
     (conf / "local" / "default.yaml").write_text("# @package _global_\ntrainer:\n  max_stepz: 3\n")
     monkeypatch.setattr(api, "conf_dir", lambda: conf)  # where the command line composes
-    said = cli.check_overrides(["experiment=debug"])
+    said = preflight.check_overrides(["experiment=debug"])
     assert said is not None and "\n" not in said, said
     assert said.startswith("In 'local/default'") and "max_stepz" in said and "max_steps" in said, said
 
 
 def test_a_misspelt_key_in_a_sweep_is_one_line_before_any_job():
     """A key no schema has, typed in a sweep, was left to Hydra: 8 lines after its own set-up."""
-    from mecefo_exp.cli import check_overrides
+    from mecefo_exp.cli.preflight import check_overrides
 
     said = check_overrides(["-m", "method=checkpoint,mecefo", "trainer.max_stepz=3", "trainer.lr=1e-3,2e-3"])
     assert said is not None and "\n" not in said and "trainer.max_stepz" in said and "max_steps" in said, said
@@ -566,7 +567,7 @@ def test_a_second_sweep_into_a_busy_sweep_folder_is_refused_in_one_line(tmp_path
 
 
 def test_the_failed_jobs_report_names_only_this_sweeps_jobs(tmp_path):
-    from mecefo_exp.sweeps import failed_jobs
+    from mecefo_exp.cli.sweeps import failed_jobs
 
     for number, status in ((0, "ok"), (1, "failed"), (2, "failed")):  # job 2: another sweep's, into this folder
         job = tmp_path / f"{number}_method=x"
@@ -721,7 +722,7 @@ def test_when_no_checkpoint_fits_the_resume_is_refused_and_the_record_left_as_it
 
 
 def test_a_config_yaml_edited_after_the_start_is_refused_on_resume(run_exp):
-    from mecefo_exp.cli import check_resume
+    from mecefo_exp.cli.preflight import check_resume
 
     _, run_dir = run_exp(*RESUMABLE)
     args = ["resume=true", f"hydra.run.dir={run_dir}"]
@@ -795,7 +796,7 @@ def test_a_config_yaml_missing_a_section_is_one_line_on_resume(run_exp):
     which would catch the edit): the resume ended in an 18-line ConfigKeyError."""
     import yaml
 
-    from mecefo_exp.cli import check_resume
+    from mecefo_exp.cli.preflight import check_resume
 
     _, run_dir = run_exp(*RESUMABLE)
     _edit_summary(run_dir, config_sha256=None)

@@ -122,7 +122,7 @@ def test_a_command_that_only_prints_leaves_no_folder(tmp_path):
 
 
 def test_a_misspelt_option_gets_a_suggestion():
-    from mecefo_exp.cli import check_overrides
+    from mecefo_exp.cli.preflight import check_overrides
 
     problem = check_overrides(["failure=hgh"])
     assert "(did you mean high?)" in problem and "\n" not in problem
@@ -130,7 +130,7 @@ def test_a_misspelt_option_gets_a_suggestion():
 
 
 def test_a_study_run_without_multirun_says_it_runs_one_cell():
-    from mecefo_exp.cli import one_cell_note
+    from mecefo_exp.cli.preflight import one_cell_note
 
     note = one_cell_note(["experiment=decision_map"])
     assert "one cell" in note and "make decision-map" in note and "1,008 runs" in note

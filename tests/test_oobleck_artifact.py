@@ -551,7 +551,7 @@ def test_bamboo_takes_its_orders_from_any_trace(tmp_path):
 def test_a_user_trace_sets_the_worker_slots(tmp_path):
     """failure.path alone: the worker slots are the most the trace holds at once (34 here, more than the
     scenario's 30), and the run gives the replay's value without a second run."""
-    from mecefo_exp.cli import validate_run
+    from mecefo_exp.api import validate_run
     from mecefo_exp.run.experiment import Experiment
 
     rows = [(0, "add", f"node{k}") for k in range(1, 33)] + [
@@ -586,7 +586,7 @@ def test_a_user_trace_sets_the_worker_slots(tmp_path):
 def test_every_model_takes_the_same_bamboo_overrides_and_gpt3_says_out_of_memory(tmp_path, model, quirks):
     """The overrides a BERT-large Bamboo run takes (its orders, a trace of its own) are accepted for GPT-3
     too, whose Bamboo is refused for the one reason the artifact gives: out of memory."""
-    from mecefo_exp.cli import validate_run
+    from mecefo_exp.api import validate_run
 
     path = trace_file(tmp_path, [(0, "add", f"node{k}") for k in range(1, 33)] + [(3600000, "remove", "node1")])
     for extra in ([], ["method.variant_options.start_order=null", "method.variant_options.node_order=null"]):
@@ -631,7 +631,7 @@ def test_every_model_takes_the_same_bamboo_overrides_and_gpt3_says_out_of_memory
     ],
 )
 def test_bamboo_pipelines_bad_settings_are_one_line(overrides, message):
-    from mecefo_exp.cli import validate_run
+    from mecefo_exp.api import validate_run
 
     cfg = compose_cfg(["method=bamboo", "cluster.n_workers=4", PIPELINES, *overrides])
     with pytest.raises(ConfigError, match=message):
@@ -822,7 +822,7 @@ def test_reft_on_the_survivors_by_hand(tmp_path, two_removals):
     ],
 )
 def test_varuna_and_reft_restart_settings_are_one_line(overrides, message):
-    from mecefo_exp.cli import validate_run
+    from mecefo_exp.api import validate_run
 
     cfg = compose_cfg(["cluster.n_workers=4", *overrides])
     with pytest.raises(ConfigError, match=message) as e:

@@ -429,7 +429,7 @@ def test_the_summary_write_itself_failing_still_leaves_failed(tmp_path, monkeypa
     ],
 )
 def test_a_bad_override_is_one_line_before_hydra_sets_anything_up(override, says):
-    from mecefo_exp.cli import check_overrides
+    from mecefo_exp.cli.preflight import check_overrides
 
     problem = check_overrides([*MICRO, override, "hydra.run.dir=/nonexistent/never"])
     assert problem is not None and says in problem and "\n" not in problem
@@ -489,7 +489,7 @@ def test_a_rank_the_svd_cannot_give_is_said_loudly(caplog):
 
 # ---------------------------------------------------------------- 8. resume of a folder that is not a resumable run
 def test_resume_of_a_folder_that_is_not_a_resumable_run_says_why_and_touches_nothing(tmp_path):
-    from mecefo_exp.cli import check_resume
+    from mecefo_exp.cli.preflight import check_resume
 
     assert "needs the run's folder" in check_resume(["resume=true"])
     assert check_resume([f"hydra.run.dir={tmp_path}"]) is None  # not a resume
@@ -518,7 +518,7 @@ def test_resume_of_a_folder_that_is_not_a_resumable_run_says_why_and_touches_not
 
 
 def test_a_resume_refuses_changed_settings_naming_them_and_honours_the_console_ones(tmp_path):
-    from mecefo_exp.cli import check_resume
+    from mecefo_exp.cli.preflight import check_resume
 
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)

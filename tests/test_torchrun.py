@@ -272,7 +272,7 @@ def test_when_the_rendezvous_host_dies_the_other_machine_closes_the_record_in_on
 
 
 def test_a_config_error_found_after_composition_is_not_retried_by_torchrun(monkeypatch, tmp_path, capsys):
-    """A config error said by a rank after composition (cli._config_error) leaves the note the next
+    """A config error said by a rank after composition (cli/job.py's _config_error) leaves the note the next
     torchrun round finds before it checks anything: that round ends at once, silent."""
     from mecefo_exp.tiers import torchrun_launch as tl
 

@@ -27,7 +27,7 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from mecefo_exp import sweeps
+from mecefo_exp.cli import sweeps
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """What the command line names in conf/'s groups: a preset that does not exist, and the jobs of a sweep.
 
-Both are checked before Hydra sets anything up (`cli.check_overrides`), each problem one line:
+Both are checked before Hydra sets anything up (`preflight.check_overrides`), each problem one line:
 
 - `unknown_preset`: an option of `experiment=`, `scenario=` or `local=` (optional groups: Hydra
   would run without one) or of any swept group that has no file, naming the ones there are. A
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Set, Tuple
 
-from .paths import conf_dir
+from ..paths import conf_dir
 
 #: groups the defaults list loads as `optional`: an option that does not exist would be skipped silently
 OPTIONAL_GROUPS = ("experiment", "scenario", "local")

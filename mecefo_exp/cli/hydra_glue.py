@@ -11,8 +11,8 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
-from .config import ClusterConfig, Config, DataConfig, FailureConfig, HardwareConfig, LoggerConfig, ModelConfig
-from .registry import REGISTRY, method_config
+from ..config import ClusterConfig, Config, DataConfig, FailureConfig, HardwareConfig, LoggerConfig, ModelConfig
+from ..registry import REGISTRY, method_config
 
 
 def run_name(overrides: str, sep: str = "", limit: int = 120) -> str:
@@ -67,7 +67,7 @@ def torchrun_restarted() -> bool:
 
 def conf_file(relative: str) -> str:
     """The absolute path of a file shipped in conf/ (a checkout's or the wheel's), for presets."""
-    from .paths import conf_dir
+    from ..paths import conf_dir
 
     return str(conf_dir() / relative)
 
@@ -83,8 +83,8 @@ def local_settings_problem(args) -> "str | None":
     and print the YAML parser's traceback, also for --help and sweeps."""
     import yaml
 
-    from .bounded_read import InputRefused, read_text_bounded
-    from .paths import conf_dir
+    from ..bounded_read import InputRefused, read_text_bounded
+    from ..paths import conf_dir
 
     given = [a.split("=", 1)[1] for a in args if a.lstrip("+").startswith("local=")]
     names = [n.strip().strip("'\"") for n in given[-1].split(",")] if given else ["default"]
@@ -109,7 +109,7 @@ def local_settings_problem(args) -> "str | None":
 def user_groups() -> str:
     """The config groups a user picks from, one line each (for --help): the folders of conf/,
     without hydra/ (Hydra's own), local/ (personal) and the schema/ groups registered below."""
-    from .paths import conf_dir
+    from ..paths import conf_dir
 
     lines = []
     for folder in sorted(p for p in conf_dir().iterdir() if p.is_dir() and p.name not in ("hydra", "local")):
@@ -136,7 +136,7 @@ def register_configs() -> None:
     if not OmegaConf.has_resolver("conf_file"):
         OmegaConf.register_new_resolver("conf_file", conf_file)
     if not OmegaConf.has_resolver("node_trace_slots"):  # ${node_trace_slots:<path>,<ready_s>,<default>}
-        from .failures.nodes import trace_slots
+        from ..failures.nodes import trace_slots
 
         OmegaConf.register_new_resolver("node_trace_slots", trace_slots)
     cs = ConfigStore.instance()

@@ -1,7 +1,7 @@
 """Sweeps (-m): every valid job runs, the failed ones are listed at the end, the end-of-sweep
 collection still runs, and the command exits non-zero; a stopped sweep leaves no job behind.
 
-In a multirun, `cli.main` turns a job's failure (a config error, a crash) into a logged line
+In a multirun, `job.main` turns a job's failure (a config error, a crash) into a logged line
 and returns, so Hydra's launcher goes on to the next job; the job's summary.json already says
 `failed` and why. This callback (conf/config.yaml, hydra.callbacks) runs in the launching
 process, whichever launcher ran the jobs (joblib's workers are other processes, so the
@@ -12,7 +12,7 @@ records are the one place all jobs share):
   append to their files: one line, exit 2, saying how to finish a stopped sweep) and notes the
   jobs the sweeper will launch;
 - at the end it lists this sweep's failed jobs (`FAILED`; the entry point exits 1);
-- SIGTERM, SIGHUP or Ctrl-C to the launching process stop the sweep: `cli.entry` then calls
+- SIGTERM, SIGHUP or Ctrl-C to the launching process stop the sweep: `command.entry` then calls
   `stopped`, which marks every job that did not finish (a job whose process is gone is
   recorded `failed`, with why; a job never started is listed by its overrides) and the entry
   point exits 128 + the signal. joblib kills its worker processes when the launch is
@@ -35,9 +35,9 @@ from typing import Any, Dict, List, Optional, Sequence
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from . import runlock
-from .metrics import write_json_atomic
-from .signals import Terminated
+from .. import runlock
+from ..metrics import write_json_atomic
+from ..signals import Terminated
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class FailedJobsCallback(Callback):
         CURRENT.folder, CURRENT.started = folder, time.time() - 1.0  # file times can be coarse
         CURRENT.planned = basic_plan(config)
         if threading.current_thread() is threading.main_thread():
-            for s in (signal.SIGTERM, signal.SIGHUP):  # joblib then kills its workers; cli.entry records the rest
+            for s in (signal.SIGTERM, signal.SIGHUP):  # joblib then kills its workers; command.entry records the rest
                 signal.signal(s, _stop_the_sweep)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
@@ -177,8 +177,8 @@ def used_sweep_folder(folder: Path, earlier: Dict[int, Path]) -> str:
     """The refusal of a sweep into a folder holding an earlier sweep's jobs, in one line that ends
     with a command to run as printed: the resume line of its first unfinished job that can be
     continued, else this sweep's command line into a new folder."""
-    from .console import hydra_quoted, program_name, resume_command, shell_quoted, shown_path
-    from .run.resume import earlier_run
+    from ..console import hydra_quoted, program_name, resume_command, shell_quoted, shown_path
+    from ..run.resume import earlier_run
 
     program = program_name()
     unfinished = []
