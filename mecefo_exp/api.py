@@ -40,10 +40,13 @@ def compose(overrides: Sequence[str] = (), *, check: bool = True, hydra_config: 
 
 
 def validate_run(cfg) -> None:
-    """The config's checks and the method variant's (which the config layer cannot import)."""
+    """The config's checks, the clock's the config names and the method variant's (which the config
+    layer cannot import)."""
     from .methods import check_variant
+    from .timing.clocks import check_clock
 
     validate(cfg)
+    check_clock(cfg)
     check_variant(cfg.method, cfg)
 
 

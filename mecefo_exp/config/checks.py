@@ -144,7 +144,6 @@ def validate(cfg: Any) -> None:
     _validate_parallel(cfg)
     _validate_failure(f, c.n_workers)
     _validate_method(cfg)
-    _validate_clock(cfg)
     tier_checks(c.name)(cfg)  # the settings only cluster=<name>'s tier has
     if c.name != "torchft":
         require(
@@ -297,24 +296,6 @@ def _validate_failure(f: Any, n_workers: int) -> None:
     if f.workers is not None:
         bad = [w for w in f.workers if not 0 <= w < n_workers]
         require(not bad, f"failure.workers={list(f.workers)}: workers {bad} do not exist (0..{n_workers - 1})")
-
-
-def _validate_clock(cfg: Any) -> None:
-    """hardware.clock: an importable clock (timing/clocks/), and what that clock checks of the config."""
-    path = cfg.hardware.get("clock")
-    if not path:
-        return
-    from ..timing.clocks import clock_class
-
-    try:
-        cls = clock_class(path)
-    except TypeError as e:  # imported, but not a clock
-        raise ConfigError(f"hardware.clock: {e}") from None
-    except (ImportError, AttributeError, ValueError) as e:
-        raise ConfigError(f"hardware.clock={path!r}: cannot be imported as package.module:Class ({e})") from None
-    problem = cls.check_config(cfg)
-    if problem is not None:
-        raise ConfigError(problem)
 
 
 def _validate_method(cfg: Any) -> None:

@@ -41,6 +41,25 @@ def named_clock(hardware_cfg) -> Optional[Type[DataParallelSteps]]:
     return clock_class(path) if path else None
 
 
+def check_clock(cfg) -> None:
+    """hardware.clock: an importable clock, and what that clock checks of the config; ConfigError in
+    one line otherwise. Called with the other checks, before any compute (api.validate_run)."""
+    from ...errors import ConfigError
+
+    path = cfg.hardware.get("clock")
+    if not path:
+        return
+    try:
+        cls = clock_class(path)
+    except TypeError as e:  # imported, but not a clock
+        raise ConfigError(f"hardware.clock: {e}") from None
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ConfigError(f"hardware.clock={path!r}: cannot be imported as package.module:Class ({e})") from None
+    problem = cls.check_config(cfg)
+    if problem is not None:
+        raise ConfigError(problem)
+
+
 def clock_for(costs, tables_key: str) -> DataParallelSteps:
     """The clock of the run `costs` prices (`tables_key`: the method, which a clock may key its data by)."""
     named = named_clock(costs.hw)
@@ -56,4 +75,4 @@ def clock_for(costs, tables_key: str) -> DataParallelSteps:
     raise AssertionError("the data-parallel clock prices every run")
 
 
-__all__ = ["CLOCKS", "DataParallelSteps", "LayoutSteps", "clock_class", "clock_for", "named_clock"]
+__all__ = ["CLOCKS", "DataParallelSteps", "LayoutSteps", "check_clock", "clock_class", "clock_for", "named_clock"]
