@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Sequence
 
-from .cli.hydra_glue import register_configs
 from .config import validate
+from .config.hydra_glue import register_configs
 from .paths import conf_dir
 
 if TYPE_CHECKING:

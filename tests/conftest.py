@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mecefo_exp.cli.hydra_glue import register_configs
 from mecefo_exp.config import validate
+from mecefo_exp.config.hydra_glue import register_configs
 from mecefo_exp.methods.base import run_context_members
 from mecefo_exp.metrics import WALL_CLOCK_FIELDS
 

@@ -172,7 +172,7 @@ def test_a_start_in_a_used_folder_leaves_its_hydra_record_as_it_was(tmp_path):
     """Hydra writes .hydra/ before the job runs: a start in a folder that holds a run (a folder a
     config file fixes, which the command line's check does not see) writes none, so the refusal
     leaves that run's record of how it was started."""
-    from mecefo_exp.cli.hydra_glue import hydra_output_subdir
+    from mecefo_exp.config.hydra_glue import hydra_output_subdir
 
     assert hydra_output_subdir(False, str(tmp_path)) == ".hydra"
     (tmp_path / "config.yaml").write_text("seed: 0\n")

@@ -268,8 +268,8 @@ def test_the_bind_address_names_the_interface_gloo_is_given():
 
 
 def test_launchers_of_other_machines_lock_and_record_apart(tmp_path):
-    from mecefo_exp.cli.hydra_glue import hydra_output_subdir
     from mecefo_exp.cli.job import lock_folder
+    from mecefo_exp.config.hydra_glue import hydra_output_subdir
 
     one = compose_cfg(
         [

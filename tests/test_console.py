@@ -116,7 +116,7 @@ def test_a_local_override_file_is_loaded_last(tmp_path):
 
 
 def test_help_hides_the_schema_groups():
-    from mecefo_exp.cli.hydra_glue import user_groups
+    from mecefo_exp.config.hydra_glue import user_groups
 
     text = user_groups()
     assert "schema" not in text and "local" not in text.split(":")[0]

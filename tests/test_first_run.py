@@ -8,7 +8,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from conftest import ROOT, compose_cfg
-from mecefo_exp.cli.hydra_glue import run_name
+from mecefo_exp.config.hydra_glue import run_name
 from mecefo_exp.methods.mecefo import warn_if_rank_saturates
 
 SHORT = ["trainer.max_steps=2", "trainer.eval_every=0", "trainer.progress=none"]

@@ -12,13 +12,12 @@ the package carries (mecefo_exp.paths.conf_dir), so the command works from any f
                    torchrun's agreement on one folder, then Hydra's main and a sweep's exit code
     preflight.py   what a command line is refused for before Hydra writes anything, in one line
     job.py         one run or one sweep job as Hydra starts it: its folder, lock, checks and end
-    hydra_glue.py  the typed schemas registered with Hydra, run folder names, personal settings
     presets.py     the presets a command line names, and a sweep's first job
     sweeps.py      a sweep: failed jobs listed at the end, a stopped sweep's unfinished jobs
     hooks.py       the Hydra callbacks conf/ names (collecting a study's tables after its sweep)
 
 Nothing is imported here until the command runs: the in-process API (mecefo_exp.api) reads the
-schemas' registration (hydra_glue.py) without loading Hydra's command line.
+schemas' registration (config/hydra_glue.py) without loading Hydra's command line.
 """
 
 

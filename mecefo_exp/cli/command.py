@@ -13,9 +13,9 @@ from typing import List
 from omegaconf import OmegaConf
 
 from .. import api, runlock
+from ..config.hydra_glue import torchrun_restarted
 from ..console import hydra_quoted
 from ..signals import Terminated
-from .hydra_glue import torchrun_restarted
 from .job import lock_folder, main, refuse_a_used_folder, used_folder_problem, writes_record
 from .preflight import (
     PRINT_ONLY_FLAGS,

@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 from .. import runlock
 from ..api import validate_run
 from ..config import typed_config
+from ..config.hydra_glue import register_configs, torchrun_restarted
 from ..console import install_console, program_name, resume_command
 from ..errors import AnticipatedEnd, ConfigError
 from ..failures import TraceError
@@ -28,7 +29,6 @@ from ..metrics import write_json_atomic
 from ..paths import conf_dir
 from ..run.resume import RESUME_MAY_CHANGE
 from ..signals import Terminated
-from .hydra_glue import register_configs, torchrun_restarted
 from .preflight import user_overrides
 
 register_configs()

@@ -17,11 +17,11 @@ from omegaconf import OmegaConf
 
 from .. import api
 from ..api import validate_run
+from ..config.hydra_glue import local_settings_problem
 from ..console import hydra_quoted, shell_quoted
 from ..errors import ConfigError
 from ..failures import TraceError
 from ..run.resume import RESUME_MAY_CHANGE
-from .hydra_glue import local_settings_problem
 from .presets import first_job, unknown_preset
 
 #: experiments whose whole study another command runs (not a Hydra sweep of run.py)

@@ -77,7 +77,7 @@ def init_distributed(backend: str = "auto") -> None:
         most = torch.tensor([restarts], dtype=torch.int64)
         dist.all_reduce(most, op=dist.ReduceOp.MAX)
         round_ = int(most.item())
-    os.environ[ROUND_ENV] = str(round_)  # a later round resumes the run (cli, hydra_glue)
+    os.environ[ROUND_ENV] = str(round_)  # a later round resumes the run (cli/, config/hydra_glue.py)
 
 
 #: a machine that dies whole takes an instant to close its sockets: its store may still accept a

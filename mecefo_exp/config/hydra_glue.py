@@ -11,8 +11,8 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
-from ..config import ClusterConfig, Config, DataConfig, FailureConfig, HardwareConfig, LoggerConfig, ModelConfig
 from ..registry import REGISTRY, method_config
+from .schema import ClusterConfig, Config, DataConfig, FailureConfig, HardwareConfig, LoggerConfig, ModelConfig
 
 
 def run_name(overrides: str, sep: str = "", limit: int = 120) -> str:
