@@ -13,7 +13,7 @@ import pytest
 from helpers.settings import NODE_TRACE_ON_A_TABLE
 
 from conftest import compose_cfg
-from mecefo_exp.config import ConfigError, validate
+from mecefo_exp.config import ConfigError
 from mecefo_exp.failures import FAIL, RECOVER, TraceError
 from mecefo_exp.failures.nodes import read_node_trace
 
@@ -255,11 +255,13 @@ def test_a_trace_whose_nodes_are_all_gone_before_the_job_starts_is_refused(tmp_p
 
 
 def test_an_out_of_memory_table_is_refused_in_one_line():
+    from mecefo_exp.api import validate_run  # the config's checks and the clock's it names
+
     cfg = compose_cfg(["scenario=oobleck_artifact/gpt3_2_7b", "method=bamboo"])
     with pytest.raises(
         ConfigError, match=r"method=bamboo cannot run here: hardware.tables.bamboo is 0 \(out of memory\)"
     ):
-        validate(cfg)
+        validate_run(cfg)
 
 
 def test_a_table_that_runs_out_of_memory_mid_run_stalls_until_the_next_reconfiguration(tmp_path, two_removals):
