@@ -234,7 +234,7 @@ def main(argv=None) -> int:
     if args.seeds < 1 or args.processes < 1:
         print("advise: --seeds and --processes must be >= 1", file=sys.stderr)
         return 2
-    from mecefo_exp.config.schema import ConfigError
+    from mecefo_exp.errors import ConfigError
 
     try:
         a = advise(args.overrides, args.seeds, args.processes, robust_check=not args.no_robustness)

@@ -8,7 +8,7 @@ methods, MeCeFO last, each in registry order. tests/test_analysis.py pins this t
 
 from typing import Dict, NamedTuple
 
-from mecefo_exp.methods.base import RollbackMethod
+from mecefo_exp.methods.rollback import RollbackMethod
 from mecefo_exp.registry import REGISTRY, method_class
 
 

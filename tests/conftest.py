@@ -9,7 +9,7 @@ import torch
 
 from mecefo_exp.config import validate
 from mecefo_exp.config.hydra_glue import register_configs
-from mecefo_exp.methods.base import run_context_members
+from mecefo_exp.methods.run_context import run_context_members
 from mecefo_exp.metrics import WALL_CLOCK_FIELDS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -119,8 +119,8 @@ ORIGINAL = {}
 )
 def test_a_misbooked_cost_breaks_its_closed_form(profile, monkeypatch, misbooking):
     """Each check above fails when the cost it rests on is booked wrongly."""
-    from mecefo_exp.methods.base import RollbackMethod
     from mecefo_exp.methods.mecefo import Mecefo
+    from mecefo_exp.methods.rollback import RollbackMethod
     from mecefo_exp.timing.clock import CostModel
 
     ORIGINAL.update(write=CostModel.storage_write_s, restart=RollbackMethod.restart_s)

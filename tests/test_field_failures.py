@@ -100,7 +100,7 @@ def test_a_whole_job_fault_is_one_fall_back_for_every_method(run_exp, tmp_path, 
     as one `job` fail and recover, the trace gives the same run as with one row per worker, and the
     record has one row for it: the workers up then (a tensor-parallel group down since 5.5 is not)."""
     from conftest import VOLATILE_SUMMARY, read_jsonl
-    from mecefo_exp.methods.base import RollbackMethod
+    from mecefo_exp.methods.rollback import RollbackMethod
     from mecefo_exp.registry import method_class
 
     down = ["5.5,0,fail", "5.5,1,fail"]

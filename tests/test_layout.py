@@ -382,7 +382,7 @@ def test_every_method_runs_under_failures_in_a_hybrid_layout(run_exp, method):
     step_s = layout["step_s"]
     breakdown = stepped["time_breakdown"]
     from mecefo_exp.methods import method_class
-    from mecefo_exp.methods.base import RollbackMethod
+    from mecefo_exp.methods.rollback import RollbackMethod
 
     if issubclass(method_class(method), RollbackMethod):  # spares replace the group: steps stay failure-free
         assert breakdown["degraded_extra"] == 0 and stepped["rollbacks"] >= 1

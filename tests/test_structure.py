@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, losses_by_step, run_py
-from mecefo_exp.methods.base import run_context_members
+from mecefo_exp.methods.run_context import run_context_members
 
 MEMBERS = run_context_members()
 FIXTURE = ROOT / "tests" / "fixtures" / "run_before_restructuring"
@@ -44,7 +44,7 @@ def test_methods_stores_and_the_membership_name_only_declared_members():
     files = sorted((pkg / "methods").glob("*.py")) + [pkg / "tiers" / "torchft" / "membership.py"]
     undeclared = {f.name: sorted(_run_members_read(f) - MEMBERS) for f in files}
     assert not any(undeclared.values()), undeclared
-    assert "restore" in _run_members_read(pkg / "methods" / "base.py")  # the reader sees real uses
+    assert "restore" in _run_members_read(pkg / "methods" / "checkpointed.py")  # the reader sees real uses
 
 
 @pytest.mark.slow  # run.py resumes a run folder (~12 s): `make test-crash`
@@ -171,3 +171,51 @@ def test_every_module_is_on_the_map():
     modules = {str(p.relative_to(ROOT)) for p in (ROOT / "mecefo_exp").rglob("*.py")}
     assert modules - listed == set(), f"modules missing from docs/MAP.md: {sorted(modules - listed)}"
     assert listed - modules == set(), f"docs/MAP.md lists files that do not exist: {sorted(listed - modules)}"
+
+
+def _method_family_hooks_overridden() -> list:
+    """The names `Method` and its three families define that a method overrides (a family
+    overriding `Method`'s name counts too): what the author of a new method has to read."""
+    import importlib
+    import pkgutil
+
+    import mecefo_exp.replay
+    from mecefo_exp.methods import REGISTRY, method_class
+    from mecefo_exp.methods.base import Method
+    from mecefo_exp.methods.checkpointed import CheckpointedMethod
+    from mecefo_exp.methods.in_place import InPlaceMethod
+    from mecefo_exp.methods.rollback import RollbackMethod
+
+    for name in REGISTRY:
+        method_class(name)
+    for module in pkgutil.iter_modules(mecefo_exp.replay.__path__):  # the replay's method variants
+        importlib.import_module(f"mecefo_exp.replay.{module.name}")
+    families = (Method, CheckpointedMethod, RollbackMethod, InPlaceMethod)
+
+    def subclasses(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    methods = {c for c in subclasses(Method) if c not in families and c.__module__.startswith("mecefo_exp.")}
+    defined = {k for family in families for k in vars(family) if not k.startswith("__")}
+    return sorted(
+        k
+        for k in defined
+        if any(k in vars(m) for m in methods) or any(k in vars(f) and k in vars(Method) for f in families[1:])
+    )
+
+
+def test_the_method_family_s_overridable_names_are_as_docs_architecture_says():
+    """docs/ARCHITECTURE.md states how many names a method may override; the count can only fall
+    (a new hook must take an old one's place)."""
+    import re
+
+    names = _method_family_hooks_overridden()
+    assert "on_failures" in names and "plan" in names  # the reader sees real overrides
+    stated = re.search(r"overridable names are (\d+)", (ROOT / "docs" / "ARCHITECTURE.md").read_text())
+    assert stated is not None, "docs/ARCHITECTURE.md no longer states the count"
+    assert len(names) == int(stated.group(1)), (
+        f"{len(names)} names, docs/ARCHITECTURE.md says {stated.group(1)}: {names}"
+    )
+    assert len(names) <= 43, f"the method family grew to {len(names)} overridable names: {names}"

@@ -725,7 +725,7 @@ def _ring_member(rank: int, port: int, timeout_s: float, results):
     import torch
     import torch.distributed as dist
 
-    from mecefo_exp.tiers.torchft.membership import closing_gloo
+    from mecefo_exp.tiers.torchft.collectives import closing_gloo
 
     timeout = datetime.timedelta(seconds=timeout_s)
     store = dist.TCPStore("127.0.0.1", port, 4, rank == 0, timeout=timeout)

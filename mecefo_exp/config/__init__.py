@@ -11,14 +11,17 @@ mecefo_exp/methods/, found through mecefo_exp/registry.py) so that `method.rank`
 key of `method=mecefo` and a typo in it is an error, not a silently ignored extra.
 """
 
-# schema.py: the dataclasses, their field rules and what a config implies; checks.py: validate
+# schema.py: the dataclasses; rules.py: their fields' rules; checks.py: validate; implied.py: what a
+# config implies; plain.py: a config as plain values
+from ..errors import ConfigError
 from .checks import model_presets, validate
+from .implied import data_parallel_size, is_hybrid, sequences_per_step, stage_layers
+from .plain import AttrDict, plain
+from .rules import above, at_least, check_fields, choices, within
 from .schema import (
     MAX_WORKERS,
-    AttrDict,
     ClusterConfig,
     Config,
-    ConfigError,
     DataConfig,
     FailureConfig,
     HardwareConfig,
@@ -27,17 +30,7 @@ from .schema import (
     ModelConfig,
     ParallelConfig,
     TrainerConfig,
-    above,
-    at_least,
-    check_fields,
-    choices,
-    data_parallel_size,
-    is_hybrid,
-    plain,
-    sequences_per_step,
-    stage_layers,
     typed_config,
-    within,
 )
 
 __all__ = [

@@ -8,11 +8,13 @@ import difflib
 import math
 from typing import Any, List
 
+from ..errors import ConfigError
 from ..registry import REGISTRY, method_class, tier_checks
+from .implied import data_parallel_size, is_hybrid
+from .rules import check_fields
 from .schema import (
     MAX_WORKERS,
     ClusterConfig,
-    ConfigError,
     DataConfig,
     FailureConfig,
     HardwareConfig,
@@ -20,9 +22,6 @@ from .schema import (
     ModelConfig,
     ParallelConfig,
     TrainerConfig,
-    check_fields,
-    data_parallel_size,
-    is_hybrid,
 )
 
 

@@ -1,65 +1,15 @@
-"""The typed schemas Hydra composes conf/ onto, the field rules `validate` walks, and what a
-config implies (the layout's replicas, the global batch, the stage split)."""
+"""The typed schemas Hydra composes conf/ onto (each field carries its rule: rules.py), and a
+stored run config typed the same way (`typed_config`)."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
 from ..errors import ConfigError
-
-
-# ----------------------------------------------------------------------------- model
-# ------------------------------------------------------------- bounds on single fields
-# A field's allowed values live on the field (its metadata); `validate` walks them and says
-# "<section>.<field>=<value>: <why>" in one line. Rules between fields are named functions below.
-def choices(*allowed: str) -> Dict[str, Any]:
-    return {"choices": allowed}
-
-
-def at_least(bound: float, unit: str = "") -> Dict[str, Any]:
-    """value >= bound; `unit` is said after it ("steps", "(0: off)", ...)."""
-    return {"ge": bound, "unit": unit}
-
-
-def above(bound: float, unit: str = "") -> Dict[str, Any]:
-    return {"gt": bound, "unit": unit}
-
-
-def within(lo: float, hi: float, closed: Any = True) -> Dict[str, Any]:
-    """lo <= value <= hi (closed=True), lo < value < hi (False) or lo < value <= hi ("right")."""
-    return {"within": (lo, hi, closed)}
-
-
-def _field_error(key: str, value: Any, rule: Mapping[str, Any]) -> Optional[str]:
-    """Why `value` breaks the field's rule (None when it does not), in today's words."""
-    unit = (" " + rule["unit"]) if rule.get("unit") else ""
-    if "choices" in rule and value not in rule["choices"]:
-        return f"{key}={value!r}: allowed: {', '.join(rule['choices'])}"
-    if "ge" in rule and not value >= rule["ge"]:
-        return f"{key}={value}: must be >= {rule['ge']}{unit}"
-    if "gt" in rule and not value > rule["gt"]:
-        return f"{key}={value}: must be > {rule['gt']}{unit}"
-    if "within" in rule:
-        lo, hi, closed = rule["within"]
-        ok = {True: lo <= value <= hi, False: lo < value < hi, "right": lo < value <= hi}[closed]
-        if not ok:
-            return (
-                f"{key}={value}: must be in {'[' if closed is True else '('}{lo}, {hi}{')' if closed is False else ']'}"
-            )
-    return None
-
-
-def check_fields(node: Any, schema: Any, section: str) -> None:
-    """Every field of `schema` that carries a rule, checked on the composed `node`."""
-    for f in dataclasses.fields(schema):
-        if f.metadata and f.name in node and node[f.name] is not None:
-            error = _field_error(f"{section}.{f.name}", node[f.name], f.metadata)
-            if error:
-                raise ConfigError(error)
+from .rules import above, at_least, choices, within
 
 
 @dataclass
@@ -406,64 +356,3 @@ def typed_config(stored: Any, source: str = "config.yaml") -> Any:
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None) or "?"
         raise ConfigError(f"{source}: {key}: {str(e).splitlines()[0]}") from None
-
-
-class AttrDict(dict):
-    """A plain, resolved copy of a config node with attribute access.
-
-    OmegaConf's attribute lookups cost ~30 us each; the loop of a numerics-free run reads
-    the config a few dozen times per step, 60,000 steps long, so hot paths read this instead.
-    """
-
-    def __getattr__(self, key):
-        try:
-            return self[key]
-        except KeyError:
-            raise AttributeError(key) from None
-
-
-def plain(node) -> AttrDict:
-    from omegaconf import OmegaConf
-
-    def wrap(value):
-        if isinstance(value, dict):
-            return AttrDict({k: wrap(v) for k, v in value.items()})
-        if isinstance(value, list):
-            return [wrap(v) for v in value]
-        return value
-
-    return wrap(OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node)
-
-
-def is_hybrid(cfg: Any) -> bool:
-    """Whether the run's layout is more than pure data parallelism (parallel.tp or parallel.pp > 1)."""
-    p = cfg.get("parallel")
-    return p is not None and (p.tp > 1 or p.pp > 1)
-
-
-def data_parallel_size(cfg: Any) -> int:
-    """Replicas of the layout: parallel.dp, or the workers over tp x pp (pure DP: every worker)."""
-    p = cfg.get("parallel")
-    if p is None:
-        return cfg.cluster.n_workers
-    return p.dp if p.dp is not None else cfg.cluster.n_workers // (p.tp * p.pp)
-
-
-def sequences_per_step(cfg: Any) -> int:
-    """The global batch in sequences: every worker's micro-batch (pure DP), or every replica's
-    micro-batches (the hybrid layout)."""
-    if not is_hybrid(cfg):
-        return cfg.cluster.n_workers * cfg.data.micro_batch
-    return data_parallel_size(cfg) * cfg.parallel.microbatches * cfg.data.micro_batch
-
-
-def stage_layers(n_layers: int, pp: int, split: str = "even") -> List[int]:
-    """Transformer layers of each pipeline stage. even: n_layers / pp each; llama3: the first and
-    the last stage one fewer than the others, (n_layers + 2) / pp (they also hold the embedding
-    and the output head). The caller has checked that the division is exact."""
-    if pp == 1:
-        return [n_layers]
-    if split == "even":
-        return [n_layers // pp] * pp
-    per = (n_layers + 2) // pp
-    return [per - 1] + [per] * (pp - 2) + [per - 1]

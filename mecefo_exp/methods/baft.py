@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Dict
 
 from ..config import at_least
-from .base import RestartConfig, RollbackMethod, multiples_between, steps_before_multiple
+from .intervals import multiples_between, steps_before_multiple
+from .rollback import RestartConfig, RollbackMethod
 
 
 @dataclass

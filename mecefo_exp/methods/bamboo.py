@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..config import at_least, choices
-from ..plan import FORWARD, NORMAL, FailureFreePlan, Mode, Plan, Sample, SparsePlan, WorkItem
+from ..plan import FORWARD, NORMAL, FailureFreePlan, Mode, Plan, Sample, SparsePlan, WorkItem, resplit_plan
 from ..timing.clock import StepCost, steps_ending_by
 from ..timing.steps import Help, RedundantForward
-from .base import CheckpointedConfig, InPlaceMethod, resplit_plan
+from .checkpointed import CheckpointedConfig
+from .in_place import InPlaceMethod
 
 
 @dataclass
@@ -115,10 +116,6 @@ class Bamboo(InPlaceMethod):
         self.heavy += (len(owners) > 1) - (len(self._owners(worker)) > 1)
         self.load[worker] = owners
 
-    def on_failure(self, worker: int) -> None:
-        super().on_failure(worker)
-        self._lose(worker)
-
     def on_failures(self, workers: List[int]) -> None:
         """The failures of one instant (a whole machine): all are down before any is covered, since
         they cannot shadow each other, and a fatal one is one fall-back for all of them."""
@@ -162,9 +159,6 @@ class Bamboo(InPlaceMethod):
             self._layout_rebalance("rejoin", back)
         else:
             self._rebalance("rejoin", back[0])
-
-    def on_recover(self, worker: int) -> None:
-        self.on_recoveries([worker])
 
     def after_fall_back(self) -> None:
         """Adjacent failures: spares replace every failed worker, the ring is whole again (under a

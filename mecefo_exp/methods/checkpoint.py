@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
 from ..timing.node_counts import entry_at
-from .base import RestartConfig, RollbackMethod
+from .rollback import RestartConfig, RollbackMethod
 
 
 @dataclass

@@ -31,7 +31,7 @@ from typing import List, Optional
 
 from ..config import at_least
 from ..failures.classes import REPLICA_GPU, STORAGE
-from .base import RestartConfig, RollbackMethod
+from .rollback import RestartConfig, RollbackMethod
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Set, cast
+from typing import Any, Dict, Iterable, List, Optional, Set, cast
 
 from ..config import at_least, choices
 from ..numerics.projections import LowRankProjections, is_attention_parameter, svd_flops
@@ -20,7 +20,8 @@ from ..plan import NORMAL, Mode, Plan, Sample, SparsePlan, WorkItem
 from ..timing.clock import StepCost
 from ..timing.profile import Kernel
 from ..timing.steps import Help
-from .base import CheckpointedConfig, InPlaceMethod, neighbors_on_ring
+from .checkpointed import CheckpointedConfig
+from .in_place import InPlaceMethod
 
 FFN_MODULES = ("gate_proj", "up_proj", "down_proj")
 
@@ -208,8 +209,9 @@ class Mecefo(InPlaceMethod):
             taken.add(nb)
         return True
 
-    def on_failure(self, worker: int) -> None:
-        super().on_failure(worker)
+    def _fail(self, worker: int) -> None:
+        """One failure of an instant: a neighbour takes its work (or the failure is fatal)."""
+        self.mark_down(worker)
         if self.without:  # the job runs on the nodes a fall-back left (a node trace): it restarts there again
             return self.fall_back(worker, {"reason": "the job runs on the nodes left by a fall-back"})
         self.uncovered.add(worker)
@@ -227,12 +229,12 @@ class Mecefo(InPlaceMethod):
         anyway, after O(workers x dp) work and as many `neighbor` rows (a node trace keeps it)."""
         node_trace = self.without or getattr(self.run.trace, "node_rows", None)
         if not node_trace and 2 * len(self.down.union(workers)) > self.n:
-            self.down.update(workers)  # marked down, as on_failure does, at once
+            self.down.update(workers)  # marked down, as _fail does, at once
             self.replaced.difference_update(workers)
             return self.fall_back(workers[0], {"reason": "no worker is left up"})
         fatal = self.counts["fatal"]
         for i, worker in enumerate(workers):
-            self.on_failure(worker)
+            self._fail(worker)
             if self.counts["fatal"] > fatal:
                 rest = workers[i + 1 :]
                 if self.without:  # a node trace: no spares, the rest of the instant leaves with the others
@@ -246,9 +248,11 @@ class Mecefo(InPlaceMethod):
         if self.replaced.issuperset(workers):  # spares took every one's place (a fall-back): at once
             self.replaced.difference_update(workers)
         else:
-            super().on_recoveries(workers)
+            for worker in workers:
+                self._recover(worker)
 
-    def on_recover(self, worker: int) -> None:
+    def _recover(self, worker: int) -> None:
+        """One recovery of an instant: its neighbour is released (a worker a spare replaced: nothing)."""
         if not self.rejoins(worker):
             return
         self.uncovered.discard(worker)
@@ -392,3 +396,11 @@ class Mecefo(InPlaceMethod):
         out.update(self.counts)
         out["degraded_steps"] = self.degraded_steps
         return out
+
+
+def neighbors_on_ring(worker: int, n: int, shape=None) -> Iterable[int]:
+    """The other workers in ring order after `worker`: worker+1, worker+2, ... (mod n). In a hybrid
+    layout (`shape`), the GPUs that hold the same weights: the same slot in the next replicas."""
+    if shape is not None:
+        return shape.same_slot_in_next_replicas(worker)
+    return ((worker + k) % n for k in range(1, n))  # lazy: a neighbour is usually found within a few

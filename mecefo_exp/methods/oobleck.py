@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from ..config import at_least, choices
-from ..plan import Plan
+from ..plan import Plan, resplit_plan
 from ..timing.clock import StepCost
-from .base import CheckpointedConfig, InPlaceMethod, resplit_plan
+from .checkpointed import CheckpointedConfig
+from .in_place import InPlaceMethod
 
 
 @dataclass
@@ -53,21 +54,14 @@ class Oobleck(InPlaceMethod):
         return self.run.costs.stall_s(self.reconfigure_paper_s)  # the first re-formation of pipelines
 
     # ------------------------------------------------------------ membership
-    def on_failure(self, worker: int) -> None:
-        self.on_failures([worker])
-
     def on_failures(self, workers: List[int]) -> None:
         """One re-formation of the pipelines for the failures of one instant (a whole machine)."""
-        for worker in workers:
-            super().on_failure(worker)
+        super().on_failures(workers)  # marked down
         self.admit_held_back(workers)  # nodes that waited for a reconfiguration join this one
         if len(self.down) >= self.n:
             self.fall_back(workers[0], {"reason": "no worker alive"})
         else:
             self._reconfigure("failure", workers[0], workers)
-
-    def on_recover(self, worker: int) -> None:
-        self.on_recoveries([worker])
 
     def on_recoveries(self, workers: List[int]) -> None:
         """Nodes back at one instant (a replaced machine) join in one re-formation."""

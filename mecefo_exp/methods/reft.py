@@ -19,8 +19,9 @@ from typing import Any, Dict, List, Optional, Union
 
 from ..config import at_least, is_hybrid, within
 from ..failures.classes import HOST_SNAPSHOT, STORAGE
-from .base import RestartConfig, RollbackMethod, multiples_between
+from .intervals import multiples_between
 from .parity import ShardedSnapshot, SnapshotLedger, ledger_index, parity_layout
+from .rollback import RestartConfig, RollbackMethod
 
 
 @dataclass

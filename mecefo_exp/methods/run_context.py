@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     import torch
     from omegaconf import DictConfig
 
-    from ..config.schema import AttrDict
+    from ..config.plain import AttrDict
     from ..failures.events import FailureEvent
     from ..metrics import RunRecords
     from ..numerics.executor import LocalCluster

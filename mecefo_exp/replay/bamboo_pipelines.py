@@ -19,8 +19,7 @@ harness's fall-back (spares for every failed node, pipelines re-formed over all 
 from typing import Dict, List, Optional, Tuple
 
 from ..methods.bamboo import Bamboo
-from ..methods.base import resplit_plan
-from ..plan import Plan
+from ..plan import Plan, resplit_plan
 from ..timing.clock import StepCost
 from ..timing.clocks import named_clock
 from ..timing.steps import Help
@@ -103,7 +102,8 @@ class BambooPipelines(Bamboo):
         if not self.stages:
             return super().on_failures(workers)
         for worker in workers:  # one by one: a removal's stage moves before the next is judged
-            self.on_failure(worker)
+            self.mark_down(worker)
+            self._lose(worker)
 
     def _lose(self, worker: int) -> None:
         if not self.stages:

@@ -4,9 +4,8 @@ subclasses of our methods."""
 from typing import List, Optional, Tuple
 
 from ..methods.bamboo import Bamboo
-from ..methods.base import resplit_plan
 from ..methods.oobleck import Oobleck
-from ..plan import Plan
+from ..plan import Plan, resplit_plan
 from ..timing.clock import StepCost
 from .bamboo_pipelines import BambooPipelines
 from .restarts import ArtifactRestarts, RendezvousTimeouts

@@ -24,9 +24,9 @@ from collections import deque
 from typing import Deque, List, Optional
 
 from ..failures.nodes import parse_rows
-from ..methods.base import resplit_plan, steps_before_multiple
 from ..methods.checkpoint import CheckpointRestart
-from ..plan import Plan
+from ..methods.intervals import steps_before_multiple
+from ..plan import Plan, resplit_plan
 from ..timing.clock import StepCost
 from .queue import REMOVE, STEP, TIMEOUT, ArtifactQueue, ms
 from .restarts import ArtifactRestarts
@@ -167,9 +167,6 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
     def on_failures(self, workers: List[int]) -> None:
         self.removal(workers, self.run.trace.last_time())
         self._uncredit_since_checkpoint(workers[0])
-
-    def on_recover(self, worker: int) -> None:
-        self.on_recoveries([worker])
 
     def on_recoveries(self, workers: List[int]) -> None:
         self.nodes_ready(workers, self.run.trace.last_time())

@@ -81,12 +81,6 @@ def build_parts(run: Experiment) -> None:
         resume(run)
     run.resumed = run.tier.begin(run.resumed)
     run.event_driven = cfg.trainer.event_driven and not run.training.numerics
-    if run.event_driven and not run.method.names_its_events:
-        log.info(
-            "method=%s cannot name its next event: the numerics-free loop steps it one step at a time",
-            run.method.name,
-        )
-        run.event_driven = False
     log_start(log, cfg, run.trace, run.timing, run.costs, run.training, run.max_steps, run.tokens_per_step)
 
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .training import TrainingState
 
 from ..config import is_hybrid, plain, sequences_per_step
-from ..config.schema import AttrDict
+from ..config.plain import AttrDict
 from ..console import EventPrinter, Progress, speak_for_the_run
 from ..failures import Trace
 from ..methods.base import Method

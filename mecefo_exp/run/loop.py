@@ -1,6 +1,6 @@
 """The training loop: one engine for every method.
 
-    events = trace due by now          -> method.on_failure / on_recover (may stall, roll back)
+    events = trace due by now          -> method.on_failures / on_recoveries (may stall, roll back)
     plan   = method.plan(step)          -> which worker computes which micro-batch, in which mode
     cost   = method.step_cost(plan)     -> known before the step runs (profile + constants)
     a failure before now + cost?        -> the step is interrupted, nothing is applied

@@ -12,9 +12,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from ..methods.base import steps_before_multiple
+from ..methods.intervals import steps_before_multiple
 from ..signals import signals_held
 from ..timing.clock import steps_ending_by, steps_starting_before
+from .context import log
 from .shape_only import ShapeOnlyState
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ class QuietSteps:
 
     def __init__(self, run: Experiment):
         self.run = run
+        self.said_stepped = False  # the method cannot name its next event: said once per run
 
     def ahead(self, plan, step_s: float) -> int:
         """How many steps from this one on change nothing but the books: the method's quiet steps
@@ -38,6 +40,9 @@ class QuietSteps:
         if step_s <= 0:
             return 0
         quiet = run.method.quiet_steps(plan, step_s)
+        if quiet is None and not self.said_stepped:
+            self.said_stepped = True
+            log.info("method=%s cannot name its next event: the loop steps it one step at a time", run.method.name)
         if not quiet:
             return 0
         limits = [quiet, run.max_steps - run.step, self.in_time(run.clock.now, step_s)]

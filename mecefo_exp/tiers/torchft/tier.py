@@ -34,7 +34,7 @@ class TorchftTier(LocalTier):
         return self.membership is not None and self.membership.joining
 
     def cluster_class(self):
-        from .membership import TorchftCluster  # torch and torchft: imported when numerics run
+        from .collectives import TorchftCluster  # torch and torchft: imported when numerics run
 
         return TorchftCluster
 
