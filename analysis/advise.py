@@ -17,6 +17,7 @@ whole-job faults included), unless the command line names a failure model.
 Printed: the failure model and the assumptions it rests on (analysis/assumptions.py: what each
 whole-job cause destroys, repair, detection, the checkpoint write), each method's effective training
 time (failure-free time of the steps done / simulated time), mean and 95% interval over seeds, ranked,
+the methods that cannot run on the cluster left out with their reason (Bamboo without pipeline stages),
 a robustness line (the two best methods, seed 0, under each assumption's alternatives: the value at
 which the runner-up is ahead, or none in range; --no-robustness skips it), and the checkpoint interval
 Young (1974) and Daly (2006) choose for checkpoint-restart.
@@ -121,13 +122,27 @@ def with_the_maps_failure_model(overrides: List[str]) -> List[str]:
     return list(overrides) + (["failure=llama3_taxonomy"] if cfg.failure.name == "llama3" else [])
 
 
+def refused_here(cfg) -> Dict[str, str]:
+    """The methods whose own check (`check_config`, at their default settings) refuses this config,
+    each with its one-line reason: Bamboo in a tensor-parallel layout without pipeline stages."""
+    from omegaconf import OmegaConf
+
+    refused = {}
+    for m in METHODS:
+        cls = method_class(m)
+        problem = cls.check_config(OmegaConf.structured(cls.Config), cfg)
+        if problem is not None:
+            refused[m] = problem
+    return refused
+
+
 def advise(overrides: List[str], seeds: int = 3, processes: int = 2, robust_check: bool = True) -> Dict:
     start = time.perf_counter()
     overrides = with_the_maps_failure_model(overrides)
     p = probe(overrides)
     jobs = plan(p, seeds)
-    par = p["cfg"].parallel  # a method that cannot run in this layout (Bamboo without stages) is left out
-    methods = [m for m in METHODS if method_class(m).fits_layout(par)]
+    left_out = refused_here(p["cfg"])  # a method that cannot run on this cluster (Bamboo without stages)
+    methods = [m for m in METHODS if m not in left_out]
     flat = [overrides + j for m in methods for j in jobs[m]]
     summaries = run_all(flat, processes=processes)
     results = []
@@ -159,6 +174,7 @@ def advise(overrides: List[str], seeds: int = 3, processes: int = 2, robust_chec
     robust = robustness(assumed, results, jobs, overrides, processes) if robust_check and len(results) > 1 else None
     return {
         "results": results,
+        "left_out": left_out,
         "step_s": p["step_s"],
         "write_s": C,
         "mtbf_s": M,
@@ -196,6 +212,8 @@ def report(a: Dict, seeds: int) -> str:
         lines.append(f"{i:<5}{r['method']:<12}{eff:>26}{str(r['interval'] or '-'):>18}{r['rollbacks']:>11.1f}")
         if r["errors"]:
             lines.append(f"     {r['method']}: {r['errors'][0]}")
+    for reason in a.get("left_out", {}).values():
+        lines.append(f"left out: {reason}")
     rb = a.get("robustness")
     if rb:
         lines += [

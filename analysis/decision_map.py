@@ -39,6 +39,7 @@ from typing import Dict, List
 
 import pandas as pd
 
+from mecefo_exp.methods.setting_roles import FREQUENT_SAVE, setting_with_role
 from mecefo_exp.registry import method_class
 
 from .simulate import METHODS, effective_time, fallback_overrides, mean_interval, run_all
@@ -98,7 +99,7 @@ def cell_overrides(cell: Dict, probe: Dict) -> Dict[str, List[str]]:
         f"trainer.max_steps={steps}",
     ]
     # a method's own frequent save every ~30 s, its fall-back at Daly's interval for the whole-job faults
-    frequent = {m: method_class(m).frequent_save_key for m in METHODS}
+    frequent = {m: setting_with_role(method_class(m), FREQUENT_SAVE) for m in METHODS}
     own = {m: ([f"method.{frequent[m]}={every}"] if frequent[m] else []) + fallback.get(m, []) for m in METHODS}
     return {m: common + [f"method={m}"] + own[m] for m in METHODS}
 

@@ -136,8 +136,9 @@ def fallback_overrides(write_s: float, job_mtbf_s: float, step_s: float, steps: 
     (MeCeFO, Bamboo, Oobleck, REFT's disk, JIT's optional periodic one): Daly's optimum interval with
     M the mean time between whole-job faults. Checkpoint-restart and BAFT keep their own intervals."""
     from mecefo_exp.methods.intervals import daly_interval
+    from mecefo_exp.methods.setting_roles import FALLBACK, setting_with_role
     from mecefo_exp.registry import REGISTRY, method_class
 
     every = max(1, min(steps, round(daly_interval(write_s, job_mtbf_s) / step_s)))
-    keys = {m: method_class(m).fallback_key for m in REGISTRY}
+    keys = {m: setting_with_role(method_class(m), FALLBACK) for m in REGISTRY}
     return {m: [f"method.{key}={every}"] for m, key in keys.items() if key is not None}

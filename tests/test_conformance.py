@@ -432,9 +432,9 @@ class ForgetsWhoIsDown(Oobleck):
 class ChargesQuietStepsAgain(Oobleck):
     """Books a run of quiet steps with an overhead that the same steps one by one do not pay."""
 
-    def book_quiet(self, plan, count):
-        super().book_quiet(plan, count)
-        self.run.clock.charge("ft_overhead", 1e-4 * count)
+    def after_quiet_steps(self, plan, first, last, step_s):
+        super().after_quiet_steps(plan, first, last, step_s)
+        self.run.clock.charge("ft_overhead", 1e-4 * (last + 1 - first))
 
 
 class ReadsTheWholeRun(Oobleck):

@@ -1,11 +1,12 @@
 """The decision map and advise: winners and margins from seeds, each cell's settings, bad input."""
 
+import math
 import time
 
 import pandas as pd
 import pytest
 
-from analysis import advise
+from analysis import advise, simulate
 from analysis import decision_map as dm
 from mecefo_exp.methods.intervals import daly_interval
 
@@ -77,6 +78,31 @@ def test_the_quick_map_runs_end_to_end(tmp_path):
     table = pd.read_csv(tmp_path / "tables" / "decision_map.csv")
     assert len(table) == 2 * 3 and set(table.winner) <= set(dm.METHODS)
     assert (tmp_path / "figures" / "decision_map_7b.png").stat().st_size > 10_000
+
+
+def test_advise_says_which_method_cannot_run_on_the_cluster_and_why():
+    """A tensor-parallel layout without pipeline stages has no place for Bamboo's shadow: advise
+    leaves Bamboo out, and its report says so in Bamboo's own words."""
+    tp_only = ["hardware=h100_8", "cluster.n_workers=16", "parallel.tp=2", "parallel.pp=1", "failure.unit_gpus=2"]
+    refused = advise.refused_here(simulate.compose(tp_only + ["trainer.numerics=false"]))
+    assert list(refused) == ["bamboo"] and "needs parallel.pp >= 2" in refused["bamboo"]
+    assert advise.refused_here(simulate.compose(["experiment=llama3_405b"])) == {}
+    ranked = {"method": "mecefo", "effective": 0.9, "ci95": 0.01, "interval": 10, "errors": [], "rollbacks": 0.0}
+    text = advise.report(
+        {
+            "results": [{**ranked, "steps": 100}],
+            "left_out": refused,
+            "failure": "failure=poisson",
+            "assumptions": [],
+            "step_s": 1.0,
+            "write_s": 1.0,
+            "mtbf_s": 3600.0,
+            "young_s": math.inf,
+            "seconds": 1.0,
+        },
+        1,
+    )
+    assert f"left out: {refused['bamboo']}" in text.splitlines()
 
 
 @pytest.mark.slow

@@ -101,13 +101,13 @@ def test_a_whole_job_fault_is_one_fall_back_for_every_method(run_exp, tmp_path, 
     record has one row for it: the workers up then (a tensor-parallel group down since 5.5 is not)."""
     from conftest import VOLATILE_SUMMARY, read_jsonl
     from mecefo_exp.methods.rollback import RollbackMethod
+    from mecefo_exp.methods.setting_roles import has_checkpoint_interval
     from mecefo_exp.registry import method_class
 
     down = ["5.5,0,fail", "5.5,1,fail"]
     back = ["20.5,0,recover", "20.5,1,recover"]
     per_worker = down + [f"10.5,{w},fail" for w in range(2, 16)] + [f"10.5,{w},recover" for w in range(2, 16)] + back
-    key = method_class(method).interval_key  # each method names its interval its own way (JIT has none)
-    interval = [f"method.{key}=4"] if key else []
+    interval = ["method.checkpoint_interval=4"] if has_checkpoint_interval(method_class(method)) else []  # JIT has none
     runs = []
     for name, rows in [("workers", per_worker), ("job", down + ["10.5,job,fail", "10.5,job,recover"] + back)]:
         path = tmp_path / f"{name}.csv"

@@ -9,6 +9,7 @@ import math
 from typing import Any, List
 
 from ..errors import ConfigError
+from ..methods.setting_roles import CHECKPOINT_INTERVAL
 from ..registry import REGISTRY, method_class, tier_checks
 from .implied import data_parallel_size, is_hybrid
 from .rules import check_fields
@@ -304,9 +305,8 @@ def _validate_method(cfg: Any) -> None:
     require(m.name in REGISTRY, f"method.name={m.name!r}: allowed: {', '.join(REGISTRY)}")
     cls = method_class(m.name)
     check_fields(m, cls.Config, "method")
-    key = getattr(cls, "interval_key", None)
-    if key is not None and key in m:
-        _check_interval(f"method.{key}", m[key])
+    if CHECKPOINT_INTERVAL in m:
+        _check_interval(f"method.{CHECKPOINT_INTERVAL}", m[CHECKPOINT_INTERVAL])
     problem = cls.check_config(m, cfg)
     if problem is not None:
         raise ConfigError(problem)

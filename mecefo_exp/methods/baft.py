@@ -24,13 +24,16 @@ from dataclasses import dataclass, field
 from typing import Dict
 
 from ..config import at_least
+from ..plan import Plan
 from .intervals import multiples_between, steps_before_multiple
 from .rollback import RestartConfig, RollbackMethod
+from .setting_roles import FREQUENT_SAVE, role
 
 
 @dataclass
 class BaftConfig(RestartConfig):
-    checkpoint_interval: int = field(default=5, metadata=at_least(1, "steps"))
+    # the bubble's checkpoint is its mechanism (its frequent save): no fall-back
+    checkpoint_interval: int = field(default=5, metadata=role(FREQUENT_SAVE, **at_least(1, "steps")))
     stages: int = field(default=4, metadata=at_least(1))  # pipeline stages p of the modelled 1F1B schedule
     microbatches: int = field(default=8, metadata=at_least(1))  # micro-batches m per pipeline flush
 
@@ -39,7 +42,6 @@ class Baft(RollbackMethod):
     name = "baft"
     label = "BAFT"
     Config = BaftConfig
-    frequent_save_key = "checkpoint_interval"  # the bubble's checkpoint is its mechanism: no fall-back
 
     @property
     def bubble_s(self) -> float:
@@ -77,7 +79,7 @@ class Baft(RollbackMethod):
         run and delays none of its steps)."""
         return len(multiples_between(first + 1, first + count - 1, self.interval)) * self.checkpoint_charge_s
 
-    def after_quiet_steps(self, first: int, last: int, step_s: float) -> None:
+    def after_quiet_steps(self, plan: Plan, first: int, last: int, step_s: float) -> None:
         """The checkpoints of steps `first`..`last`, as `after_step` writes them after each, each
         stamped with the step and time it has in a step-by-step run (`step_s` seconds a step)."""
         for step in multiples_between(first + 1, last + 1, self.interval):

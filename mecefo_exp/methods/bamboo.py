@@ -21,6 +21,7 @@ from ..timing.clock import StepCost, steps_ending_by
 from ..timing.steps import Help, RedundantForward
 from .checkpointed import CheckpointedConfig
 from .in_place import InPlaceMethod
+from .setting_roles import FALLBACK, role
 
 
 @dataclass
@@ -32,7 +33,7 @@ class BambooConfig(CheckpointedConfig):
     # Bamboo simulator, GPT-2/BERT class (docs/METHODS.md)
     rebalance_stall_s: float = field(default=20.0, metadata=at_least(0, "paper seconds"))
     rebalance_after_steps: Optional[int] = field(default=None, metadata=at_least(1, "steps"))  # None: rebalance_after_s
-    checkpoint_interval: Any = "auto"
+    checkpoint_interval: Any = field(default="auto", metadata=role(FALLBACK))  # when the shadows cannot cover
     # under a throughput table (conf/hardware/table.yaml): the step time while a shadow covers a
     # failed node, as a multiple of the failure-free one (None: the shadow's two micro-batches)
     fallback_slowdown: Optional[float] = field(
@@ -47,14 +48,10 @@ class Bamboo(InPlaceMethod):
     holds_next_stage = True  # the shadow: each stage runs the next stage's forward too
 
     @classmethod
-    def fits_layout(cls, parallel) -> bool:
-        """The shadow is the previous pipeline stage: a tensor-parallel layout needs stages."""
-        return parallel.tp == 1 or parallel.pp >= 2
-
-    @classmethod
     def check_config(cls, m, cfg) -> Optional[str]:
+        """The shadow is the previous pipeline stage: a tensor-parallel layout needs stages."""
         p = cfg.get("parallel")
-        if p is None or cls.fits_layout(p):
+        if p is None or p.tp == 1 or p.pp >= 2:
             return None
         layout = f"parallel.tp={p.tp} x pp={p.pp} x dp={p.dp if p.dp is not None else 'auto'}"
         return f"method=bamboo with {layout}: Bamboo's shadow is the previous pipeline stage: needs parallel.pp >= 2"
@@ -373,10 +370,10 @@ class Bamboo(InPlaceMethod):
                 quiet = min(quiet, steps_ending_by(self.run.clock.now, step_s, due_s))
         return int(quiet)  # a whole number: no more than the checkpoint's steps
 
-    def book_quiet(self, plan: Plan, count: int) -> None:
+    def after_quiet_steps(self, plan: Plan, first: int, last: int, step_s: float) -> None:
         if plan.degraded:
-            self.degraded_steps += count
-            self.degraded_since_cover += count
+            self.degraded_steps += last + 1 - first
+            self.degraded_since_cover += last + 1 - first
 
     def after_step(self, step: int) -> None:
         if self.credit and self.credit[0] == step:  # an interrupted step committed: it survived

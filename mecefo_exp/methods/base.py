@@ -43,13 +43,6 @@ class Method:
     restores_from: Tuple[str, ...] = (STORAGE,)
     #: while a whole-job fault is handled: the source it restores from (not part of the saved books)
     job_fault_source: Optional[str] = None
-    #: the setting of a periodic disk checkpoint that only backs the method up against the faults its own
-    #: mechanism cannot absorb (whole-job faults); a study of such faults sets it to Daly's interval
-    #: (analysis/simulate.py). None: the method has none, or its periodic checkpoint is its mechanism
-    fallback_key: Optional[str] = None
-    #: the setting of the method's own frequent save (REFT's snapshot, BAFT's bubble checkpoint), in
-    #: steps, which a study may set to a period of wall-clock time. None: the method has none
-    frequent_save_key: Optional[str] = None
     #: in a hybrid layout, each GPU also holds the next pipeline stage's weights (Bamboo's shadow):
     #: the clock's memory per GPU counts them
     holds_next_stage = False
@@ -61,28 +54,21 @@ class Method:
         self.down: set = set()  # workers down in the trace (hardware view)
 
     @classmethod
-    def fits_layout(cls, parallel) -> bool:
-        """Whether the method runs in this parallel layout (`parallel`: tp, pp, dp)."""
-        return True
-
-    @classmethod
     def check_config(cls, method_cfg, cfg) -> Optional[str]:
         """What is wrong with the method's settings (`method_cfg`) that its fields' own rules cannot
-        say, given the whole config `cfg`, in one line; None: nothing. Checked before any compute."""
+        say, given the whole config `cfg` (the layout a method cannot run in, too), in one line; None:
+        nothing. Checked before any compute; `advise` leaves out a method its check refuses."""
         return None
 
     # ---- what the cluster needs to know
     def modes(self) -> Dict[str, Mode]:
         return {"normal": NORMAL}
 
-    def extra_kernels(self, bench) -> Dict[str, Callable[[], None]]:
-        """Profile kernels beyond one micro-batch per mode, the optimizer and state copies."""
+    def extra_kernels(self) -> Dict[str, Callable[[object], Callable[[], None]]]:
+        """Profile kernels beyond one micro-batch per mode, the optimizer and state copies: each
+        kernel's name and how to build it on a kernel bench. The names alone (no bench, no model)
+        are what the cached FLOP counts are looked up by."""
         return {}
-
-    def extra_kernel_names(self) -> List[str]:
-        """The names `extra_kernels` gives its kernels: what the cached FLOP counts are looked up by
-        without building a model (the count checks that both agree)."""
-        return []
 
     # ---- lifecycle
     def setup(self) -> None:
@@ -157,13 +143,9 @@ class Method:
         """How many steps from `plan.step` on (this one included) run with this plan and this
         cost (`step_s` seconds each) and end with nothing but counting: no checkpoint, snapshot,
         refresh, rebalance or anything else that changes a later step. The loop books them at once
-        (`book_quiet`) and takes the next step as usual. 0: this very step is the method's next
+        (`after_quiet_steps`) and takes the next step as usual. 0: this very step is the method's next
         event. None: the method cannot tell; the loop then steps it one step at a time."""
         return None
-
-    def book_quiet(self, plan: Plan, count: int) -> None:
-        """What `before_optimizer(plan, None)` and `after_step` do over `count` quiet steps
-        (a method's step counters), in closed form."""
 
     def charged_in_quiet_run(self, first: int, count: int) -> float:
         """Simulated seconds this method charges between the steps of a quiet run of `count` steps
@@ -171,11 +153,12 @@ class Method:
         later for them than a step-by-step run would. Default: none."""
         return 0.0
 
-    def after_quiet_steps(self, first: int, last: int, step_s: float) -> None:
-        """After steps `first`..`last` (`step_s` seconds each) were booked at once (their metrics row written), as
-        `after_step` after each: a method whose periodic work falls inside a quiet run (REFT's
-        snapshots, which change nothing a later step reads but the latest one) does that work
-        here. Default: nothing."""
+    def after_quiet_steps(self, plan: Plan, first: int, last: int, step_s: float) -> None:
+        """After steps `first`..`last` of `plan`'s shape (`step_s` seconds each) were booked at once
+        (their metrics row written): what `before_optimizer(plan, None)` and `after_step` do over
+        them, in closed form: a method's step counters, and the periodic work that falls inside a
+        quiet run (REFT's snapshots, which change nothing a later step reads but the latest one).
+        Default: nothing."""
 
     def summary(self) -> Dict[str, object]:
         return {}

@@ -26,7 +26,6 @@ from .rollback import RestartConfig, RollbackMethod
 @dataclass
 class CheckpointConfig(RestartConfig):
     checkpoint_interval: Any = "auto"  # steps between checkpoints, or "auto" for Daly's optimum (intervals.py)
-    checkpoint_after_failure: bool = False  # Varuna: also checkpoint on the first step after a restart
     # restart_on=survivors: a restart's seconds by the ready nodes the job restarted on last;
     # outside the listed counts the nearest end (timing/node_counts.py); empty: method.restart_s throughout
     restart_s_by_nodes: Dict[int, float] = field(default_factory=dict)
@@ -63,9 +62,6 @@ class CheckpointRestart(RollbackMethod):
     def restart_after(self, workers) -> None:
         super().restart_after(workers)
         self.nodes_at_restart = self.n - len(self.down)
-
-    def checkpoint_after_restart(self) -> bool:
-        return self.cfg.checkpoint_after_failure
 
     def restart_s(self) -> float:
         if self.restart_by_nodes and self.nodes_at_restart is not None:

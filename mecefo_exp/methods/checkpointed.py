@@ -3,7 +3,7 @@ its own recovery or as the fall-back when its mechanism cannot help.
 
 Its settings (`CheckpointedConfig`), the checkpoint write that a failure may cut, the interval
 (steps or Daly's optimum), the restart from the latest checkpoint, and when a recovered worker
-joins: at once, or at the next restart or re-formation (`joins_later`, `admit_waiting`).
+joins: at once, or at the next restart or re-formation (`hold_back`, `admit_waiting`).
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ from ..plan import Plan
 from .base import Method
 from .checkpointing import CheckpointStore, store_of_run
 from .intervals import daly_interval, steps_before_multiple
+from .setting_roles import CHECKPOINT_INTERVAL
 
 
 @dataclass
 class CheckpointedConfig(MethodConfig):
-    """What every method that keeps disk checkpoints reads (each adds its `checkpoint_interval`,
-    named by `interval_key`: steps or "auto" for Daly's optimum)."""
+    """What every method that keeps disk checkpoints reads (each adds its `checkpoint_interval`:
+    steps or "auto" for Daly's optimum; setting_roles.py says which settings a study may set)."""
 
     backend: str = field(default="torch", metadata=choices("torch", "dcp"))  # torch.save | torch.distributed.checkpoint
     keep: int = field(default=2, metadata=at_least(1, "checkpoints kept"))
@@ -33,6 +34,7 @@ class CheckpointedConfig(MethodConfig):
     # model) | async: the state is copied to memory at once and persisted behind training, so a
     # failure during the persist leaves the checkpoint standing
     checkpoint_write: str = field(default="sync", metadata=choices("sync", "async"))
+    checkpoint_after_failure: bool = False  # also checkpoint after the first step of a restart (Varuna does)
 
 
 class CheckpointedMethod(Method):
@@ -44,8 +46,6 @@ class CheckpointedMethod(Method):
     """
 
     Config = CheckpointedConfig
-    #: the setting that holds the checkpoint interval (None: the method keeps no periodic checkpoint)
-    interval_key: Optional[str] = "checkpoint_interval"
     store: CheckpointStore
 
     def __init__(self, cfg, run):
@@ -53,15 +53,12 @@ class CheckpointedMethod(Method):
         self.store = store_of_run(run, keep=cfg.keep, backend=cfg.backend)
         self.waiting: List[int] = []  # recovered workers that join at the next restart or re-formation
         self.interval = 0
-        self.checkpoint_due = False  # a checkpoint after the first step of a restart (checkpoint_after_restart)
+        self.checkpoint_due = False  # a checkpoint after the first step of a restart (checkpoint_after_failure)
         self.last_write = (0, 0.0, 0.0)
         self.writes_cut = 0  # checkpoint writes a failure cut (checkpoint_write=sync)
 
     def setup(self) -> None:
-        assert self.interval_key is not None, (
-            f"{type(self).__name__} keeps no periodic checkpoint: it sets its own interval"
-        )
-        self.interval = self.resolve_interval(self.cfg[self.interval_key])
+        self.interval = self.resolve_interval(self.cfg[CHECKPOINT_INTERVAL])
 
     def resolve_interval(self, value) -> int:
         """Daly's higher-order optimum (intervals.py), C = checkpoint write time, M = the mean time
@@ -149,14 +146,11 @@ class CheckpointedMethod(Method):
         return {"checkpoint_interval": self.interval, "checkpoint_writes_cut": self.writes_cut}
 
     # ---- when a recovered worker rejoins: at once, or at the next restart or re-formation
-    def joins_later(self, worker: int) -> bool:
-        """Whether `worker`, back now, waits for the next restart or re-formation to join
-        (restart_on=survivors, Oobleck's admit_nodes=next_reconfiguration). Default: it joins now."""
-        return False
-
-    def hold_back(self, worker: int, detail: Dict[str, object]) -> bool:
-        """Keep a recovered worker out until the next restart or re-formation (`joins_later`)."""
-        if not self.joins_later(worker):
+    def hold_back(self, worker: int, waits: bool, detail: Dict[str, object]) -> bool:
+        """`worker` is back: when it `waits` for the next restart or re-formation to join
+        (restart_on=survivors, Oobleck's admit_nodes=next_reconfiguration), keep it out until then
+        (`admit_held_back`) and say so; False: it joins now."""
+        if not waits:
             return False
         self.waiting.append(worker)
         self.run.event("waiting", worker, detail)
@@ -166,13 +160,9 @@ class CheckpointedMethod(Method):
         """At a restart or re-formation caused by `failed`: the workers held back join it."""
         admit_waiting(self.down, self.waiting, failed)
 
-    def checkpoint_after_restart(self) -> bool:
-        """Whether to checkpoint again after the first step of a restart (Varuna does)."""
-        return False
-
     def restart_from_checkpoint(self, worker: int, reason: str) -> None:
         self.run.clock.charge("stall", self.restart_s() + self.run.costs.storage_read_s())
-        self.checkpoint_due = self.checkpoint_after_restart()
+        self.checkpoint_due = self.cfg.checkpoint_after_failure
         saved = self.store.latest_step()
         self.run.restore(self.store.load(saved), to_step=saved, reason=reason, worker=worker)
         self.run.event("restart", worker, {"from_step": saved})

@@ -23,8 +23,6 @@ class InPlaceMethod(CheckpointedMethod):
     the slots left empty, re-split over them by `plan` unless `after_fall_back` says otherwise).
     """
 
-    fallback_key = "checkpoint_interval"
-
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
         self.replaced: set = set()  # failed workers a fatal restart replaced by spares

@@ -32,6 +32,7 @@ from typing import List, Optional
 from ..config import at_least
 from ..failures.classes import REPLICA_GPU, STORAGE
 from .rollback import RestartConfig, RollbackMethod
+from .setting_roles import FALLBACK, role
 
 
 @dataclass
@@ -39,15 +40,13 @@ class JitConfig(RestartConfig):
     charge_initial_checkpoint: bool = False  # the step-0 state is the seeded initialisation: nothing to write
     # a periodic checkpoint every this many steps, the fall-back when no healthy replica is left
     # (0: none, the design modelled here)
-    fallback_every: int = field(default=0, metadata=at_least(0, "steps"))
+    fallback_every: int = field(default=0, metadata=role(FALLBACK, **at_least(0, "steps")))
 
 
 class JustInTime(RollbackMethod):
     name = "jit"
     label = "JIT checkpointing"
     Config = JitConfig
-    interval_key = None  # no periodic checkpoint (but the optional fall-back, method.fallback_every)
-    fallback_key = "fallback_every"
     restores_from = (REPLICA_GPU, STORAGE)
 
     @classmethod

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Set, cast
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, cast
 
 from ..config import at_least, choices
 from ..numerics.projections import LowRankProjections, is_attention_parameter, svd_flops
@@ -22,6 +22,7 @@ from ..timing.profile import Kernel
 from ..timing.steps import Help
 from .checkpointed import CheckpointedConfig
 from .in_place import InPlaceMethod
+from .setting_roles import FALLBACK, role
 
 FFN_MODULES = ("gate_proj", "up_proj", "down_proj")
 
@@ -41,7 +42,8 @@ class MecefoConfig(CheckpointedConfig):
     lowrank_modules: List[str] = field(default_factory=lambda: list(FFN_MODULES))
     # degraded steps between gradient-error measurements (0: off)
     grad_error_every: int = field(default=10, metadata=at_least(0, "(0: off)"))
-    checkpoint_interval: Any = "auto"  # the fallback when no neighbour is eligible
+    # the fall-back when no neighbour is eligible
+    checkpoint_interval: Any = field(default="auto", metadata=role(FALLBACK))
 
 
 MODE = "mecefo"
@@ -131,50 +133,55 @@ class Mecefo(InPlaceMethod):
     def _context(self, model):
         projections = None
         if self.cfg.lowrank_ffn:
-            if model is self.run.model:
-                projections = self.projections  # refreshed by plan(), on every rank alike
-            else:  # the profiler's copy of the model: its own projections, computed once
-                projections = self._bench_projections.get(id(model))
-                if projections is None:
-                    projections = self._projections(model)
-                    projections.refresh(0)
-                    self._bench_projections[id(model)] = projections
+            # the run's model: its projections, refreshed by plan() on every rank alike
+            projections = self.projections if model is self.run.model else self._projections_of_copy(model)
         from ..numerics.approx import approximations  # tensors: a numerics-free run never gets here
 
         return approximations(model, self.cfg.skip_attention, self.cfg.recompute_ffn, projections)
 
-    def extra_kernel_names(self) -> List[str]:
-        return [f"neighbor_pair{self.tag}", self.svd_kernel]
+    def _projections_of_copy(self, model) -> LowRankProjections:
+        """The profiler's copy of the model: its own projections, computed once."""
+        projections = self._bench_projections.get(id(model))
+        if projections is None:
+            projections = self._projections(model)
+            projections.refresh(0)
+            self._bench_projections[id(model)] = projections
+        return projections
 
-    def extra_kernels(self, bench) -> Dict:
-        """The neighbour's real step: two micro-batches in the approximate mode, in one pass."""
+    def extra_kernels(self) -> Dict[str, Callable[[Any], Callable[[], None]]]:
+        """The neighbour's real step (two micro-batches in the approximate mode, in one pass) and
+        the projections' refresh."""
+        return {f"neighbor_pair{self.tag}": self._neighbor_pair_kernel, self.svd_kernel: self._svd_kernel}
+
+    def _neighbor_pair_kernel(self, bench) -> Callable[[], None]:
         from ..numerics.approx import approximations
 
         mode = bench.modes[MODE]
-        bench_proj = None
-        if self.cfg.lowrank_ffn:
-            bench_proj = self._projections(bench.model)
-            bench_proj.refresh(0)
+        projections = self._projections_of_copy(bench.model) if self.cfg.lowrank_ffn else None
         pair = [Sample(0, 0), Sample(0, 1)]
 
         def neighbor_pair():
             bench.model.zero_grad(set_to_none=True)
-            with approximations(bench.model, self.cfg.skip_attention, self.cfg.recompute_ffn, bench_proj):
+            with approximations(bench.model, self.cfg.skip_attention, self.cfg.recompute_ffn, projections):
                 bench.run_mode(pair, Mode("bench", contributes=mode.contributes))
 
+        return neighbor_pair
+
+    def _svd_kernel(self, bench) -> Kernel:
+        projections = self._projections_of_copy(bench.model) if self.cfg.lowrank_ffn else None
+
         def svd():
-            if bench_proj is not None:
-                bench_proj.refresh(0)
+            if projections is not None:
+                projections.refresh(0)
 
         # torch's FLOP counter does not count an SVD (nor a QR): the FLOP model uses these formulas
         # instead, a full SVD at hardware.svd_efficiency, the randomized one's GEMM work at
         # hardware.rsvd_efficiency
-        svd_kernel = Kernel(
+        return Kernel(
             svd,
-            formula_flops=svd_flops(bench_proj) if bench_proj is not None else 0.0,
+            formula_flops=svd_flops(projections) if projections is not None else 0.0,
             formula_kind="randomized_svd" if self.cfg.svd == "randomized" else "svd",
         )
-        return {f"neighbor_pair{self.tag}": neighbor_pair, self.svd_kernel: svd_kernel}
 
     def rollback_share(self, p_down: float) -> float:
         """Fatal only when every live worker already covers someone: at least half the
@@ -323,9 +330,9 @@ class Mecefo(InPlaceMethod):
             quiet = min(quiet, self.projections.refreshed_at + self.projections.every - plan.step)
         return quiet
 
-    def book_quiet(self, plan: Plan, count: int) -> None:
+    def after_quiet_steps(self, plan: Plan, first: int, last: int, step_s: float) -> None:
         if plan.cover is not None:
-            self.degraded_steps += count
+            self.degraded_steps += last + 1 - first
 
     def before_optimizer(self, plan: Plan, result) -> None:
         if plan.cover is None:

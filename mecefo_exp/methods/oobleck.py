@@ -17,13 +17,14 @@ from ..plan import Plan, resplit_plan
 from ..timing.clock import StepCost
 from .checkpointed import CheckpointedConfig
 from .in_place import InPlaceMethod
+from .setting_roles import FALLBACK, role
 
 
 @dataclass
 class OobleckConfig(CheckpointedConfig):
     # paper seconds of a re-formation (None: cluster.reconfigure_s)
     reconfigure_s: Optional[float] = field(default=None, metadata=at_least(0, "paper seconds (null: the cluster's)"))
-    checkpoint_interval: Any = "auto"
+    checkpoint_interval: Any = field(default="auto", metadata=role(FALLBACK))  # when too few nodes are left
     # a recovered (or added) worker joins: at once, with a reconfiguration (on_recover) | at the
     # next failure's reconfiguration (new nodes wait)
     admit_nodes: str = field(default="on_recover", metadata=choices("on_recover", "next_reconfiguration"))
@@ -67,15 +68,13 @@ class Oobleck(InPlaceMethod):
         """Nodes back at one instant (a replaced machine) join in one re-formation."""
         joined = []
         for worker in workers:
-            if self.hold_back(worker, {"n_down": len(self.down)}):
+            waits = self.cfg.admit_nodes == "next_reconfiguration" and worker in self.down
+            if self.hold_back(worker, waits, {"n_down": len(self.down)}):
                 continue  # out of the plan until a failure reconfigures anyway
             if self.rejoins(worker):
                 joined.append(worker)
         if joined:
             self._reconfigure("recover", joined[0], joined)
-
-    def joins_later(self, worker: int) -> bool:
-        return self.cfg.admit_nodes == "next_reconfiguration" and worker in self.down
 
     def reconfigure_stall_s(self) -> float:
         return self.run.costs.stall_s(self.reconfigure_paper_s)
@@ -105,9 +104,9 @@ class Oobleck(InPlaceMethod):
     def step_cost(self, plan: Plan) -> StepCost:
         return self.run.costs.spread_step(self.n, plan.n_computing) if plan.degraded else super().step_cost(plan)
 
-    def book_quiet(self, plan: Plan, count: int) -> None:
+    def after_quiet_steps(self, plan: Plan, first: int, last: int, step_s: float) -> None:
         if plan.degraded:
-            self.degraded_steps += count
+            self.degraded_steps += last + 1 - first
 
     def before_optimizer(self, plan: Plan, result) -> None:
         if plan.degraded:

@@ -19,17 +19,21 @@ from typing import Any, Dict, List, Optional, Union
 
 from ..config import at_least, is_hybrid, within
 from ..failures.classes import HOST_SNAPSHOT, STORAGE
+from ..plan import Plan
 from .intervals import multiples_between
 from .parity import ShardedSnapshot, SnapshotLedger, ledger_index, parity_layout
 from .rollback import RestartConfig, RollbackMethod
+from .setting_roles import FALLBACK, FREQUENT_SAVE, role
 
 
 @dataclass
 class ReftConfig(RestartConfig):
-    snapshot_every: int = field(default=5, metadata=at_least(1, "steps"))  # steps between in-memory snapshots
+    # steps between in-memory snapshots
+    snapshot_every: int = field(default=5, metadata=role(FREQUENT_SAVE, **at_least(1, "steps")))
     # workers per XOR parity group (tolerates one loss per group)
     parity_group: int = field(default=4, metadata=at_least(2, "workers"))
-    checkpoint_interval: Any = "auto"  # disk checkpoints, the fallback when parity cannot help
+    # disk checkpoints, the fallback when parity cannot help
+    checkpoint_interval: Any = field(default="auto", metadata=role(FALLBACK))
     # share of the snapshot copy hidden behind compute (REFT is asynchronous)
     overlap: float = field(default=0.9, metadata=within(0, 1))
 
@@ -42,8 +46,6 @@ class Reft(RollbackMethod):
     label = "REFT"
     Config = ReftConfig
     restores_from = (HOST_SNAPSHOT, STORAGE)
-    fallback_key = "checkpoint_interval"  # the disk checkpoint behind the snapshots
-    frequent_save_key = "snapshot_every"
 
     @classmethod
     def check_config(cls, m, cfg) -> Optional[str]:
@@ -85,7 +87,7 @@ class Reft(RollbackMethod):
         the run and delays none of its steps)."""
         return len(multiples_between(first + 1, first + count - 1, self.cfg.snapshot_every)) * self.snapshot_charge_s
 
-    def after_quiet_steps(self, first: int, last: int, step_s: float) -> None:
+    def after_quiet_steps(self, plan: Plan, first: int, last: int, step_s: float) -> None:
         """The snapshots of steps `first`..`last`, booked at once: the loop's quiet runs go from
         one disk checkpoint to the next, past the snapshot steps in between. Each snapshot is
         charged to the step before it and has its event, stamped with the step and time it has
@@ -198,10 +200,12 @@ class Reft(RollbackMethod):
             raise RuntimeError(f"disk checkpoint of step {self.store.latest_step()} is ahead of step {self.run.step}")
         self.restart_from_checkpoint(worker, reason="fatal")
 
-    def no_node_left(self) -> None:
-        """The snapshot lived in the memory of workers that are all gone: the next start is from disk."""
-        self.snapshot, self.heal_pending = None, False
-        self.counts["fatal"] += 1
+    def on_failures(self, workers: List[int]) -> None:
+        super().on_failures(workers)
+        if self.job_empty:  # no node is left (on the survivors): the failures of this instant emptied the job
+            # the snapshot lived in the memory of workers that are all gone: the next start is from disk
+            self.snapshot, self.heal_pending = None, False
+            self.counts["fatal"] += 1
 
     def plan(self, step: int):
         if self.heal_pending and self.snapshot is not None:

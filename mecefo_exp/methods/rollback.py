@@ -62,21 +62,14 @@ class RollbackMethod(CheckpointedMethod):
             self.job_empty = True
             self.running_without = sorted(self.down)
             self.run.event("fatal", workers[0], {"reason": "no node is left: the job waits for one to be added"})
-            self.no_node_left()
             return
         self.restart_after(workers)
         if self.on_survivors:
             self.running_without = sorted(self.down)
 
-    def no_node_left(self) -> None:
-        """Every worker is gone (on the survivors): what lived in their memory is lost."""
-
     def restart_after(self, workers: List[int]) -> None:
         """The job restarts after the failures of `workers`: from the latest checkpoint."""
         self.restart_from_checkpoint(workers[0], reason="failure")
-
-    def joins_later(self, worker: int) -> bool:
-        return self.on_survivors and worker in self.running_without
 
     def on_recoveries(self, workers: List[int]) -> None:
         if self.job_empty:  # no job runs: the nodes back now (and any that waited) start it, from disk
@@ -87,7 +80,8 @@ class RollbackMethod(CheckpointedMethod):
             self.restart_from_checkpoint(workers[0], reason="fatal")
             return
         for worker in workers:  # on the survivors each may wait for the next restart
-            if not self.hold_back(worker, {"down": self.running_without}):
+            waits = self.on_survivors and worker in self.running_without
+            if not self.hold_back(worker, waits, {"down": self.running_without}):
                 self.down.discard(worker)  # on spares: the job already runs on a replacement
 
     def plan(self, step: int) -> Plan:

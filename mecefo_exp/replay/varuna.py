@@ -180,7 +180,7 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
             self._uncredit_to(target, worker, reason="failure")
         if self.rollback:
             self.ledger.removal()
-        self.checkpoint_due = bool(self.cfg.get("checkpoint_after_failure", False))
+        self.checkpoint_due = self.cfg.checkpoint_after_failure
 
     def _uncredit_to(self, step: int, worker: Optional[int], reason: str) -> None:
         """Roll the credited steps back to `step`: a saved checkpoint, or (a failed checkpoint's
@@ -240,11 +240,10 @@ class VarunaArtifact(ArtifactRestarts, CheckpointRestart):
             return 0
         return steps_before_multiple(self.completed, self.interval)
 
-    def book_quiet(self, plan: Plan, count: int) -> None:
-        first = self.run.step
+    def after_quiet_steps(self, plan: Plan, first: int, last: int, step_s: float) -> None:
+        count = last + 1 - first
         self.recorded.extend([step, True] for step in range(max(first, first + count - self.interval), first + count))
         self.completed += count
-        step_s = self.step_cost(plan).total
         for i in range(count):  # the clock is at the end of the last of them
             end = self.run.clock.now - (count - 1 - i) * step_s
             self.ledger.step(ms(end))

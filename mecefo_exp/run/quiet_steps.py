@@ -70,7 +70,7 @@ class QuietSteps:
 
     def book(self, plan, cost, count: int) -> None:
         """`count` steps of `plan`'s shape and equal `cost`, booked at once: the clock, the span,
-        the tokens, the method's step counters, one metrics row with the steps' range."""
+        the tokens, one metrics row, the method's step counters with the steps' range."""
         run = self.run
         books, clock, first, training, progress = run.books, run.clock, run.step, run.training, run.progress
         assert isinstance(training, ShapeOnlyState) and progress is not None, "an event-driven loop without numerics"
@@ -79,7 +79,6 @@ class QuietSteps:
         clock.commit_steps(first, count, cost)
         numbers = training.book_steps(first, count)
         books.tokens_processed += numbers.pop("tokens")
-        run.method.book_quiet(plan, count)
         run.step += count
         alive = run.alive
         run.records.metric(
@@ -98,5 +97,5 @@ class QuietSteps:
             }
         )
         with signals_held():  # as after_step: a method's periodic work in the run
-            run.method.after_quiet_steps(first, run.step - 1, cost.total)
+            run.method.after_quiet_steps(plan, first, run.step - 1, cost.total)
         progress.update(run.step, None, clock.now, run.tokens_per_step, alive)

@@ -166,7 +166,7 @@ def kernel_counts(cfg, method, modes, shape: TimedShape) -> Dict[str, Dict[str, 
         if sorted(kernels) != names:
             raise RuntimeError(
                 f"kernel names {sorted(kernels)} differ from kernel_names() {names}: "
-                "a method's extra_kernels and extra_kernel_names must name the same kernels"
+                "kernels.build_kernels and kernel_names must name the same kernels"
             )
         return count_kernels(kernels, shape_model)
 
@@ -281,9 +281,7 @@ def worker_memory_of(cfg, method, n_params: int, counts, layout: Optional[Layout
 
 def kernel_names(modes, method) -> List[str]:
     """The kernels a profile holds (kernels.build_kernels builds them), named without building any."""
-    return sorted(
-        {mode.kernel for mode in modes.values()} | {FORWARD.kernel, *BYTE_KERNELS, *method.extra_kernel_names()}
-    )
+    return sorted({mode.kernel for mode in modes.values()} | {FORWARD.kernel, *BYTE_KERNELS, *method.extra_kernels()})
 
 
 def count_forward_and_normal(

@@ -94,5 +94,5 @@ def build_kernels(bench: KernelBench, method, trainer_cfg) -> Dict[str, Callable
     kernels.update(
         optimizer=Kernel(optimizer_step, prepare=give_gradients), state_copy=state_copy, checkpoint_save=checkpoint_save
     )
-    kernels.update(method.extra_kernels(bench))
+    kernels.update({name: build(bench) for name, build in method.extra_kernels().items()})
     return kernels
