@@ -236,8 +236,7 @@ class Mecefo(InPlaceMethod):
         anyway, after O(workers x dp) work and as many `neighbor` rows (a node trace keeps it)."""
         node_trace = self.without or getattr(self.run.trace, "node_rows", None)
         if not node_trace and 2 * len(self.down.union(workers)) > self.n:
-            self.down.update(workers)  # marked down, as _fail does, at once
-            self.replaced.difference_update(workers)
+            super().on_failures(workers)  # marked down, as _fail does, at once
             return self.fall_back(workers[0], {"reason": "no worker is left up"})
         fatal = self.counts["fatal"]
         for i, worker in enumerate(workers):
