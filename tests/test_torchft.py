@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
+from helpers.ports import reserved_port
 from helpers.processes import children, kill_gone_or_not, read_proc, rows_so_far
 
 from conftest import MECEFO_RANK_8, MICRO, ROOT, losses_by_step, read_jsonl
@@ -326,12 +327,6 @@ def test_a_worker_killed_from_outside_is_restarted_heals_and_nothing_listens_bey
     assert not worker_processes(run_dir) and lighthouse_is_gone(ft["lighthouse"])
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def steps_done(run_dir: Path) -> int:
     """Rows of metrics.jsonl written whole: the leader may be writing the last one as it is read."""
     path = run_dir / "metrics.jsonl"
@@ -362,7 +357,7 @@ def two_machines(tmp_path, fixed_profile, method: str, steps: int):
         "data.micro_batch=8",
         "data.seq_len=64",
     ] + (["method.rank=8"] if method == "mecefo" else [])
-    run_dir, port = tmp_path / "ft", free_port()
+    run_dir, port = tmp_path / "ft", reserved_port()
     logs = tmp_path / "logs"
     logs.mkdir()
 
@@ -569,7 +564,7 @@ def test_a_failing_worker_on_one_machine_ends_the_run_on_every_machine(tmp_path)
     """A worker of machine 1 dies of an error (SIGTERM from outside): its launcher says so in
     the store, machine 0's launcher stops its own workers and records the run failed, naming
     the machine and the worker; nothing is left on either machine."""
-    run_dir, port = tmp_path / "ft", free_port()
+    run_dir, port = tmp_path / "ft", reserved_port()
     logs = tmp_path / "logs"
     logs.mkdir()
     launchers = []
@@ -615,7 +610,7 @@ def test_a_second_run_given_the_same_coordinator_is_refused_and_the_first_goes_o
     adopt A's workers, heal its own into A's quorum and set A's end). A goes on and ends ok."""
     from torch.distributed import TCPStore
 
-    port, logs = free_port(), tmp_path / "logs"
+    port, logs = reserved_port(), tmp_path / "logs"
     logs.mkdir()
     run_a, run_b = tmp_path / "A", tmp_path / "B"
 
@@ -678,9 +673,7 @@ def test_two_machines_bound_to_a_network_address_listen_there_only(tmp_path):
     if not own:
         pytest.skip("this machine has no IPv4 address beyond loopback")
     address, run_dir = own[0], tmp_path / "ft"
-    with socket.socket() as s:
-        s.bind((address, 0))
-        port = s.getsockname()[1]
+    port = reserved_port(address)
     launchers = []
     for m in (0, 1):
         cmd = torchft_cmd(
@@ -761,7 +754,7 @@ def test_a_machine_dying_inside_an_all_reduce_fails_it_at_once_on_every_survivor
     ctx = mp.get_context("spawn")
     for trial in range(3):
         results = ctx.Queue()
-        port = free_port()
+        port = reserved_port()
         procs = [ctx.Process(target=_ring_member, args=(r, port, timeout_s, results)) for r in range(4)]
         for p in procs:
             p.start()

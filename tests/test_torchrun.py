@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers.ports import reserved_port
 from helpers.processes import descendants, kill_gone_or_not, rows_so_far
 
 from conftest import MECEFO_RANK_8, MICRO, ROOT, losses_by_step, read_jsonl
@@ -194,9 +195,7 @@ def test_when_the_rendezvous_host_dies_the_other_machine_closes_the_record_in_on
     import socket
     import time
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = reserved_port()
     run_dir = tmp_path / "tr"
     common = [
         "trainer.threads=1",

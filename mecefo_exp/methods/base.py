@@ -124,14 +124,6 @@ class Method:
         """A worker of `plan` failed `elapsed` seconds into the step: by default that work is lost."""
         self.run.clock.charge("lost_work", elapsed)
 
-    def timer_s(self) -> Optional[float]:
-        """When the method's own next event falls (a restart that completes while training goes on),
-        or None. The loop calls `on_timer` then, interrupting the step in flight."""
-        return None
-
-    def on_timer(self, plan: Plan, elapsed: float) -> None:
-        """The method's timer fell `elapsed` seconds into the step of `plan`."""
-
     def before_optimizer(self, plan: Plan, result) -> None:
         """After the gradients of `plan` are aggregated, before the optimizer uses them."""
 

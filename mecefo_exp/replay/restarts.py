@@ -24,11 +24,12 @@ from __future__ import annotations
 import abc
 from typing import Iterable, List, Optional, Tuple
 
+from ..methods.own_timer import OwnTimer
 from ..plan import Plan
 from ..timing.clock import StepCost
 
 
-class RendezvousTimeouts(abc.ABC):
+class RendezvousTimeouts(OwnTimer):
     """The artifact's rendezvous timeouts, as its three simulators fire them (V:1259-1298,
     O:1023-1081, B:1106-1160): none is ever cancelled; the timeouts due at one instant fire one by
     one in (time, kind) order; one that finds no rendezvous collecting forms nothing

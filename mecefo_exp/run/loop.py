@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, List, Optional, Tuple
 from ..console import Progress
 from ..failures import FAIL, JOB, FailureEvent
 from ..failures.classes import COLLECTIVE_TIMEOUT, fault_class, restore_source
+from ..methods.own_timer import timer_of, timer_s_of
 from ..plan import StepNotCommitted
 from ..signals import signals_held
 from .context import log
@@ -77,11 +78,11 @@ class Loop:
                 self.end_of_boundary(evaluated=False)
                 continue
             end = clock.now + cost.total
-            t_fail, t_own = trace.next_failure_time(), method.timer_s()
+            t_fail, t_own = trace.next_failure_time(), timer_s_of(method)
             if (
                 t_own is not None and t_own < end and (t_fail is None or t_own < t_fail)
             ):  # an instant's trace events first
-                method.on_timer(plan, max(0.0, t_own - clock.now))
+                self.timer_falls(plan, max(0.0, t_own - clock.now))
                 continue
             if t_fail is not None and t_fail < end:
                 books.counters.interrupted_steps += 1
@@ -172,14 +173,20 @@ class Loop:
             run.books.counters.count_event(kind, len(workers))
             run.method.on_recoveries(workers)
 
+    def timer_falls(self, plan, elapsed: float) -> None:
+        """The method's own timer (methods/own_timer.py) fell `elapsed` seconds into the step of `plan`."""
+        timer = timer_of(self.run.method)
+        assert timer is not None, "a timer fell for a method that keeps none"
+        timer.on_timer(plan, elapsed)
+
     def wait_for_an_event(self, plan) -> bool:
         """Nobody can compute: the clock stalls to the next event, the trace's or the method's
         timer. False when nothing is left to happen before a node trace's hard stop."""
-        trace, clock, method = self.run.trace, self.run.clock, self.run.method
-        nxt, own = trace.next_event_time(), method.timer_s()
+        trace, clock = self.run.trace, self.run.clock
+        nxt, own = trace.next_event_time(), timer_s_of(self.run.method)
         if own is not None and (nxt is None or own < nxt):
             clock.charge("stall", max(0.0, own - clock.now))
-            method.on_timer(plan, 0.0)
+            self.timer_falls(plan, 0.0)
             return True
         if nxt is None:
             if trace.stop_s is not None:

@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..methods.intervals import steps_before_multiple
+from ..methods.own_timer import timer_s_of
 from ..signals import signals_held
 from ..timing.clock import steps_ending_by, steps_starting_before
 from .context import log
@@ -60,7 +61,7 @@ class QuietSteps:
     def in_time(self, now: float, step_s: float) -> float:
         """Steps of `step_s` seconds from `now` on before the trace's next event (the step a failure
         falls in left out, the one a recovery falls in kept), the method's timer or a node trace's stop."""
-        trace, timer = self.run.trace, self.run.method.timer_s()
+        trace, timer = self.run.trace, timer_s_of(self.run.method)
         return min(
             steps_ending_by(now, step_s, trace.next_failure_time()),
             steps_starting_before(now, step_s, trace.next_event_time()),
