@@ -83,10 +83,11 @@ test-fingerprints: setup
 	$(PY) -m pytest -q -m slow tests/test_published.py tests/test_artifact_differential.py tests/test_oobleck_artifact.py \
 		tests/test_closed_forms.py tests/test_timing.py tests/test_event_driven.py -n $(TEST_WORKERS)
 
-# cluster=torchft: installs the optional torchft, then its tests (real SIGKILLs; one and two launchers, ~13 min here)
+# cluster=torchft: installs the optional torchft, then its tests (real SIGKILLs; one and two launchers) on
+# TEST_WORKERS processes: each test listens on ports of its own worker's block (tests/helpers/ports.py); ~16 min here
 test-torchft: setup
 	$(PY) -m pip install -q -c constraints.txt -r requirements-torchft.txt
-	$(PY) -m pytest -q -m slow tests/test_torchft.py
+	$(PY) -m pytest -q -m slow tests/test_torchft.py -n $(TEST_WORKERS)
 
 bench: setup
 	$(PY) bench/overhead.py
