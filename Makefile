@@ -63,9 +63,9 @@ test-slow: setup
 	$(PY) -m pytest -q -m slow
 
 # the crash and torchrun tests: kill -9 and resume (a run folder of an older layout too), torchrun on one and on
-# two "machines" (~5 min here)
+# two "machines", on TEST_WORKERS processes (~5.5 min here)
 test-crash: setup
-	$(PY) -m pytest -q -m slow tests/test_resume.py tests/test_torchrun.py tests/test_structure.py
+	$(PY) -m pytest -q -m slow tests/test_resume.py tests/test_torchrun.py tests/test_structure.py -n $(TEST_WORKERS)
 
 # the tests that start run.py (or the installed entry point) several times as a user does: resumes,
 # sweeps, the console script, the wheel, a numerics-free run, SIGTERM, a 2 GB trace, a missing tokenizer; the

@@ -291,11 +291,13 @@ def listening_addresses(pids):
     return found
 
 
-@pytest.mark.parametrize("method", ["mecefo", "oobleck"])
-def test_a_worker_killed_from_outside_is_restarted_heals_and_nothing_listens_beyond_loopback(method, tmp_path):
+def test_a_worker_killed_from_outside_is_restarted_heals_and_nothing_listens_beyond_loopback(tmp_path):
     """A SIGKILL the trace did not plan: the survivors go on in place, the worker's next process
     heals from a live peer, only that worker is recorded as failed. Every socket the run
-    listens on (launcher, lighthouse, stores, Managers, gloo) is on the loopback interface."""
+    listens on (launcher, lighthouse, stores, Managers, gloo) is on the loopback interface.
+    MeCeFO alone: what is checked here is the tier's, the same for every in-place method (Oobleck
+    meets real kills in the simulated-tier comparisons above and on two machines below)."""
+    method = "mecefo"
     run_dir = tmp_path / "ft"
     # 1200 steps: the survivors must not finish before the replacement (imports, model, Manager) has
     # healed, which took longer than 280 steps on a loaded machine (and once longer than 600)
