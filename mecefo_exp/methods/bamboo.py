@@ -372,8 +372,9 @@ class Bamboo(InPlaceMethod):
 
     def after_quiet_steps(self, plan: Plan, first: int, last: int, step_s: float) -> None:
         if plan.degraded:
-            self.degraded_steps += last + 1 - first
-            self.degraded_since_cover += last + 1 - first
+            count = last + 1 - first
+            self.degraded_steps += count
+            self.degraded_since_cover += count
 
     def after_step(self, step: int) -> None:
         if self.credit and self.credit[0] == step:  # an interrupted step committed: it survived

@@ -29,7 +29,6 @@ def timer_of(method) -> Optional[OwnTimer]:
     return method if isinstance(method, OwnTimer) else None
 
 
-def timer_s_of(method) -> Optional[float]:
-    """When the method's own next event falls; None for a method without a timer or with none due."""
-    timer = timer_of(method)
+def timer_s_of(timer: Optional[OwnTimer]) -> Optional[float]:
+    """When the timer (`timer_of` a method) falls next; None without a timer or with none due."""
     return timer.timer_s() if timer is not None else None

@@ -49,7 +49,8 @@ class Loop:
 
     def __init__(self, run: Experiment):
         self.run = run
-        self.quiet = QuietSteps(run)
+        self.timer = timer_of(run.method)  # the method's own timer, when it keeps one (the replay's)
+        self.quiet = QuietSteps(run, self.timer)
         self._idle = 0  # loop passes in a row that left the step, the trace position and the clock as they were
         self._last_place: Optional[Tuple[int, int, float]] = None
         #: the workers a job-wide fault stopped; its recovery, at the same instant, brings them back
@@ -78,7 +79,7 @@ class Loop:
                 self.end_of_boundary(evaluated=False)
                 continue
             end = clock.now + cost.total
-            t_fail, t_own = trace.next_failure_time(), timer_s_of(method)
+            t_fail, t_own = trace.next_failure_time(), timer_s_of(self.timer)
             if (
                 t_own is not None and t_own < end and (t_fail is None or t_own < t_fail)
             ):  # an instant's trace events first
@@ -175,15 +176,14 @@ class Loop:
 
     def timer_falls(self, plan, elapsed: float) -> None:
         """The method's own timer (methods/own_timer.py) fell `elapsed` seconds into the step of `plan`."""
-        timer = timer_of(self.run.method)
-        assert timer is not None, "a timer fell for a method that keeps none"
-        timer.on_timer(plan, elapsed)
+        assert self.timer is not None, "a timer fell for a method that keeps none"
+        self.timer.on_timer(plan, elapsed)
 
     def wait_for_an_event(self, plan) -> bool:
         """Nobody can compute: the clock stalls to the next event, the trace's or the method's
         timer. False when nothing is left to happen before a node trace's hard stop."""
         trace, clock = self.run.trace, self.run.clock
-        nxt, own = trace.next_event_time(), timer_s_of(self.run.method)
+        nxt, own = trace.next_event_time(), timer_s_of(self.timer)
         if own is not None and (nxt is None or own < nxt):
             clock.charge("stall", max(0.0, own - clock.now))
             self.timer_falls(plan, 0.0)

@@ -10,10 +10,10 @@ record (tests/test_event_driven.py).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from ..methods.intervals import steps_before_multiple
-from ..methods.own_timer import timer_s_of
+from ..methods.own_timer import OwnTimer, timer_s_of
 from ..signals import signals_held
 from ..timing.clock import steps_ending_by, steps_starting_before
 from .context import log
@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 class QuietSteps:
     """How many steps from this one are quiet, and their booking."""
 
-    def __init__(self, run: Experiment):
+    def __init__(self, run: Experiment, timer: Optional[OwnTimer]):
         self.run = run
+        self.timer = timer  # the method's own timer (methods/own_timer.py), None when it keeps none
         self.said_stepped = False  # the method cannot name its next event: said once per run
 
     def ahead(self, plan, step_s: float) -> int:
@@ -61,7 +62,7 @@ class QuietSteps:
     def in_time(self, now: float, step_s: float) -> float:
         """Steps of `step_s` seconds from `now` on before the trace's next event (the step a failure
         falls in left out, the one a recovery falls in kept), the method's timer or a node trace's stop."""
-        trace, timer = self.run.trace, timer_s_of(self.run.method)
+        trace, timer = self.run.trace, timer_s_of(self.timer)
         return min(
             steps_ending_by(now, step_s, trace.next_failure_time()),
             steps_starting_before(now, step_s, trace.next_event_time()),
