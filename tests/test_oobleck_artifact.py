@@ -821,9 +821,19 @@ def test_reft_on_the_survivors_by_hand(tmp_path, two_removals):
             "unknown \\['storage'\\]",
         ),
         (["method=reft", "method.restart_on=elsewhere"], "allowed: spares, survivors"),
+        (
+            [
+                "method=bamboo",
+                "hardware=table",
+                "hardware.samples_per_step=8",
+                "+hardware.tables.default={4: 40}",
+                "method.variant=mecefo_exp.replay.pipelines:BambooArtifact",
+            ],
+            "needs method.variant_options.pipeline_stages",
+        ),
     ],
 )
-def test_varuna_and_reft_restart_settings_are_one_line(overrides, message):
+def test_replay_and_restart_settings_are_one_line(overrides, message):
     from mecefo_exp.api import validate_run
 
     cfg = compose_cfg(["cluster.n_workers=4", *overrides])

@@ -39,7 +39,6 @@ class BaftConfig(RestartConfig):
 
 
 class Baft(RollbackMethod):
-    name = "baft"
     label = "BAFT"
     Config = BaftConfig
 

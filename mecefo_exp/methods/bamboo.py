@@ -42,7 +42,6 @@ class BambooConfig(CheckpointedConfig):
 
 
 class Bamboo(InPlaceMethod):
-    name = "bamboo"
     label = "Bamboo"
     Config = BambooConfig
     holds_next_stage = True  # the shadow: each stage runs the next stage's forward too

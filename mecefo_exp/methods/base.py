@@ -29,7 +29,6 @@ from .run_context import RunContext
 
 
 class Method:
-    name = "base"
     label = "base"  # how tables and figures name the method
     #: the dataclass of the method's settings (conf/method/<name>.yaml is composed onto it)
     Config = MethodConfig

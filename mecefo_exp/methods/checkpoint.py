@@ -32,7 +32,6 @@ class CheckpointConfig(RestartConfig):
 
 
 class CheckpointRestart(RollbackMethod):
-    name = "checkpoint"
     label = "checkpoint-restart"
     Config = CheckpointConfig
 

@@ -44,7 +44,6 @@ class JitConfig(RestartConfig):
 
 
 class JustInTime(RollbackMethod):
-    name = "jit"
     label = "JIT checkpointing"
     Config = JitConfig
     restores_from = (REPLICA_GPU, STORAGE)

@@ -73,7 +73,6 @@ def warn_if_rank_saturates(cfg, model) -> Optional[str]:
 
 
 class Mecefo(InPlaceMethod):
-    name = "mecefo"
     label = "MeCeFO"
     exact = False
     Config = MecefoConfig

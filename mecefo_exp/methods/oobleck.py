@@ -31,7 +31,6 @@ class OobleckConfig(CheckpointedConfig):
 
 
 class Oobleck(InPlaceMethod):
-    name = "oobleck"
     label = "Oobleck"
     Config = OobleckConfig
 

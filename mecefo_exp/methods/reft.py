@@ -42,7 +42,6 @@ class Reft(RollbackMethod):
     """restart_on=survivors (a node trace, whose nodes never return): the snapshot is sharded over
     the survivors alone."""
 
-    name = "reft"
     label = "REFT"
     Config = ReftConfig
     restores_from = (HOST_SNAPSHOT, STORAGE)

@@ -161,8 +161,10 @@ class BambooPipelines(Bamboo):
             if holder is None and len(held) == 1 and not self.orphan_stage_is_fatal:
                 self.run.event("stage_dropped", worker, {"stage": [pipe, stage]})
             elif holder is None or len(self.holds[holder]) > 1:  # it held two stages, or its shadow does
-                self.holds[worker] = held  # fall_back re-forms from scratch
-                return self.fall_back(worker, {"reason": "adjacent failures", "stage": [pipe, stage], "holder": holder})
+                self.holds[worker] = held  # the fall-back re-forms from scratch
+                return self.fatal_removal(
+                    worker, {"reason": "adjacent failures", "stage": [pipe, stage], "holder": holder}
+                )
             else:
                 self.holds[holder].append((pipe, stage))
                 self.counts["neighbor_assignments"] += 1
@@ -174,6 +176,11 @@ class BambooPipelines(Bamboo):
                 return  # an idle spare did no work: nothing slows down
         if self.fallback_step is None:
             self.fallback_step = self.run.step
+
+    def fatal_removal(self, worker: int, detail) -> None:
+        """A removal no holder can absorb: the harness's fall-back (spares for every failed node, the
+        pipelines re-formed over all slots; a subclass may react as another simulator does)."""
+        self.fall_back(worker, detail)
 
     def _predecessor(self, pipe: int, stage: int) -> Tuple[int, int]:
         """The stage whose holder keeps a copy of `stage`'s layers: the one before it, around the pipeline."""

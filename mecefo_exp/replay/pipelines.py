@@ -86,6 +86,16 @@ class BambooArtifact(RendezvousTimeouts, BambooPipelines):
     #: heap_order: take the first pipelines' nodes in the artifact's heap order (false: the configured orders)
     OPTIONS = {**BambooPipelines.OPTIONS, "heap_order": True}
 
+    @classmethod
+    def check_config(cls, m, cfg) -> Optional[str]:
+        """The artifact's Bamboo is its pipelines: our ring has no artifact to replay."""
+        if {**cls.OPTIONS, **(m.variant_options or {})}["pipeline_stages"] is None:
+            return (
+                f"{cls.__name__} replays the artifact's pipelines: it needs method.variant_options.pipeline_stages "
+                "(or method.variant=mecefo_exp.replay.bamboo_pipelines:BambooPipelines for our ring)"
+            )
+        return super().check_config(m, cfg)
+
     def __init__(self, cfg, run):
         super().__init__(cfg, run)
         self.heap_order = bool({**self.OPTIONS, **(cfg.variant_options or {})}["heap_order"])
@@ -151,7 +161,8 @@ class BambooArtifact(RendezvousTimeouts, BambooPipelines):
         self.member_left = False
 
     # ------------------------------------------------------------ membership
-    def fall_back(self, worker: int, detail) -> None:
+    def fatal_removal(self, worker: int, detail) -> None:
+        """Not the harness's fall-back to the checkpoint: a global rendezvous opens (B:1066, B:1253)."""
         self.counts["fatal"] += 1
         self.holds.pop(worker, None)  # the removed node leaves the artifact's map with its stages (B:1066)
         self.run.event("fatal", worker, {"down": sorted(self.down), **detail})
@@ -187,28 +198,24 @@ class BambooArtifact(RendezvousTimeouts, BambooPipelines):
 
     def _wait_as_spare(self, worker: int) -> bool:
         """A node keeps the place it was registered in (the artifact's node map is in the order it
-        popped the additions, B:1043-1045), not the place its readiness was heard in."""
-        if worker not in self.placed:
-            return super()._wait_as_spare(worker)
+        popped the additions, B:1043-1045), not the place its readiness was heard in.
+
+        A node usable while the pipelines train counts as waiting (B:1174-1175); the count is set
+        again only when a rendezvous completes (B:1183-1215): removing a waiting node, a spare, does
+        not lower it (B:1059-1105), so a lost spare still counts towards another pipeline."""
+        placed = worker in self.placed
         self.placed.discard(worker)
         order = list(self.node_order)
         if not super()._wait_as_spare(worker):
             return False
-        self.node_order = order
+        self.waiting_count += 1
+        if placed:
+            self.node_order = order
         return True
 
     def _form_pipelines(self, order: List[int]) -> None:
         super()._form_pipelines(order)
         self.waiting_count = len(self._spares()) if self.stages else 0
-
-    def rejoins(self, worker: int) -> bool:
-        """A node usable while the pipelines train counts as waiting (B:1174-1175); the count is
-        set again only when a rendezvous completes (B:1183-1215): removing a waiting node, a spare,
-        does not lower it (B:1059-1105), so a lost spare still counts towards another pipeline."""
-        back = super().rejoins(worker)
-        if back:
-            self.waiting_count += 1
-        return back
 
     def _should_reform(self) -> bool:
         doubled = sum(1 for held in self.holds.values() if len(held) > 1)

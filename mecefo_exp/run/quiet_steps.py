@@ -44,7 +44,7 @@ class QuietSteps:
         quiet = run.method.quiet_steps(plan, step_s)
         if quiet is None and not self.said_stepped:
             self.said_stepped = True
-            log.info("method=%s cannot name its next event: the loop steps it one step at a time", run.method.name)
+            log.info("method=%s cannot name its next event: the loop steps it one step at a time", run.cfg.method.name)
         if not quiet:
             return 0
         limits = [quiet, run.max_steps - run.step, self.in_time(run.clock.now, step_s)]
