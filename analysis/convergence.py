@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 #: the paper's MeCeFO perplexity changes (Table 3): the 1B row at every level (printed at
 #: high, derived from the printed perplexities below it), and the 350M / 7B rows at high
-PAPER_CHANGE_1B = {f: paper.perplexity("llama_1b", "mecefo", f)["change"] for f in ("low", "medium", "high")}
+PAPER_CHANGE_1B = {f: paper.perplexity("llama_1b", paper.METHOD, f)["change"] for f in ("low", "medium", "high")}
 PAPER_CHANGE_HIGH = {row: pct / 100 for row, pct in paper.TABLE3_HIGH_CHANGE_PCT.items()}
 
 
@@ -53,7 +53,7 @@ def convergence_table(runs: pd.DataFrame) -> pd.DataFrame:
     t = perplexity_table(runs)
     if t.empty:
         return pd.DataFrame(columns=["model", "reading", "level", "max_steps", "change", "change_ci95", "pairs"])
-    t = t[t["method"] == "mecefo"]
+    t = t[t["method"] == paper.METHOD]
     rows = []
     for _, r in t.iterrows():
         for level in FAILURE_ORDER[1:]:

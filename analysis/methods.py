@@ -1,15 +1,18 @@
 """How the tables and figures show each method: its label, colour, marker and place in the order.
 
 Every method of the registry (mecefo_exp/registry.py) has a style: its label is its class's
-`label`, its colour and marker are taken here (the six first methods keep theirs; a method added
-later gets the next unused pair), and the order is the restart family first, then the in-place
-methods, MeCeFO last, each in registry order. tests/test_analysis.py pins this to the registry.
+`label`, its colour and marker the palette's pair at its place in the registry (the first six
+methods' figures keep the colours they always had; a method added at the end takes the next pair),
+and the order is the restart family first, then the in-place methods, the paper's method
+(analysis/paper.py) last, each in registry order. tests/test_analysis.py pins this to the registry.
 """
 
 from typing import Dict, NamedTuple
 
 from mecefo_exp.methods.rollback import RollbackMethod
 from mecefo_exp.registry import REGISTRY, method_class
+
+from . import paper
 
 
 class MethodStyle(NamedTuple):
@@ -18,33 +21,32 @@ class MethodStyle(NamedTuple):
     marker: str
 
 
-#: colour and marker of the first methods (their figures stay as they were)
-KNOWN = {
-    "checkpoint": ("tab:gray", "s"),
-    "reft": ("tab:blue", "^"),
-    "baft": ("tab:purple", "v"),
-    "bamboo": ("tab:orange", "D"),
-    "oobleck": ("tab:green", "P"),
-    "mecefo": ("tab:red", "o"),
-}
-#: for methods added later, in registry order
-SPARE = [("tab:brown", "X"), ("tab:pink", "*"), ("tab:olive", "h"), ("tab:cyan", "p"), ("black", "d")]
+#: (colour, marker) by place in the registry
+PALETTE = [
+    ("tab:gray", "s"),
+    ("tab:blue", "^"),
+    ("tab:purple", "v"),
+    ("tab:red", "o"),
+    ("tab:orange", "D"),
+    ("tab:green", "P"),
+    ("tab:brown", "X"),
+    ("tab:pink", "*"),
+    ("tab:olive", "h"),
+    ("tab:cyan", "p"),
+    ("black", "d"),
+]
 
 
 def _order() -> tuple:
     classes = {name: method_class(name) for name in REGISTRY}
     restart = [m for m, cls in classes.items() if issubclass(cls, RollbackMethod)]
-    in_place = [m for m in classes if m not in restart and m != "mecefo"]
-    return tuple(restart + in_place + (["mecefo"] if "mecefo" in classes else []))
+    in_place = [m for m in classes if m not in restart and m != paper.METHOD]
+    return tuple(restart + in_place + ([paper.METHOD] if paper.METHOD in classes else []))
 
 
 def _styles() -> Dict[str, MethodStyle]:
-    spare = iter(SPARE)
-    out = {}
-    for name in _order():
-        colour, marker = KNOWN.get(name) or next(spare)
-        out[name] = MethodStyle(method_class(name).label, colour, marker)
-    return out
+    place = {name: i for i, name in enumerate(REGISTRY)}
+    return {name: MethodStyle(method_class(name).label, *PALETTE[place[name] % len(PALETTE)]) for name in _order()}
 
 
 STYLES: Dict[str, MethodStyle] = _styles()

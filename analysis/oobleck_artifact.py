@@ -23,13 +23,13 @@ from typing import Dict, Iterable, List, Optional
 import pandas as pd
 
 from mecefo_exp.bounded_read import read_text_bounded
+from mecefo_exp.replay.differential import TABLE_ROWS
 
 from .collect import MAX_RECORD_BYTES
 
 log = logging.getLogger(__name__)
 
 TRACES = ["6h", "3h", "1h", "30m", "10m"]
-SYSTEMS = {"checkpoint": "Varuna", "oobleck": "Oobleck", "bamboo": "Bamboo", "mecefo": "MeCeFO", "reft": "REFT"}
 REFERENCE = Path(__file__).resolve().parent.parent / "conf" / "scenario" / "oobleck_artifact" / "reference.csv"
 TOLERANCE = 0.02  # the agreement asked of our baselines, per cell
 
@@ -89,7 +89,7 @@ def model_table(ours: pd.DataFrame, ref: pd.DataFrame, model: str) -> pd.DataFra
     """Per trace x system: ours, ours with the artifact's behaviours, the artifact's, ratios."""
     out = []
     for trace in TRACES:
-        for method, system in SYSTEMS.items():
+        for method, system in TABLE_ROWS.items():
             mine = ours[(ours.model == model) & (ours.trace == trace) & (ours.method == method)]
             theirs = ref[(ref.model == model) & (ref.trace == trace) & (ref.method == method)]
             if mine.empty and theirs.empty:

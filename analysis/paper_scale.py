@@ -59,6 +59,7 @@ from .collect import (
     write_table,
 )
 from .formats import fmt_num, fmt_pct, fmt_ratio, fmt_tok, thousands
+from .methods import METHOD_LABELS
 from .tables import SETTING, setting_columns, throughput_markdown, throughput_table, to_markdown
 
 log = logging.getLogger(__name__)
@@ -79,8 +80,8 @@ NO_READING = "-"
 DEFAULT_READING = "per_worker/1gpu/fixed"
 #: the paper's inter-node bandwidth (InfiniBand 200 Gb/s per machine; conf/hardware/a100_32.yaml)
 PAPER_GBPS = 25.0
-#: the methods of the paper's Table 2
-PAPER_METHODS = ("bamboo", "oobleck", "mecefo")
+#: the methods of the paper's Table 2, in its order
+PAPER_METHODS = tuple(paper.TABLE2_THROUGHPUT[paper.REFERENCE_ROW])
 PAPER_MODEL_ORDER = tuple(paper.PAPER_MODELS)
 #: a drop reproduces the paper's when it is within 1 percentage point or 25% (relative) of it
 TOL_ABS = 0.01
@@ -388,7 +389,7 @@ def _per_model_source(runs: pd.DataFrame, needed: str) -> pd.DataFrame:
     ok = ok[ok[needed].notna()]
     rank = pd.DataFrame(
         {
-            "me": ok["method"] != "mecefo",
+            "me": ok["method"] != paper.METHOD,
             "f": ok["failure"] != "none",
             "bw": ~ok["inter_node_GBps"].map(_is_paper_bandwidth).astype(bool),
             "m": ok["model"].map(_model_rank),
@@ -452,7 +453,7 @@ def clock_table(runs: pd.DataFrame) -> pd.DataFrame:
         ):
             row[c] = r.get(f"clock_{c}")
         row["thr_none"] = r["throughput_tok_s"] if r["failure"] == "none" else float("nan")
-        ref = paper.throughput(r["model"], "mecefo")["none"] if r["method"] == "mecefo" else None
+        ref = paper.throughput(r["model"], paper.METHOD)["none"] if r["method"] == paper.METHOD else None
         row["paper_thr_none"] = _float(ref)
         rows.append(row)
     return pd.DataFrame(rows)
@@ -476,7 +477,7 @@ def readings_markdown(t: pd.DataFrame) -> str:
     cols = setting_columns(t)
     cols.update({"reading": ("reading", None), "workers_down_expected": ("workers down (expected)", fmt_num(2))})
     for m in PAPER_METHODS:
-        name = m.capitalize() if m != "mecefo" else "MeCeFO"
+        name = METHOD_LABELS[m]
         cols.update(
             {
                 f"drop_{m}": (f"{name} drop", fmt_pct),
@@ -643,7 +644,7 @@ def _na(ax, what: str = "n/a") -> None:
     ax.set_xticks([])
 
 
-def _paper_line(ax, model: str, method: str = "mecefo") -> None:
+def _paper_line(ax, model: str, method: str = paper.METHOD) -> None:
     ref = paper.throughput(model, method)["drop_high"]
     if ref is not None:
         ax.axhline(
@@ -660,7 +661,7 @@ def _duration(s: float) -> str:
 
 
 def _not_shown(runs: pd.DataFrame, model: str) -> str:
-    kept = runs[runs["selected"] & (runs["model"] == model) & (runs["method"] == "mecefo")]
+    kept = runs[runs["selected"] & (runs["model"] == model) & (runs["method"] == paper.METHOD)]
     bad = kept[kept["status"] != "ok"]
     if bad.empty:
         return ""
@@ -677,7 +678,7 @@ def outage_figure(drops: pd.DataFrame, runs: pd.DataFrame, model: str):
     d = _at_paper_bandwidth(
         drops[
             (drops["model"] == model)
-            & (drops["method"] == "mecefo")
+            & (drops["method"] == paper.METHOD)
             & (drops["failure"] == "high")
             & drops["repair"].isin(["replace", "fixed"])
         ]
@@ -735,14 +736,14 @@ def bandwidth_figure(drops: pd.DataFrame, means: pd.DataFrame, runs: pd.DataFram
     plt = _plt()
     d = drops[
         (drops["model"] == model)
-        & (drops["method"] == "mecefo")
+        & (drops["method"] == paper.METHOD)
         & (drops["failure"] == "high")
         & (drops["reading"] == DEFAULT_READING)
         & drops["drop"].notna()
     ].sort_values("inter_node_GBps")
     n = means[
         (means["model"] == model)
-        & (means["method"] == "mecefo")
+        & (means["method"] == paper.METHOD)
         & (means["failure"] == "none")
         & means["inter_node_GBps"].notna()
     ].sort_values("inter_node_GBps")
@@ -761,7 +762,7 @@ def bandwidth_figure(drops: pd.DataFrame, means: pd.DataFrame, runs: pd.DataFram
         ax2.plot(n["inter_node_GBps"], n["throughput_tok_s"], color="tab:red", marker="o", label="MeCeFO (harness)")
         ax2.set_xscale("log", base=2)
         ax2.yaxis.set_major_formatter(_tok_formatter())
-        ref = paper.throughput(model, "mecefo")["none"]
+        ref = paper.throughput(model, paper.METHOD)["none"]
         if ref is not None:
             ax2.axhline(ref, color="black", linestyle="--", linewidth=1, label=f"paper Table 2: {fmt_tok(ref)}")
     ax2.set_ylabel("failure-free tokens / simulated s")

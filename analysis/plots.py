@@ -538,7 +538,7 @@ def grad_error_curves(group: pd.DataFrame, title: str = ""):
     the mean over seeds as a thick one; right, the mean over seeds per parameter group with
     its 95% band. None when no run of the group has grad_error.jsonl."""
     group = ok_runs(group)
-    mec = group[group["method"] == "mecefo"]
+    mec = group[group["method"] == paper.METHOD]
     data = []
     for _, run in mec.iterrows():
         ge = load_grad_error(run["run_dir"])

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from . import paper
 from .methods import METHOD_ORDER
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,7 +103,12 @@ def _paper_table2_configs() -> Dict[str, List[str]]:
         for sweep in bandwidths:  # "hardware.inter_node_GBps=3.125,6.25,..."
             key, values = sweep.split("=", 1)
             for v in values.split(","):
-                configs[f"{model}/mecefo/{v}GBps"] = ["experiment=paper_table2", *cell, "method=mecefo", f"{key}={v}"]
+                configs[f"{model}/{paper.METHOD}/{v}GBps"] = [
+                    "experiment=paper_table2",
+                    *cell,
+                    f"method={paper.METHOD}",
+                    f"{key}={v}",
+                ]
     return configs
 
 
@@ -123,7 +129,7 @@ ABLATION_BASE = [
     "trainer.max_steps=50",
     "trainer.eval_every=0",
     "failure=none",
-    "method=mecefo",
+    f"method={paper.METHOD}",
     "hardware.shard=optimizer",
     "trainer.progress=none",
 ]

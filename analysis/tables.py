@@ -196,9 +196,9 @@ def _level_rows(
 def throughput_table(runs: pd.DataFrame) -> pd.DataFrame:
     rows = _level_rows(runs, "throughput_tok_s", "thr_", "drop_", _drop)
     faulty = [f for f in failure_levels(ok_runs(runs)["failure"]) if f != "none"] if not runs.empty else []
-    mecefo = {tuple(r[c] for c in GROUPING): r for r in rows if r["method"] == "mecefo"}
+    reference = {tuple(r[c] for c in GROUPING): r for r in rows if r["method"] == paper.METHOD}
     for row in rows:
-        ref_row = mecefo.get(tuple(row[c] for c in GROUPING), {})
+        ref_row = reference.get(tuple(row[c] for c in GROUPING), {})
         for f in faulty:
             md, d = ref_row.get(f"drop_{f}", float("nan")), row.get(f"drop_{f}", float("nan"))
             row[f"resilience_{f}"] = d / md if (md > 0 and math.isfinite(md) and math.isfinite(d)) else float("nan")

@@ -27,6 +27,9 @@ from typing import Dict, Iterable, List, Optional, Tuple
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "artifact_generated"
 SYSTEMS = {"varuna": "checkpoint", "oobleck": "oobleck", "bamboo": "bamboo"}
+#: the rows of the scenarios' comparison table, in its order: our method -> the name of its row (the
+#: artifact's system it stands for; the methods the scenarios add, under their own names)
+TABLE_ROWS = {"checkpoint": "Varuna", "oobleck": "Oobleck", "bamboo": "Bamboo", "mecefo": "MeCeFO", "reft": "REFT"}
 MODELS = ("bert_large", "gpt3_2_7b", "gpt3_6_7b")
 TOLERANCE = 0.02
 
