@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import IO, Union
 
 #: the bound on a failure trace (a CSV of events): a 32 MB trace of the shortest rows (2.17M events)
-#: peaks at 0.98 GB read (CPython 3.11), the bound a drawn trace has (failures: 1 GB); the published
-#: traces are a few kB (the Oobleck authors')
+#: peaks at 0.98 GB read (CPython 3.11), the bound a drawn trace has (failures: 1 GB); the node traces
+#: this checkout replays (conf/failure/traces/, tests/fixtures/artifact_generated/) are at most 13 kB
 MAX_TRACE_FILE_BYTES = 32 * 1024 * 1024
 #: the bound on a JSON record a run leaves (summary.json, profile.json): a few kB each in practice
 MAX_RECORD_FILE_BYTES = 64 * 1024 * 1024

@@ -16,6 +16,7 @@ from conftest import compose_cfg
 from mecefo_exp.config import ConfigError
 from mecefo_exp.failures import FAIL, RECOVER, TraceError
 from mecefo_exp.failures.nodes import read_node_trace
+from mecefo_exp.replay.node_readiness import ArtifactReadiness
 
 TABLE = "{4: 40, 3: 30, 2: 20}"
 COMMON = NODE_TRACE_ON_A_TABLE
@@ -170,22 +171,55 @@ def test_node_trace_rules(tmp_path):
     # e takes the slot at 8, usable at 10
     assert [(e.time, e.worker, e.kind) for e in nodes.events] == [(5.0, 0, FAIL), (10.0, 0, RECOVER)]
     assert nodes.start_s == 2.0 and nodes.initial_down == set()
-    # with unready_removals_fail, c's removal is a failure of its empty slot
-    strict = read_node_trace(str(trace_file(tmp_path, rows)), 2, ready_s=2.0, unready_removals_fail=True)
+    # with the artifact's readiness rule, c's removal is a failure of its empty slot
+    strict = read_node_trace(str(trace_file(tmp_path, rows)), 2, ready_s=2.0, readiness=ArtifactReadiness())
     assert [(e.time, e.worker, e.kind) for e in strict.events] == [(5.0, 0, FAIL), (7.0, 0, FAIL), (10.0, 0, RECOVER)]
 
 
 def test_a_node_removed_at_its_own_ready_instant_never_joins_under_the_artifacts_rules(tmp_path):
     # c is added at 6 s and removed at 8 s, the instant it would become usable: the artifact pops the
     # removal before the ready event (kind 2 before 4, B:1059, B:1159-1162; V and O alike), so c never
-    # joins and never counts as waiting; with unready_removals_fail its removal is a failure of its
-    # empty slot, with no recovery before it. Without the flag, our default keeps both events.
+    # joins and never counts as waiting; with the artifact's readiness rule its removal is a failure of its
+    # empty slot, with no recovery before it. Under the harness's own rule both events are kept.
     rows = [(0, "add", "a"), (0, "add", "b"), (5000, "remove", "a"), (6000, "add", "c"), (8000, "remove", "c")]
     rows.append((20000, "remove", "b"))
-    strict = read_node_trace(str(trace_file(tmp_path, rows)), 2, ready_s=2.0, unready_removals_fail=True)
+    strict = read_node_trace(str(trace_file(tmp_path, rows)), 2, ready_s=2.0, readiness=ArtifactReadiness())
     assert [(e.time, e.worker, e.kind) for e in strict.events] == [(5.0, 0, FAIL), (8.0, 0, FAIL)]
     default = read_node_trace(str(trace_file(tmp_path, rows)), 2, ready_s=2.0)
     assert [(e.time, e.worker, e.kind) for e in default.events] == [(5.0, 0, FAIL), (8.0, 0, RECOVER), (8.0, 0, FAIL)]
+
+
+@pytest.mark.parametrize(
+    "rule,message",
+    [
+        ("mecefo_exp.replay.nowhere:X", "cannot be imported as package.module:Class"),
+        ("mecefo_exp.failures.nodes:NodeTrace", "is not a subclass of mecefo_exp.failures.nodes.Readiness"),
+    ],
+)
+def test_a_readiness_rule_that_is_not_one_is_refused_in_one_line(tmp_path, rule, message):
+    from mecefo_exp.api import validate_run
+
+    path = trace_file(tmp_path, [(0, "add", "a"), (0, "add", "b"), (20000, "remove", "b")])
+    cfg = compose_cfg(
+        ["failure=nodes", f"failure.path={path}", "cluster.n_workers=2", f"failure.node_readiness={rule}"]
+    )
+    with pytest.raises(ConfigError, match=message) as e:
+        validate_run(cfg)
+    assert str(e.value).startswith("failure.node_readiness") and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("stored,rule", [(True, "mecefo_exp.replay.node_readiness:ArtifactReadiness"), (False, None)])
+def test_a_folder_written_with_unready_removals_fail_keeps_its_rule(stored, rule):
+    """An older version stored `failure.unready_removals_fail`; the rule that says the same now is named."""
+    from omegaconf import OmegaConf
+
+    from mecefo_exp.config.schema import typed_config
+
+    old = OmegaConf.create(OmegaConf.to_container(compose_cfg(["failure=nodes"]), resolve=False))
+    del old.failure["node_readiness"]
+    old.failure["unready_removals_fail"] = stored
+    typed = typed_config(old)
+    assert typed.failure.node_readiness == rule and "unready_removals_fail" not in typed.failure
 
 
 def test_node_traces_that_start_late_and_grow(tmp_path):

@@ -97,12 +97,12 @@ class FailureConfig:
     )  # repair=replace: seconds (paper seconds) until a spare takes the failed unit's place
     # trace: replay a CSV of time, worker, event (time in `unit`); nodes: t_ms,add|remove,name
     path: Optional[str] = None
-    # nodes: a node removed before it is usable still fails its (empty) slot, so the job restarts as
-    # for any removal (the Oobleck authors' simulators do); false: the job never knew it
-    unready_removals_fail: bool = False
+    # nodes: how a removal meets a node's readiness, a study's own rule as "package.module:Class" (null:
+    # failures/nodes.py's `Readiness`: usable from its ready instant on; a removal before, never heard)
+    node_readiness: Optional[str] = None
     node_ready_s: float = field(
         default=45.0, metadata=at_least(0, "seconds")
-    )  # nodes: an added node is usable this long after it is added (45 s in the Oobleck authors' simulators)
+    )  # nodes: an added node is usable this long after it is added (conf/failure/nodes.yaml: where 45 s is from)
     # which workers may fail (None: all); the paper's asymmetric experiment uses a subset
     workers: Optional[List[int]] = None
     # field: what each whole-job cause category destroys (failures/classes.py; conf/failure/llama3_taxonomy.yaml
@@ -331,6 +331,8 @@ MAX_WORKERS = 1_048_576
 
 #: method settings renamed since a run folder may have been written: old name -> the name now
 RENAMED_METHOD_SETTINGS = {"interval": "checkpoint_interval", "checkpoint_every": "checkpoint_interval"}
+#: `failure.unready_removals_fail: true` of an older version: the readiness rule that now says it
+UNREADY_REMOVALS_FAIL_RULE = "mecefo_exp.replay.node_readiness:ArtifactReadiness"
 
 
 def typed_config(stored: Any, source: str = "config.yaml") -> Any:
@@ -351,6 +353,10 @@ def typed_config(stored: Any, source: str = "config.yaml") -> Any:
         for old, new in RENAMED_METHOD_SETTINGS.items():  # a folder of an older version: its setting, renamed
             if method is not None and old in method and new not in method and new in schema.method:
                 method[new] = method.pop(old)
+    failure = stored.get("failure") if hasattr(stored, "get") else None
+    if failure is not None and "unready_removals_fail" in failure:  # a folder of an older version
+        if failure.pop("unready_removals_fail") and not failure.get("node_readiness"):
+            failure["node_readiness"] = UNREADY_REMOVALS_FAIL_RULE
     try:
         return OmegaConf.merge(schema, stored)
     except OmegaConfBaseException as e:

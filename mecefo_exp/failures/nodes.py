@@ -1,7 +1,7 @@
 """Node traces as spot-instance clusters produce them (`failure=nodes`).
 
-A row is `t,add|remove,name` (t in milliseconds, no header: the format of the Oobleck authors'
-spot-instance traces). Nodes come and go under their names; the harness maps them onto
+A row is `t,add|remove,name` (t in milliseconds, no header: the format of the spot-instance
+traces in the Oobleck artifact, docs/ARTIFACT.md). Nodes come and go under their names; the harness maps them onto
 `cluster.n_workers` worker slots, which must hold the most nodes the trace has at once:
 
 - an added node takes the lowest free slot and is usable `node_ready_s` later (its slot
@@ -10,9 +10,9 @@ spot-instance traces). Nodes come and go under their names; the harness maps the
   usable and takes the method's `job_start_s`; every node usable by then joins it, the other
   slots start empty (`initial_down`); a trace that removes every such node before the
   rendezvous completes is refused (the job would start with no node);
-- a node removed before it is usable never joins; with `unready_removals_fail` its removal
-  is still a failure of its (empty) slot, as the Oobleck authors' simulators treat it, and so
-  is one removed at the instant it would become usable (they hear the removal first);
+- a node removed before it is usable never joins, and the job never hears of it; one removed at
+  the instant it becomes usable was usable. A study may read a removal otherwise
+  (`failure.node_readiness` names a subclass of `Readiness`, the replay's in replay/node_readiness.py);
 - the last row's time is the hard stop (`stop_s`): nothing at or after it is applied, and the
   run ends with the last step that completes before it.
 
@@ -31,9 +31,35 @@ from pathlib import Path
 from typing import Dict, List, Optional, Set, Tuple
 
 from ..bounded_read import MAX_TRACE_FILE_BYTES, InputRefused, open_bounded
+from ..registry import named_class
 from .base import TimeBase, setting
 from .events import FAIL, RECOVER, FailureEvent, TraceError
 from .trace import Trace
+
+
+class Readiness:
+    """How a removal meets the readiness of the node it removes: whether the node was usable by then
+    (then the removal is a failure of its slot) and whether removing one not yet usable is heard.
+
+    The harness's reading: a node is usable from its ready instant on, and a removal before that is
+    never heard: the node never joined."""
+
+    #: a node removed before it is usable still fails its (empty) slot
+    unusable_removal_fails = False
+
+    def usable_when_removed(self, ready_at: float, removed_at: float) -> bool:
+        return ready_at <= removed_at
+
+
+def readiness_of(f) -> Readiness:
+    """The rule `failure.node_readiness` names (package.module:Class), or the harness's."""
+    path = setting(f, "node_readiness", None)
+    if not path:
+        return Readiness()
+    cls = named_class(str(path))
+    if not (isinstance(cls, type) and issubclass(cls, Readiness)):
+        raise TypeError(f"{path} is not a subclass of mecefo_exp.failures.nodes.Readiness")
+    return cls()
 
 
 @dataclass
@@ -100,9 +126,10 @@ def read_node_trace(
     n_workers: int,
     ready_s: float,
     job_start_s: float = 0.0,
-    unready_removals_fail: bool = False,
+    readiness: Optional[Readiness] = None,
     unit_s: float = 1e-3,
 ) -> NodeTrace:
+    rule = readiness or Readiness()
     parsed = parse_rows(path, unit_s)
     stop_s = parsed[-1][1]
     applied = [r for r in parsed if r[1] < stop_s]
@@ -152,13 +179,11 @@ def read_node_trace(
             raise TraceError(f"{path} line {lineno}: node {name!r} is removed but {why}")
         slot = slot_of.pop(name)
         ready = ready_at.pop(slot)
-        # not usable yet: it never joins; with unready_removals_fail nor at its own ready instant (the
-        # Oobleck authors' simulators pop a removal before a ready event of the same millisecond)
-        if ready > t or (unready_removals_fail and ready == t):
+        if not rule.usable_when_removed(ready, t):  # it never joins
             if ready <= begins:
                 up_at_start.discard(slot)
             events = [e for e in events if not (e.worker == slot and e.time == ready and e.kind == RECOVER)]
-            if unready_removals_fail:
+            if rule.unusable_removal_fails:
                 events.append(FailureEvent(t, slot, FAIL))
         else:
             events.append(FailureEvent(t, slot, FAIL))
@@ -209,7 +234,13 @@ def check(f, n_workers: int) -> Optional[str]:
     if not f.path:
         return "failure.path is required for failure=nodes (a CSV of t_ms,add|remove,name)"
     try:
-        read_node_trace(f.path, n_workers, f.node_ready_s)
+        rule = readiness_of(f)
+    except TypeError as e:
+        return f"failure.node_readiness: {e}"
+    except (ImportError, AttributeError, ValueError) as e:
+        return f"failure.node_readiness={f.node_readiness!r}: cannot be imported as package.module:Class ({e})"
+    try:
+        read_node_trace(f.path, n_workers, f.node_ready_s, readiness=rule)
     except TraceError as e:
         return str(e)
     return None
@@ -223,7 +254,7 @@ def make(f, base: TimeBase) -> Trace:
         base.n_workers,
         ready_s,
         job_start_s=base.job_start_s,
-        unready_removals_fail=bool(setting(f, "unready_removals_fail", False)),
+        readiness=readiness_of(f),
     )
     nan = float("nan")
     trace = Trace(

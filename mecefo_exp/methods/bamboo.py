@@ -5,7 +5,8 @@ fails its shadow finishes the step and does both stages' work until the pipeline
 Two adjacent failures lose a stage outright: restart from a checkpoint. Here in two settings,
 with the same shadow rule: the data-parallel ring (an emulation: no bubbles, the redundancy paid
 in full) and a hybrid layout's real pipelines (the redundant forward in the 1F1B idle slots); the
-Oobleck authors' pipelines with idle spares are a study of their own (replay/bamboo_pipelines.py).
+pipelines with idle spares that the Oobleck artifact's simulator runs are the replay's
+(replay/bamboo_pipelines.py).
 docs/METHODS.md ("Bamboo in the harness") has every rule and each reading where the papers are
 silent.
 """
