@@ -17,7 +17,7 @@ from ..failures import check_whole_groups, make_trace
 from ..methods import build_method
 from ..methods.checkpointing import store_of_run
 from ..metrics import RunRecords
-from ..timing import CostModel, build_timing, state_bytes
+from ..timing import CostModel, Measuring, build_timing, state_bytes
 from .context import log
 from .invariants import NodePresence
 from .record import log_start, warn_if_memory_does_not_fit
@@ -91,17 +91,8 @@ def build_clock(run: Experiment, modes) -> None:
     # a resumed run keeps its own clock: the profile.json its first start wrote
     own = resumed_profile if cfg.resume and cfg.cluster.profile == "auto" and resumed_profile.exists() else None
     numerics = run.training.numerics
-    run.timing = build_timing(
-        cfg,
-        run.method,
-        modes,
-        run.training.vocab_size,
-        run.device,
-        real_model=run.training.model if numerics else None,
-        stream=run.training.stream,
-        is_main=run.is_main,
-        own_profile=own,
-    )
+    here = Measuring(run.device, run.training.model if numerics else None, run.training.stream, run.is_main)
+    run.timing = build_timing(cfg, run.method, modes, run.training.vocab_size, here, own_profile=own)
     run.tier.share_profile(run.timing)
     run.training.kernel_counts = run.timing.counts
     run.costs = CostModel(

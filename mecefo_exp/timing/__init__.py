@@ -81,6 +81,18 @@ class Timing:
 
 
 @dataclass
+class Measuring:
+    """What this process brings to a profile measured here (hardware.compute=profile, cluster.profile=
+    fresh): its model and data stream (None without numerics), its device, and whether it is the rank
+    that measures (under torchrun the others get rank 0's profile by broadcast)."""
+
+    device: Optional["torch.device"] = None
+    real_model: Optional["torch.nn.Module"] = None
+    stream: Any = None
+    is_main: bool = True
+
+
+@dataclass
 class TimedShape:
     """What the clock times: the model's shape (hardware.timing_model's, or the run's), its
     vocabulary and compute dtype, and the run's micro-batch shape and seed."""
@@ -111,19 +123,9 @@ class TimedShape:
         return cached_counts(key, count)
 
 
-def build_timing(
-    cfg,
-    method,
-    modes,
-    vocab_size: int,
-    device: Optional[torch.device],  # None without numerics
-    real_model: Optional[torch.nn.Module] = None,
-    stream=None,
-    is_main: bool = True,
-    own_profile: Optional[Path] = None,
-) -> Timing:
-    """`is_main`: under torchrun only rank 0 measures (the others get its profile by broadcast). `own_profile`:
-    a resumed run's profile.json, which pins its clock (in place of `cluster.profile`) and its record."""
+def build_timing(cfg, method, modes, vocab_size: int, here: Measuring, own_profile: Optional[Path] = None) -> Timing:
+    """The kernel seconds and what the clock reports of them. `own_profile`: a resumed run's
+    profile.json, which pins its clock (in place of `cluster.profile`) and its record."""
     hw = cfg.hardware
     dtype = "torch.bfloat16" if hw.compute_dtype == "bf16" else "torch.float32"
     shape = TimedShape(timed_model_cfg(cfg), vocab_size, dtype, cfg.data.micro_batch, cfg.data.seq_len, cfg.seed)
@@ -132,7 +134,7 @@ def build_timing(
     if choice not in ("auto", "fresh"):  # a profile file pins the clock
         profile, info, layout = profile_from_file(choice, counts, resumed=own_profile is not None)
     elif choice == "fresh" or hw.compute == "profile":
-        profile, info, layout = measured_profile(cfg, method, modes, shape, real_model, stream, device, is_main, choice)
+        profile, info, layout = measured_profile(cfg, method, modes, shape, here, choice)
     else:  # layout: a hybrid layout's step (parallel.tp or pp > 1), else None (pure data parallelism)
         profile, info, layout = profile_from_flops(cfg, modes, shape, counts)
     profile.meta["flops"] = {k: c["flops"] for k, c in counts.items()}
@@ -188,17 +190,17 @@ def profile_from_file(path: str, counts, resumed: bool):
     return profile, info, None
 
 
-def measured_profile(cfg, method, modes, shape: TimedShape, real_model, stream, device, is_main: bool, choice: str):
+def measured_profile(cfg, method, modes, shape: TimedShape, here: Measuring, choice: str):
     """hardware.compute=profile or cluster.profile=fresh: the kernels timed on this machine."""
-    if real_model is None or shape.model is not cfg.model:
+    if here.real_model is None or shape.model is not cfg.model:
         raise ConfigError(
             "hardware.compute=profile times this machine's model: it needs trainer.numerics=true "
             "and no hardware.timing_model (use a FLOP preset such as hardware=a100_32)"
         )
     fresh = choice == "fresh"
     profile = (
-        measure(cfg, method, modes, real_model, stream, device, shape.vocab_size, fresh=fresh)
-        if is_main
+        measure(cfg, method, modes, here.real_model, here.stream, here.device, shape.vocab_size, fresh=fresh)
+        if here.is_main
         else Profile({})
     )
     return profile, {"compute": "measured"}, None
