@@ -58,7 +58,7 @@ from .collect import (
     sort_runs,
     write_table,
 )
-from .formats import fmt_num, fmt_pct, fmt_ratio, fmt_tok, thousands
+from .formats import fmt_num, fmt_pct, fmt_ratio, fmt_tok
 from .methods import METHOD_LABELS
 from .tables import SETTING, setting_columns, throughput_markdown, throughput_table, to_markdown
 
@@ -196,7 +196,7 @@ def collect_study(roots: Iterable) -> pd.DataFrame:
 
 
 def _run_name(r) -> str:
-    bw = _fmt_g(r.get("inter_node_GBps"))
+    bw = fmt_g(r.get("inter_node_GBps"))
     bw = f" {bw} GB/s" if bw else ""
     return f"{r['model']} {r['method']} failure={r['failure']} {r['reading']} ({reading_words(r['reading'])}){bw} seed={r['seed']}"
 
@@ -216,7 +216,7 @@ def problems(runs: pd.DataFrame, drops: Optional[pd.DataFrame] = None) -> List[s
         for _, r in drops[drops["thr_none"].isna()].iterrows():
             lines.append(
                 f"  no failure-free run to compare with: {r['model']} {r['method']} failure={r['failure']} "
-                f"{r['reading']} ({reading_words(r['reading'])}) {_fmt_g(r['inter_node_GBps']) or '?'} GB/s"
+                f"{r['reading']} ({reading_words(r['reading'])}) {fmt_g(r['inter_node_GBps']) or '?'} GB/s"
             )
     return lines
 
@@ -274,7 +274,7 @@ def _all_of(flags: Sequence[Optional[bool]]) -> str:
     return "yes" if flags and all(f is True for f in flags) else "n/a"
 
 
-def _model_rank(model) -> int:
+def model_rank(model) -> int:
     return PAPER_MODEL_ORDER.index(model) if model in PAPER_MODEL_ORDER else len(PAPER_MODEL_ORDER)
 
 
@@ -292,7 +292,7 @@ def _is_paper_bandwidth(v) -> bool:
     return isinstance(v, float) and math.isclose(v, PAPER_GBPS)
 
 
-def _at_paper_bandwidth(df: pd.DataFrame) -> pd.DataFrame:
+def at_paper_bandwidth(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["inter_node_GBps"].map(_is_paper_bandwidth).astype(bool)]
 
 
@@ -300,7 +300,7 @@ def _at_paper_bandwidth(df: pd.DataFrame) -> pd.DataFrame:
 def default_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """The runs of Table 2 proper: failure-free or the default reading, at the paper's 25 GB/s."""
     sel = runs["reading"].isin([NO_READING, DEFAULT_READING])
-    return _at_paper_bandwidth(runs[sel])
+    return at_paper_bandwidth(runs[sel])
 
 
 def table2_default(runs: pd.DataFrame) -> pd.DataFrame:
@@ -308,7 +308,7 @@ def table2_default(runs: pd.DataFrame) -> pd.DataFrame:
     analysis (thr_<level>, drop_<level>, resilience_<level>, paper_*)."""
     t = throughput_table(default_runs(runs))
     if not t.empty:
-        t = t.assign(_m=t["model"].map(_model_rank)).sort_values("_m", kind="stable").drop(columns="_m")
+        t = t.assign(_m=t["model"].map(model_rank)).sort_values("_m", kind="stable").drop(columns="_m")
     return t.reset_index(drop=True)
 
 
@@ -316,7 +316,7 @@ def table2_default(runs: pd.DataFrame) -> pd.DataFrame:
 def table2_readings(drops: pd.DataFrame) -> pd.DataFrame:
     """Per setting x reading at 25 GB/s: the drops at high of the paper's three methods, the paper's
     drop beside each, whether each is within tolerance, and `reproduces` (all three)."""
-    high = _at_paper_bandwidth(drops[(drops["failure"] == "high") & drops["method"].isin(PAPER_METHODS)])
+    high = at_paper_bandwidth(drops[(drops["failure"] == "high") & drops["method"].isin(PAPER_METHODS)])
     keys = [*SETTING, "reading", "process", "unit_gpus", "repair", "replace_s"]
     rows = []
     for key, group in high.groupby(keys, dropna=False, sort=False):
@@ -340,7 +340,7 @@ def table2_readings(drops: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=[*keys, "reproduces"])
     t = pd.DataFrame(rows)
     order = sorted(
-        t.index, key=lambda i: (_model_rank(t.loc[i, "model"]), str(t.loc[i, "model"]), _reading_rank(t.loc[i]))
+        t.index, key=lambda i: (model_rank(t.loc[i, "model"]), str(t.loc[i, "model"]), _reading_rank(t.loc[i]))
     )
     return t.loc[order].reset_index(drop=True)
 
@@ -355,7 +355,7 @@ def which_reading(readings: pd.DataFrame) -> Tuple[pd.DataFrame, pd.DataFrame, L
             pd.DataFrame(columns=["model", "readings", "reproduce", "reproducing"]),
             [],
         )
-    models = sorted(readings["model"].unique(), key=lambda m: (_model_rank(m), str(m)))
+    models = sorted(readings["model"].unique(), key=lambda m: (model_rank(m), str(m)))
     order = list(dict.fromkeys(readings["reading"]))  # readings() is sorted already
     matrix = readings.pivot_table(index="reading", columns="model", values="reproduces", aggfunc="first")
     matrix = matrix.reindex(index=order, columns=models).fillna("n/a")
@@ -392,7 +392,7 @@ def _per_model_source(runs: pd.DataFrame, needed: str) -> pd.DataFrame:
             "me": ok["method"] != paper.METHOD,
             "f": ok["failure"] != "none",
             "bw": ~ok["inter_node_GBps"].map(_is_paper_bandwidth).astype(bool),
-            "m": ok["model"].map(_model_rank),
+            "m": ok["model"].map(model_rank),
         },
         index=ok.index,
     )
@@ -459,7 +459,7 @@ def clock_table(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _fmt_g(v) -> str:
+def fmt_g(v) -> str:
     return "" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:g}"
 
 
@@ -601,7 +601,7 @@ def runs_markdown(runs: pd.DataFrame) -> str:
         "failure": ("failure", None),
         "reading": ("reading", None),
         "words": ("what it means", None),
-        "inter_node_GBps": ("GB/s", _fmt_g),
+        "inter_node_GBps": ("GB/s", fmt_g),
         "seed": ("seed", None),
         "throughput_tok_s": ("tok/s", fmt_tok),
         "error": ("error", None),
@@ -610,192 +610,6 @@ def runs_markdown(runs: pd.DataFrame) -> str:
     superseded = int((~runs["selected"]).sum())
     note = f"\n\n{superseded} superseded run(s) not shown (see runs_all.csv)." if superseded else ""
     return to_markdown(kept, cols) + note
-
-
-# ------------------------------------------------------------------------ figures
-def _plt():
-    import matplotlib
-
-    if "ipykernel" not in sys.modules:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _tok_formatter():
-    import matplotlib.ticker
-
-    return matplotlib.ticker.FuncFormatter(thousands)
-
-
-def _na(ax, what: str = "n/a") -> None:
-    ax.text(
-        0.5,
-        0.6,
-        what,
-        transform=ax.transAxes,
-        ha="center",
-        va="center",
-        color="0.4",
-        fontsize=12,
-        bbox={"facecolor": "white", "edgecolor": "0.7"},
-    )
-    ax.set_xticks([])
-
-
-def _paper_line(ax, model: str, method: str = paper.METHOD) -> None:
-    ref = paper.throughput(model, method)["drop_high"]
-    if ref is not None:
-        ax.axhline(
-            ref * 100,
-            color="black",
-            linestyle="--",
-            linewidth=1,
-            label=f"paper Table 2 ({paper.ref_label(model)}): {ref * 100:.2f}%",
-        )
-
-
-def _duration(s: float) -> str:
-    return f"{s / 3600:g} h" if s >= 3600 else (f"{s / 60:g} min" if s >= 120 else f"{s:g} s")
-
-
-def _not_shown(runs: pd.DataFrame, model: str) -> str:
-    kept = runs[runs["selected"] & (runs["model"] == model) & (runs["method"] == paper.METHOD)]
-    bad = kept[kept["status"] != "ok"]
-    if bad.empty:
-        return ""
-    return "not shown, did not finish: " + "; ".join(
-        f"{r['failure']} {r['reading']} {_fmt_g(r['inter_node_GBps']) or '?'} GB/s ({r['status']})"
-        for _, r in bad.iterrows()
-    )
-
-
-def outage_figure(drops: pd.DataFrame, runs: pd.DataFrame, model: str):
-    """MeCeFO's drop at high against how long a failed unit stays down (repair=replace after
-    replace_s; fixed = the preset's recover_h), a line per process/unit combination."""
-    plt = _plt()
-    d = _at_paper_bandwidth(
-        drops[
-            (drops["model"] == model)
-            & (drops["method"] == paper.METHOD)
-            & (drops["failure"] == "high")
-            & drops["repair"].isin(["replace", "fixed"])
-        ]
-    )
-    d = d[d["outage_s"].notna() & d["drop"].notna()]
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    combos = d[["process", "unit_gpus"]].drop_duplicates()
-    combos = combos.assign(_p=combos["process"].map(lambda p: PROCESS_ORDER.index(p) if p in PROCESS_ORDER else 9))
-    for i, (_, c) in enumerate(combos.sort_values(["_p", "unit_gpus"]).iterrows()):
-        line = d[(d["process"] == c["process"]) & (d["unit_gpus"] == c["unit_gpus"])].sort_values("outage_s")
-        color = f"C{i}"
-        ax.plot(
-            line["outage_s"],
-            line["drop"] * 100,
-            color=color,
-            linewidth=1.2,
-            label=f"{c['process']}, {int(c['unit_gpus'])} GPU{'s' if c['unit_gpus'] > 1 else ''}",
-        )
-        for repair, marker in (("replace", "o"), ("fixed", "s")):
-            pts = line[line["repair"] == repair]
-            ax.scatter(pts["outage_s"], pts["drop"] * 100, color=color, marker=marker, s=28, zorder=3)
-    if d.empty:
-        _na(ax)
-    else:
-        ax.set_xscale("log")
-        ticks = sorted(d["outage_s"].unique())
-        ax.set_xticks(
-            ticks,
-            [_duration(t) + (" (fixed)" if any(d.loc[d["outage_s"] == t, "repair"] == "fixed") else "") for t in ticks],
-            rotation=30,
-            fontsize=8,
-        )
-        ax.minorticks_off()
-    _paper_line(ax, model)
-    ax.set_xlabel("outage per failure (replace after s; fixed = recover_h)")
-    ax.set_ylabel("MeCeFO throughput drop at high (%)")
-    ax.set_title(f"{model}: MeCeFO's drop vs outage length ({PAPER_GBPS:g} GB/s)", fontsize=10)
-    return _finish(fig, [ax], runs, model)
-
-
-def _finish(fig, axes, runs: pd.DataFrame, model: str):
-    """Grid and legend on every panel, the runs not shown as a footnote, tight layout."""
-    for a in axes:
-        a.grid(True, alpha=0.3)
-        if a.get_legend_handles_labels()[0]:
-            a.legend(fontsize=8, frameon=False)
-    _footnote(fig, _not_shown(runs, model))
-    fig.tight_layout()
-    return fig
-
-
-def bandwidth_figure(drops: pd.DataFrame, means: pd.DataFrame, runs: pd.DataFrame, model: str):
-    """Left: MeCeFO's drop at high (default reading) against the inter-node bandwidth. Right: its
-    failure-free tokens/s, since the calibration holds only at the paper's 25 GB/s."""
-    plt = _plt()
-    d = drops[
-        (drops["model"] == model)
-        & (drops["method"] == paper.METHOD)
-        & (drops["failure"] == "high")
-        & (drops["reading"] == DEFAULT_READING)
-        & drops["drop"].notna()
-    ].sort_values("inter_node_GBps")
-    n = means[
-        (means["model"] == model)
-        & (means["method"] == paper.METHOD)
-        & (means["failure"] == "none")
-        & means["inter_node_GBps"].notna()
-    ].sort_values("inter_node_GBps")
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    if d.empty:
-        _na(ax)
-    else:
-        ax.plot(d["inter_node_GBps"], d["drop"] * 100, color="tab:red", marker="o", label="MeCeFO (harness)")
-        ax.set_xscale("log", base=2)
-    _paper_line(ax, model)
-    ax.set_ylabel(f"throughput drop at high, {DEFAULT_READING} (%)")
-    ax.set_title(f"{model}: MeCeFO's drop vs inter-node bandwidth", fontsize=10)
-    if n.empty:
-        _na(ax2)
-    else:
-        ax2.plot(n["inter_node_GBps"], n["throughput_tok_s"], color="tab:red", marker="o", label="MeCeFO (harness)")
-        ax2.set_xscale("log", base=2)
-        ax2.yaxis.set_major_formatter(_tok_formatter())
-        ref = paper.throughput(model, paper.METHOD)["none"]
-        if ref is not None:
-            ax2.axhline(ref, color="black", linestyle="--", linewidth=1, label=f"paper Table 2: {fmt_tok(ref)}")
-    ax2.set_ylabel("failure-free tokens / simulated s")
-    ax2.set_title(f"{model}: MeCeFO failure-free throughput", fontsize=10)
-    for a, data in ((ax, d), (ax2, n)):
-        if not data.empty:
-            ticks = sorted(set(data["inter_node_GBps"]) | {PAPER_GBPS})
-            a.set_xticks(ticks, [f"{t:g}" for t in ticks])
-            a.minorticks_off()
-            a.axvline(PAPER_GBPS, color="0.5", linestyle=":", linewidth=1, label=f"paper: {PAPER_GBPS:g} GB/s")
-        a.set_xlabel("inter-node bandwidth per machine (GB/s)")
-    return _finish(fig, [ax, ax2], runs, model)
-
-
-def _footnote(fig, text: str) -> None:
-    if text:
-        fig.text(0.01, -0.02, text, fontsize=7, color="0.3", ha="left", va="top", wrap=True)
-
-
-def make_figures(runs: pd.DataFrame, drops: pd.DataFrame, out) -> List[Path]:
-    """Both figures for every model that has a kept run (a panel without data says n/a)."""
-    from .plots import save
-
-    if runs.empty:
-        return []
-    means = seed_means(runs)
-    kept = runs[runs["selected"]] if "selected" in runs else runs
-    models = sorted({m for m in kept["model"] if isinstance(m, str)}, key=lambda m: (_model_rank(m), m))
-    paths: List[Path] = []
-    for model in models:
-        paths += save(outage_figure(drops, runs, model), out, f"mecefo_drop_vs_outage_{model}")
-        paths += save(bandwidth_figure(drops, means, runs, model), out, f"mecefo_drop_vs_bandwidth_{model}")
-    return paths
 
 
 # ------------------------------------------------------------------------ all of it
@@ -851,6 +665,7 @@ def write_tables(runs: pd.DataFrame, out, drops: Optional[pd.DataFrame] = None) 
 def analyze(sweep_dirs: Iterable, out, figures: bool = True, verbose: bool = True) -> Dict[str, List[Path]]:
     """Collect the sweep(s), write the run table, the study's tables and (figures=True) its figures;
     print what was found, naming every run that is in no table."""
+    from . import paper_scale_figures  # matplotlib: only where figures are drawn
     from .study import run_study
 
     def collect_with_drops():
@@ -868,7 +683,7 @@ def analyze(sweep_dirs: Iterable, out, figures: bool = True, verbose: bool = Tru
             "table": write_table(data[0], folder).values(),
             "tables": write_tables(data[0], folder, data[1]),
         },
-        lambda data, folder: make_figures(data[0], data[1], folder),
+        lambda data, folder: paper_scale_figures.make_figures(data[0], data[1], folder),
         lambda data: describe(*data),
         draw=figures,
         verbose=verbose,
