@@ -31,7 +31,7 @@ import sys
 import time
 from typing import Dict, List
 
-from mecefo_exp.registry import method_class
+from mecefo_exp.registry import BASELINE, method_class
 
 from . import assumptions
 from . import closed_forms as cf
@@ -47,12 +47,12 @@ def probe(overrides: List[str]) -> Dict:
 
     from .simulate import run_cfg
 
-    cfg = compose(overrides + ["trainer.numerics=false", "method=checkpoint"])
+    cfg = compose(overrides + ["trainer.numerics=false", f"method={BASELINE}"])
     ff = compose(
         overrides
         + [
             "trainer.numerics=false",
-            "method=checkpoint",
+            f"method={BASELINE}",
             "failure=none",
             "trainer.max_steps=1",
             "method.checkpoint_interval=1",

@@ -17,7 +17,10 @@ from typing import Dict, List
 
 from omegaconf import OmegaConf
 
+from mecefo_exp.registry import BASELINE
+
 from . import closed_forms as cf
+from .paper import METHOD as PAPER_METHOD
 from .simulate import compose, effective_time, run_cfg
 
 KERNELS = {
@@ -51,7 +54,7 @@ BASE = [
 ]
 # checkpoint-restart: one failure every M seconds cluster-wide, a spare at once (no repair time)
 CR = [
-    "method=checkpoint",
+    f"method={BASELINE}",
     "failure.process=cluster",
     "failure.repair=replace",
     "failure.replace_s=0.0",
@@ -143,7 +146,7 @@ def mecefo_agrees(profile):
     lam = 1 / 19.0
     summaries = degraded_case(
         profile,
-        "mecefo",
+        PAPER_METHOD,
         U,
         lam,
         D,

@@ -40,7 +40,7 @@ from typing import Dict, List
 import pandas as pd
 
 from mecefo_exp.methods.setting_roles import FREQUENT_SAVE, setting_with_role
-from mecefo_exp.registry import method_class
+from mecefo_exp.registry import BASELINE, method_class
 
 from .simulate import METHODS, effective_time, fallback_overrides, mean_interval, run_all
 
@@ -114,7 +114,7 @@ def probe(model: str, gpus: int) -> Dict:
             *MODELS[model]["overrides"],
             f"cluster.n_workers={gpus}",
             "failure=none",
-            "method=checkpoint",
+            f"method={BASELINE}",
             "trainer.max_steps=1",
             "method.checkpoint_interval=1",
         ]

@@ -23,6 +23,9 @@ REGISTRY = {
     "oobleck": "oobleck:Oobleck",
     "jit": "jit:JustInTime",
 }
+#: the method every other is measured against; the studies' probes of a failure-free step and a
+#: checkpoint write run it
+BASELINE = "checkpoint"
 
 
 def _load(package: str, spec: str):
