@@ -368,7 +368,7 @@ def _plain_run_dir(args):
     [
         [],
         ["resume=false"],
-        ["cluster=torchrun", "method=bamboo", "seed=3", "failure.path=/tmp/x.csv"],
+        ["cluster=torchrun", "method=bamboo", "seed=3", "failure=trace", "failure.path=/tmp/x.csv"],
         ["experiment=debug", "cluster=torchrun"],
         ["cluster=torchrun"] + [f"trainer.lr=0.00{i}" for i in range(1, 10)] * 3,
     ],

@@ -49,6 +49,48 @@ def test_a_model_is_one_file_with_check_and_make(kind):
     assert {"check", "make"} <= defined, (kind, defined)
 
 
+@pytest.mark.parametrize("kind", sorted(MODELS))
+def test_a_model_s_settings_are_its_own_file_s_config_and_its_preset_composes_onto_it(kind, tmp_path):
+    from omegaconf import OmegaConf
+
+    from mecefo_exp.config import FailureConfig
+    from mecefo_exp.failures import failure_config
+
+    config = failure_config(kind)
+    assert issubclass(config, FailureConfig)
+    assert config is FailureConfig or config.__module__ == model(kind).__name__, (kind, config)
+    overrides = PRESET[kind] + (["failure.path=t.csv"] if kind == "trace" else [])
+    assert OmegaConf.get_type(compose_cfg(overrides).failure) is config
+
+
+def test_a_setting_of_another_failure_kind_is_refused_in_one_line(tmp_path):
+    """`failure.mtbf` means nothing to the paper's rates: it is refused, not silently ignored."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "run.py", "failure=high", "failure.mtbf=3", f"hydra.run.dir={tmp_path}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-2000:]
+    assert "failure.mtbf" in out.stderr and "every_h" in out.stderr  # what is wrong, and what is allowed
+
+
+def test_a_folder_of_an_older_version_drops_the_other_kinds_settings():
+    """Before each kind had its own settings, a run folder stored every kind's (at their defaults)."""
+    from omegaconf import OmegaConf
+
+    from mecefo_exp.config.schema import typed_config
+
+    old = OmegaConf.create(OmegaConf.to_container(compose_cfg(["failure=high"]), resolve=False))
+    old.failure.update({"mtbf": None, "mttr": None, "path": None, "node_ready_s": 45.0, "job_faults": {}})
+    typed = typed_config(old)
+    assert "mtbf" not in typed.failure and typed.failure.every_h == old.failure.every_h
+
+
 @pytest.fixture(scope="module")
 def trace_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("trace") / "t.csv"

@@ -129,37 +129,53 @@ def test_every_field_rule_is_enforced_with_one_line_naming_the_field():
         TrainerConfig,
         validate,
     )
+    from mecefo_exp.failures import MODELS, failure_config
 
     default = compose_cfg([])  # composed once: each rule is checked on a copy with one bad value
+    # a failure model's own settings, on a config of its kind (composed once per kind that has rules)
+    of_kind = {
+        "nodes": compose_cfg(["failure=nodes", f"failure.path={ROOT / 'conf/failure/traces/oobleck_artifact/1h.csv'}"])
+    }
+    own = [
+        (kind, f)
+        for kind in MODELS
+        for f in dataclasses.fields(failure_config(kind))
+        if f.metadata and f.name not in {g.name for g in dataclasses.fields(FailureConfig)}
+    ]
+    assert {kind for kind, _ in own} <= set(of_kind), f"a failure kind with rules and no config here: {own}"
     checked = 0
-    for section, schema in (
-        ("model", ModelConfig),
-        ("data", DataConfig),
-        ("cluster", ClusterConfig),
-        ("trainer", TrainerConfig),
-        ("logger", LoggerConfig),
-        ("failure", FailureConfig),
-        ("hardware", HardwareConfig),
-        ("parallel", ParallelConfig),
-    ):
-        for f in dataclasses.fields(schema):
-            rule = f.metadata
-            if not rule:
-                continue
-            if "choices" in rule:
-                bad = "not_an_option"
-            elif "ge" in rule:
-                bad = rule["ge"] - 1
-            elif "gt" in rule:
-                bad = rule["gt"]
-            else:
-                bad = rule["within"][1] + 1
-            cfg = copy.deepcopy(default)
-            OmegaConf.update(cfg, f"{section}.{f.name}", bad, force_add=True)
-            with pytest.raises(ConfigError) as e:
-                validate(cfg)
-            assert str(e.value).startswith(f"{section}.{f.name}=") and "\n" not in str(e.value), str(e.value)
-            checked += 1
+    sections = [
+        (section, f, default)
+        for section, schema in (
+            ("model", ModelConfig),
+            ("data", DataConfig),
+            ("cluster", ClusterConfig),
+            ("trainer", TrainerConfig),
+            ("logger", LoggerConfig),
+            ("failure", FailureConfig),
+            ("hardware", HardwareConfig),
+            ("parallel", ParallelConfig),
+        )
+        for f in dataclasses.fields(schema)
+    ] + [("failure", f, of_kind[kind]) for kind, f in own]
+    for section, f, default in sections:
+        rule = f.metadata
+        if not rule:
+            continue
+        if "choices" in rule:
+            bad = "not_an_option"
+        elif "ge" in rule:
+            bad = rule["ge"] - 1
+        elif "gt" in rule:
+            bad = rule["gt"]
+        else:
+            bad = rule["within"][1] + 1
+        cfg = copy.deepcopy(default)
+        OmegaConf.update(cfg, f"{section}.{f.name}", bad, force_add=True)
+        with pytest.raises(ConfigError) as e:
+            validate(cfg)
+        assert str(e.value).startswith(f"{section}.{f.name}=") and "\n" not in str(e.value), str(e.value)
+        checked += 1
     assert checked >= 45
 
 

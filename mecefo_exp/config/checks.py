@@ -282,14 +282,22 @@ def _validate_hardware(h: Any) -> None:
 
 
 def _validate_failure(f: Any, n_workers: int) -> None:
-    check_fields(f, FailureConfig, "failure")
+    from omegaconf import OmegaConf
+
+    from ..failures import MODELS, check_failure, failure_config
+
+    require(f.kind in MODELS, f"failure.kind={f.kind!r}: allowed: {', '.join(MODELS)}")
+    schema, typed = failure_config(f.kind), OmegaConf.get_type(f)
+    require(
+        typed in (None, dict, FailureConfig, schema),
+        f"failure.kind={f.kind} on a preset of another kind ({getattr(typed, '__module__', typed)}): choose the "
+        f"kind by its preset (failure=<name>, conf/failure/), not by failure.kind",
+    )
+    check_fields(f, schema, "failure")
     require(
         f.unit_gpus >= 1 and n_workers % f.unit_gpus == 0,
         f"failure.unit_gpus={f.unit_gpus}: must be >= 1 and divide cluster.n_workers={n_workers}",
     )
-    from ..failures import MODELS, check_failure
-
-    require(f.kind in MODELS, f"failure.kind={f.kind!r}: allowed: {', '.join(MODELS)}")
     problem = check_failure(f, n_workers)  # the failure model's own settings (mecefo_exp/failures/<kind>.py)
     if problem is not None:
         raise ConfigError(problem)

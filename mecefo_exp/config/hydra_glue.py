@@ -144,6 +144,10 @@ def register_configs() -> None:
     cs.store(group="schema/model", name="base", node=ModelConfig)
     cs.store(group="schema/data", name="base", node=DataConfig)
     cs.store(group="schema/failure", name="base", node=FailureConfig)
+    from ..failures import MODELS, failure_config
+
+    for kind in MODELS:  # each failure model's own settings class, in its file of mecefo_exp/failures/
+        cs.store(group="schema/failure", name=kind, node=failure_config(kind))
     cs.store(group="schema/cluster", name="base", node=ClusterConfig)
     cs.store(group="schema/logger", name="base", node=LoggerConfig)
     cs.store(group="schema/hardware", name="base", node=HardwareConfig)

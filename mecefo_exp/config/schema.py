@@ -72,16 +72,12 @@ class MethodConfig:
 # --------------------------------------------------------------------------- failure
 @dataclass
 class FailureConfig:
+    """What every failure model's settings have: its kind, the unit of its times and the readings
+    several models share; each model's own dataclass (its file's `Config`, in mecefo_exp/failures/)
+    adds its fields and their rules, composed by the preset's kind (conf/failure/<name>.yaml)."""
+
     name: str = MISSING
     kind: str = field(default="none", metadata=choices("none", "paper", "poisson", "field", "trace", "nodes"))
-    # paper (MeCeFO Table 1): one failure every `every_h` hours somewhere in a cluster of
-    # `paper_workers` GPUs, each failed GPU back after `recover_h` hours.
-    every_h: Optional[float] = None
-    recover_h: Optional[float] = None
-    paper_workers: int = 32
-    # poisson: per-worker mean time between failures and mean time to repair
-    mtbf: Optional[float] = None
-    mttr: Optional[float] = None
     unit: str = field(default="hours", metadata=choices("hours", "steps", "seconds"))  # hours: paper hours
     # How to read "a failure every every_h, recovery after recover_h" (the paper is silent;
     # docs/DESIGN.md "Failure readings"):
@@ -95,19 +91,8 @@ class FailureConfig:
     replace_s: float = field(
         default=300.0, metadata=at_least(0, "seconds")
     )  # repair=replace: seconds (paper seconds) until a spare takes the failed unit's place
-    # trace: replay a CSV of time, worker, event (time in `unit`); nodes: t_ms,add|remove,name
-    path: Optional[str] = None
-    # nodes: how a removal meets a node's readiness, a study's own rule as "package.module:Class" (null:
-    # failures/nodes.py's `Readiness`: usable from its ready instant on; a removal before, never heard)
-    node_readiness: Optional[str] = None
-    node_ready_s: float = field(
-        default=45.0, metadata=at_least(0, "seconds")
-    )  # nodes: an added node is usable this long after it is added (conf/failure/nodes.yaml: where 45 s is from)
     # which workers may fail (None: all); the paper's asymmetric experiment uses a subset
     workers: Optional[List[int]] = None
-    # field: what each whole-job cause category destroys (failures/classes.py; conf/failure/llama3_taxonomy.yaml
-    # says why), e.g. {Dependency: processes, Unknown: progress}; a category not named: all_but_storage
-    job_faults: Dict[str, str] = field(default_factory=dict)
     horizon_factor: float = field(
         default=50.0, metadata=at_least(1)
     )  # draw the trace up to this multiple of the failure-free run
@@ -343,6 +328,7 @@ def typed_config(stored: Any, source: str = "config.yaml") -> Any:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from ..failures import MODELS, failure_config
     from ..registry import REGISTRY, method_config
 
     schema = OmegaConf.structured(Config)
@@ -357,6 +343,12 @@ def typed_config(stored: Any, source: str = "config.yaml") -> Any:
     if failure is not None and "unready_removals_fail" in failure:  # a folder of an older version
         if failure.pop("unready_removals_fail") and not failure.get("node_readiness"):
             failure["node_readiness"] = UNREADY_REMOVALS_FAIL_RULE
+    kind = OmegaConf.select(stored, "failure.kind")
+    if failure is not None and kind in MODELS:
+        schema.failure = OmegaConf.structured(failure_config(kind))
+        # a folder of an older version stored every kind's settings: those of the other kinds meant nothing
+        for key in [k for k in failure if k not in schema.failure]:
+            failure.pop(key)
     try:
         return OmegaConf.merge(schema, stored)
     except OmegaConfBaseException as e:

@@ -39,6 +39,7 @@ __all__ = [
     "TimeBase",
     "MODELS",
     "model",
+    "failure_config",
     "make_trace",
     "check_failure",
     "check_trace_budget",
@@ -52,6 +53,12 @@ def model(kind: str) -> ModuleType:
     if kind not in MODELS:
         raise ValueError(f"failure.kind={kind!r}: allowed: {', '.join(MODELS)}")
     return importlib.import_module(MODELS[kind])
+
+
+def failure_config(kind: str) -> type:
+    """The dataclass of failure kind <kind>'s settings (its file's `Config`; Hydra composes a preset
+    of that kind onto it)."""
+    return model(kind).Config
 
 
 def check_failure(f, n_workers: int) -> Optional[str]:

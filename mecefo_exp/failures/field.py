@@ -29,8 +29,10 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
 
+from ..config import FailureConfig
 from .base import TimeBase
 from .classes import CLASSES, DEFAULT_JOB_CLASS
 from .events import FAIL, JOB, RECOVER, FailureEvent
@@ -186,6 +188,14 @@ def draw(
 def expected_events(cfg, n_workers: int, horizon_s: float, hour_s: float) -> float:
     """Events (fail + recover; a job-wide fault is one of each) the trace is expected to hold: its memory budget."""
     return sum(2 * rate * horizon_s * (1 if c.radius == "job" else g) for c, g, rate in rates(cfg, n_workers, hour_s))
+
+
+@dataclass
+class Config(FailureConfig):
+    every_h: Optional[float] = None  # one interruption every every_h hours cluster-wide (the preset's rate)
+    # what each whole-job cause category destroys (failures/classes.py; conf/failure/llama3_taxonomy.yaml
+    # says why), e.g. {Dependency: processes, Unknown: progress}; a category not named: all_but_storage
+    job_faults: Dict[str, str] = field(default_factory=dict)
 
 
 def check(f, n_workers: int) -> Optional[str]:

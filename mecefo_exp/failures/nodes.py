@@ -31,10 +31,22 @@ from pathlib import Path
 from typing import Dict, List, Optional, Set, Tuple
 
 from ..bounded_read import MAX_TRACE_FILE_BYTES, InputRefused, open_bounded
+from ..config import FailureConfig, at_least
 from ..registry import named_class
 from .base import TimeBase, setting
 from .events import FAIL, RECOVER, FailureEvent, TraceError
 from .trace import Trace
+
+
+@dataclass
+class Config(FailureConfig):
+    path: Optional[str] = None  # a CSV of t_ms,add|remove,name
+    node_ready_s: float = field(
+        default=45.0, metadata=at_least(0, "seconds")
+    )  # an added node is usable this long after it is added (conf/failure/nodes.yaml: where 45 s is from)
+    # how a removal meets a node's readiness, a study's own rule as "package.module:Class" (null:
+    # `Readiness` below: usable from its ready instant on; a removal before, never heard)
+    node_readiness: Optional[str] = None
 
 
 class Readiness:

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ..config import FailureConfig
 from .base import TimeBase
 from .trace import Trace
+
+#: no settings beyond every model's
+Config = FailureConfig
 
 
 def check(f, n_workers: int) -> Optional[str]:

@@ -5,11 +5,20 @@ one failure every `every_h` hours somewhere in a cluster of `paper_workers` GPUs
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
+from ..config import FailureConfig
 from .base import TimeBase
 from .renewal import renewal_trace
 from .trace import Trace
+
+
+@dataclass
+class Config(FailureConfig):
+    every_h: Optional[float] = None  # one failure every every_h hours somewhere in the paper's cluster
+    recover_h: Optional[float] = None  # each failed GPU back after recover_h hours
+    paper_workers: int = 32  # the GPUs of the paper's cluster that every_h is a rate of
 
 
 def check(f, n_workers: int) -> Optional[str]:

@@ -5,11 +5,19 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
+from ..config import FailureConfig
 from .base import TimeBase
 from .renewal import renewal_trace
 from .trace import Trace
+
+
+@dataclass
+class Config(FailureConfig):
+    mtbf: Optional[float] = None  # per-worker mean time between failures (in `unit`)
+    mttr: Optional[float] = None  # mean time to repair (in `unit`)
 
 
 def check(f, n_workers: int) -> Optional[str]:

@@ -8,14 +8,21 @@ from __future__ import annotations
 
 import csv
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
 from ..bounded_read import MAX_TRACE_FILE_BYTES, InputRefused, open_bounded
+from ..config import FailureConfig
 from .base import TimeBase
 from .classes import CLASSES
 from .events import FAIL, JOB, RECOVER, FailureEvent, TraceError
 from .trace import Trace
+
+
+@dataclass
+class Config(FailureConfig):
+    path: Optional[str] = None  # a CSV of time, worker, event (time in `unit`)
 
 
 def check(f, n_workers: int) -> Optional[str]:
