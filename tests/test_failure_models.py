@@ -89,6 +89,7 @@ def test_a_folder_of_an_older_version_drops_the_other_kinds_settings():
     old.failure.update({"mtbf": None, "mttr": None, "path": None, "node_ready_s": 45.0, "job_faults": {}})
     typed = typed_config(old)
     assert "mtbf" not in typed.failure and typed.failure.every_h == old.failure.every_h
+    assert typed.failure.name == "high" and typed.failure.kind == "paper"  # the shared settings stay
 
 
 @pytest.fixture(scope="module")

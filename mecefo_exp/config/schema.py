@@ -3,6 +3,7 @@ stored run config typed the same way (`typed_config`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -345,9 +346,12 @@ def typed_config(stored: Any, source: str = "config.yaml") -> Any:
             failure["node_readiness"] = UNREADY_REMOVALS_FAIL_RULE
     kind = OmegaConf.select(stored, "failure.kind")
     if failure is not None and kind in MODELS:
-        schema.failure = OmegaConf.structured(failure_config(kind))
-        # a folder of an older version stored every kind's settings: those of the other kinds meant nothing
-        for key in [k for k in failure if k not in schema.failure]:
+        settings = failure_config(kind)
+        schema.failure = OmegaConf.structured(settings)
+        # a folder of an older version stored every kind's settings: those of the other kinds meant
+        # nothing (the field names, not `in schema.failure`, which is false for a MISSING name)
+        own = {f.name for f in dataclasses.fields(settings)}
+        for key in [k for k in failure if k not in own]:
             failure.pop(key)
     try:
         return OmegaConf.merge(schema, stored)
